@@ -1,0 +1,11 @@
+"""fsdp-conformance: reference implementation, multi-process harness, pytest plugin and
+conformance suite for optimizer-state checkpointing under PyTorch FSDP."""
+from .harness import (RankContext, RankDied, RankError, RankPool, RankTimeout, attach,
+                      close_pools, get_pool)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RankContext", "RankDied", "RankError", "RankPool", "RankTimeout", "attach",
+    "close_pools", "get_pool", "__version__",
+]

@@ -1,0 +1,251 @@
+"""Attach mode: the same ``run`` API on the ranks of a ``torchrun`` job.
+
+Rules
+- ``attach()`` on rank 0 returns an ``AttachedPool`` (rank 0 is the controller *and* a rank);
+  on every other rank it serves calls until rank 0 closes the pool, then exits the process
+  with code 0: code after ``attach()`` only ever runs on rank 0.
+- Calls travel over a gloo control group (so NCCL jobs work too); results are gathered to
+  rank 0 in rank order. The job's own process group is ``ctx.group``.
+- Every call has a deadline. A watchdog thread on each rank writes that rank's Python stacks
+  to the job's store when the deadline passes. If rank 0 is free it raises ``RankTimeout``
+  with all stacks; if rank 0 itself is stuck (typically inside a collective another rank
+  skipped) its watchdog prints the ``RankTimeout`` report with every rank's stacks and exits
+  the process with code 124. Either way the other ranks are told to exit (code 124), so
+  torchrun ends the job: a hung call never leaves a hung job. An attached pool cannot be
+  rebuilt; after a timeout it is closed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+from .context import RankContext
+from .errors import PoolClosed, RankError, RankFailure, RankTimeout
+from .pool import DEFAULT_TIMEOUT_S, _check_importable
+from .worker import run_call
+
+_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+_attached: "AttachedPool | None" = None
+TIMEOUT_EXIT_CODE = 124
+
+
+def in_torchrun() -> bool:
+    """True when this process was started by torchrun (or any launcher setting its env)."""
+    return all(k in os.environ for k in _ENV)
+
+
+def attached_pool() -> "AttachedPool | None":
+    return _attached
+
+
+def _python_stacks() -> str:
+    frames = sys._current_frames()
+    out = []
+    for th in threading.enumerate():
+        if th.ident in frames and th.name != "fsdpc-watchdog":
+            out.append(f"Thread {th.name} (most recent call last):\n"
+                       + "".join(traceback.format_stack(frames[th.ident])))
+    return "\n".join(out)
+
+
+class _Watchdog:
+    """Per-call deadline on one rank: on expiry publish this rank's stacks; on rank 0, if the
+    main thread is still inside the call, report every rank's stacks and exit 124."""
+
+    def __init__(self, pool: "AttachedPool", call_id: int, timeout: float):
+        self.pool, self.call_id, self.timeout = pool, call_id, timeout
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True, name="fsdpc-watchdog")
+        self.thread.start()
+
+    def _watch(self) -> None:
+        if self.done.wait(self.timeout):
+            return
+        p = self.pool
+        p._store.set(f"stack/{self.call_id}/{p.rank}", _python_stacks())
+        if p.rank != 0:
+            # Wait for rank 0's verdict; it either raises RankTimeout or exits the job.
+            while not self.done.is_set():
+                if p._store.check([f"abandon/{self.call_id}"]):
+                    os._exit(TIMEOUT_EXIT_CODE)
+                time.sleep(0.2)
+            return
+        if self.done.wait(p.stack_grace):
+            return  # the controller path raised RankTimeout itself
+        err = p._timeout_error(self.call_id, self.timeout, main_thread_stuck=True)
+        p._store.set(f"abandon/{self.call_id}", "1")
+        sys.stderr.write(f"\nfsdp_conformance.harness.RankTimeout: {err}\n")
+        sys.stderr.flush()
+        os._exit(TIMEOUT_EXIT_CODE)
+
+
+class AttachedPool:
+    """The ranks of a torchrun job seen as a pool (rank 0's handle)."""
+
+    stack_grace = 3.0
+
+    def __init__(self, backend: str | None, timeout: float):
+        import torch
+        import torch.distributed as dist
+
+        self.rank = int(os.environ["RANK"])
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ["LOCAL_RANK"])
+        if not dist.is_initialized():
+            if backend is None:
+                backend = "nccl" if torch.cuda.is_available() else "gloo"
+            if backend == "nccl":
+                torch.cuda.set_device(self.local_rank)
+            dist.init_process_group(backend)
+        self.backend = dist.get_backend()
+        self.timeout = float(timeout)
+        self._ctrl = dist.new_group(backend="gloo", timeout=timedelta(days=1))
+        self._store = dist.PrefixStore(
+            f"fsdpc-attach/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/",
+            dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False, timeout=timedelta(seconds=60)))
+        device = (torch.device("cuda", self.local_rank) if self.backend == "nccl"
+                  else torch.device("cpu"))
+        import tempfile
+        from pathlib import Path
+
+        scratch = Path(tempfile.mkdtemp(prefix=f"fsdpc-attach-rank{self.rank}-"))
+        self.ctx = RankContext(rank=self.rank, world_size=self.world_size,
+                               local_rank=self.local_rank, backend=self.backend, device=device,
+                               group=dist.group.WORLD, scratch=scratch)
+        self._next_id = 0
+        self._closed = False
+
+    # ------------------------------------------------------------ shared by all ranks
+    def _execute(self, call_id: int, fn, args, kwargs, seed, timeout) -> tuple:
+        dog = _Watchdog(self, call_id, timeout)
+        try:
+            reply = ("ok", run_call(self.ctx, fn, args, kwargs, seed))
+        except BaseException as exc:  # noqa: BLE001
+            reply = ("err", type(exc).__name__, traceback.format_exc())
+        return reply, dog
+
+    def _finish(self, call_id: int, reply, dog: _Watchdog, timeout: float) -> list | None:
+        import torch.distributed as dist
+
+        gathered = [None] * self.world_size if self.rank == 0 else None
+        # monitored_barrier names the ranks that do not arrive in time (gloo only).
+        deadline_left = max(1.0, timeout - 0.0)
+        try:
+            dist.monitored_barrier(group=self._ctrl, timeout=timedelta(seconds=deadline_left),
+                                   wait_all_ranks=True)
+        except RuntimeError:
+            if self.rank == 0:
+                dog.done.set()
+                err = self._timeout_error(call_id, timeout, main_thread_stuck=False)
+                self._store.set(f"abandon/{call_id}", "1")
+                self._closed = True
+                raise err from None
+            raise
+        dist.gather_object(reply, gathered, dst=0, group=self._ctrl)
+        dog.done.set()
+        return gathered
+
+    def _timeout_error(self, call_id: int, timeout: float, main_thread_stuck: bool) -> RankTimeout:
+        deadline = time.monotonic() + self.stack_grace
+        fails = []
+        for r in range(self.world_size):
+            key = f"stack/{call_id}/{r}"
+            while not self._store.check([key]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if r == 0 and not main_thread_stuck:
+                continue
+            text = (self._store.get(key).decode("utf-8", "replace")
+                    if self._store.check([key]) else "(rank finished or sent no stack)")
+            fails.append(RankFailure(r, "hung", "Python stacks at the deadline:\n" + text))
+        where = "rank 0 itself is stuck" if main_thread_stuck else "ranks did not arrive"
+        return RankTimeout(f"call {call_id} timed out after {timeout:.1f}s in the torchrun job "
+                           f"(world size {self.world_size}; {where})", fails)
+
+    # ------------------------------------------------------------ rank 0 (controller)
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None,
+            seed: int = 0, **kwargs: Any) -> list[Any]:
+        return self.run_each(fn, [args] * self.world_size, timeout=timeout, seed=seed, **kwargs)
+
+    def run_each(self, fn, per_rank_args: Sequence[tuple], *, timeout: float | None = None,
+                 seed: int = 0, **kwargs: Any) -> list[Any]:
+        import torch.distributed as dist
+
+        if self._closed:
+            raise PoolClosed("this attached pool is closed (after close() or a timeout)")
+        if len(per_rank_args) != self.world_size:
+            raise ValueError(f"per_rank_args has {len(per_rank_args)} entries, "
+                             f"world size is {self.world_size}")
+        _check_importable(fn)
+        timeout = self.timeout if timeout is None else float(timeout)
+        call_id = self._next_id
+        self._next_id += 1
+        msg = [("call", call_id, fn, list(per_rank_args), kwargs, seed, timeout)]
+        dist.broadcast_object_list(msg, src=0, group=self._ctrl)
+        reply, dog = self._execute(call_id, fn, per_rank_args[0], kwargs, seed, timeout)
+        gathered = self._finish(call_id, reply, dog, timeout)
+        errors = [RankFailure(r, f"exception {g[1]}", g[2])
+                  for r, g in enumerate(gathered) if g[0] == "err"]
+        if errors:
+            name = getattr(fn, "__qualname__", repr(fn))
+            raise RankError(f"{name} raised on rank(s) {[f.rank for f in errors]} "
+                            f"(torchrun job, world size {self.world_size})", errors)
+        return [g[1] for g in gathered]
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        global _attached
+        if self._closed:
+            return
+        self._closed = True
+        dist.broadcast_object_list([("stop",)], src=0, group=self._ctrl)
+        _attached = None
+
+    def __enter__(self) -> "AttachedPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ ranks 1..N-1
+    def serve(self) -> None:
+        import torch.distributed as dist
+
+        while True:
+            box = [None]
+            dist.broadcast_object_list(box, src=0, group=self._ctrl)
+            msg = box[0]
+            if msg[0] == "stop":
+                return
+            _, call_id, fn, per_rank, kwargs, seed, timeout = msg
+            reply, dog = self._execute(call_id, fn, per_rank[self.rank], kwargs, seed, timeout)
+            self._finish(call_id, reply, dog, timeout)
+
+
+def attach(backend: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> AttachedPool:
+    """Attach to the torchrun job this process belongs to.
+
+    Returns the pool on rank 0. On other ranks: serves rank 0's calls, then exits the process
+    (code 0) when rank 0 closes the pool, so this call never returns there.
+    """
+    global _attached
+    if not in_torchrun():
+        raise RuntimeError("attach() needs a torchrun job: RANK, WORLD_SIZE, LOCAL_RANK, "
+                           f"MASTER_ADDR and MASTER_PORT must be set (missing: "
+                           f"{[k for k in _ENV if k not in os.environ]})")
+    if _attached is not None:
+        return _attached
+    pool = AttachedPool(backend, timeout)
+    if pool.rank != 0:
+        pool.serve()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    _attached = pool
+    return pool

@@ -1,0 +1,113 @@
+"""The rank process of a spawned pool: join the process group once, then serve calls.
+
+Protocol on the duplex connection (controller <-> this rank), all messages pickled tuples:
+  controller -> rank: ("call", call_id, fn, args, kwargs, seed) | ("stop",)
+  rank -> controller: ("ready", pid) | ("ok", call_id, result) | ("err", call_id, type_name, traceback)
+
+Lifetime rules: the rank exits when the controller closes the lifeline (its death included,
+SIGKILL too), when it gets ("stop",), or when its connection breaks. SIGINT is ignored here:
+Ctrl-C is the controller's to handle, and it tears the ranks down. SIGUSR1 makes faulthandler
+write every thread's Python stack to ``scratch/stacks.txt`` (the controller reads it on a hang).
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch  # noqa: F401  (preloaded by the forkserver: ranks start without paying the import)
+import torch.distributed as dist
+
+from .context import RankContext
+from .seeding import seed_everything
+
+STACK_FILE = "stacks.txt"
+LOG_FILE = "rank.log"
+
+
+def _watch_lifeline(lifeline) -> None:
+    """Exit this process as soon as the controller's end of the lifeline is closed."""
+    try:
+        while True:
+            if lifeline.poll(0.5):
+                lifeline.recv()  # EOFError when the controller is gone
+    except (EOFError, OSError):
+        pass
+    os._exit(3)
+
+
+def _redirect_output(scratch: Path) -> None:
+    log = open(scratch / LOG_FILE, "ab", buffering=0)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def _device_for(backend: str, local_rank: int):
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def run_call(ctx: RankContext, fn, args: tuple, kwargs: dict, seed: int) -> Any:
+    """Seed, then call ``fn(ctx, *args, **kwargs)``; shared by spawned and attached ranks."""
+    ctx.seed = seed
+    seed_everything(seed)
+    return fn(ctx, *args, **kwargs)
+
+
+def main(conn, lifeline, rank: int, world_size: int, backend: str, store_host: str,
+         store_port: int, prefix: str, scratch: str, generation: int, pg_timeout_s: float) -> None:
+    """Entry point of one rank process (target of the pool's forkserver Process)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True, name="lifeline").start()
+    scratch_dir = Path(scratch)
+    scratch_dir.mkdir(parents=True, exist_ok=True)
+    _redirect_output(scratch_dir)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    stack_file = open(scratch_dir / STACK_FILE, "a", buffering=1)
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+
+    device = _device_for(backend, rank)
+    store = dist.PrefixStore(prefix, dist.TCPStore(store_host, store_port, is_master=False,
+                                                   timeout=timedelta(seconds=pg_timeout_s)))
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=pg_timeout_s))
+    ctx = RankContext(rank=rank, world_size=world_size, local_rank=rank, backend=backend,
+                      device=device, group=dist.group.WORLD, scratch=scratch_dir,
+                      generation=generation)
+    conn.send(("ready", os.getpid()))
+    serve(conn, ctx)
+    os._exit(0)
+
+
+def serve(conn, ctx: RankContext) -> None:
+    """Serve calls until ("stop",) or a broken connection."""
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg[0] == "stop":
+            return
+        _, call_id, fn, args, kwargs, seed = msg
+        try:
+            result = run_call(ctx, fn, args, kwargs, seed)
+            reply = ("ok", call_id, result)
+            try:
+                conn.send(reply)
+            except Exception as exc:  # result not picklable: say so instead of dying
+                conn.send(("err", call_id, type(exc).__name__,
+                           f"result of {getattr(fn, '__qualname__', fn)} could not be sent "
+                           f"to the controller: {exc!r}"))
+        except BaseException as exc:  # noqa: BLE001  (SystemExit from fn is an error too)
+            sys.stderr.flush()
+            conn.send(("err", call_id, type(exc).__name__, traceback.format_exc()))

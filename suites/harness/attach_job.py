@@ -1,0 +1,50 @@
+"""A torchrun job for the attach-mode tests: ``torchrun ... attach_job.py MODE OUT.json``.
+
+Rank 0 runs the checks of MODE through ``attach()`` and writes what it saw to OUT.json;
+the other ranks only serve.
+"""
+import json
+import sys
+
+from fsdp_conformance.harness import RankError, RankTimeout, attach, probes
+
+
+def main(mode: str, out: str) -> None:
+    pool = attach(timeout=60)
+    seen: dict = {"world_size": pool.world_size}
+    if mode == "basic":
+        seen["whoami"] = pool.run(probes.whoami)
+        seen["each"] = [int(t.sum()) for t, _ in
+                        pool.run_each(probes.tensor_roundtrip,
+                                      [(probes_tensor(r),) for r in range(pool.world_size)])]
+        a = pool.run(probes.random_bits, seed=3)
+        b = pool.run(probes.random_bits, seed=3)
+        seen["seeded_equal"] = all(x[0] == y[0] and x[2].equal(y[2]) for x, y in zip(a, b))
+        try:
+            pool.run(probes.raise_on, pool.world_size - 1)
+            seen["error"] = None
+        except RankError as exc:
+            seen["error"] = {"ranks": exc.ranks, "text": str(exc)}
+        seen["after_error"] = pool.run(probes.whoami)
+        pool.close()
+    elif mode == "rank0-free-hang":
+        try:
+            pool.run(probes.skip_collective, 0, timeout=3)
+            seen["timeout"] = None
+        except RankTimeout as exc:
+            seen["timeout"] = {"ranks": exc.ranks, "text": str(exc)}
+    elif mode == "rank0-stuck-hang":
+        pool.run(probes.skip_collective, 1, timeout=3)  # exits the process with code 124
+        seen["returned"] = True
+    with open(out, "w") as f:
+        json.dump(seen, f)
+
+
+def probes_tensor(r):
+    import torch
+
+    return torch.full((3,), float(r))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

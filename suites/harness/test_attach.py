@@ -1,0 +1,81 @@
+"""Attach mode: the pool API on the ranks of a real torchrun job (gloo, loopback)."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+
+import pytest
+
+from suites.conftest import PYTHON, ROOT, env_for_subprocess
+
+JOB = ROOT / "suites" / "harness" / "attach_job.py"
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(args, mode, out, timeout=120):
+    cmd = [PYTHON, "-m", "torch.distributed.run", *args, str(JOB), mode, str(out)]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env_for_subprocess(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _single_node(nproc: int) -> list[str]:
+    return ["--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--max-restarts", "0"]
+
+
+def _check_basic(seen: dict, ws: int) -> None:
+    assert seen["world_size"] == ws
+    assert seen["whoami"] == [[r, ws, ws * (ws - 1) // 2] for r in range(ws)]
+    assert seen["each"] == [3 * r for r in range(ws)]
+    assert seen["seeded_equal"] is True
+    assert seen["error"]["ranks"] == [ws - 1]
+    assert f"planted failure on rank {ws - 1}" in seen["error"]["text"]
+    assert seen["after_error"] == seen["whoami"]
+
+
+def test_torchrun_two_ranks(tmp_path):
+    out = tmp_path / "seen.json"
+    proc = _torchrun(_single_node(2), "basic", out)
+    log, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, log
+    _check_basic(json.loads(out.read_text()), 2)
+
+
+def test_torchrun_two_agents_on_loopback_as_two_nodes(tmp_path):
+    out = tmp_path / "seen.json"
+    port = _free_port()
+    common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"fsdpc-{port}",
+              "--max-restarts", "0"]
+    agents = [_torchrun(common, "basic", out) for _ in range(2)]
+    logs = [a.communicate(timeout=180)[0] for a in agents]
+    assert [a.returncode for a in agents] == [0, 0], "\n".join(logs)
+    _check_basic(json.loads(out.read_text()), 2)
+
+
+def test_torchrun_hang_with_free_controller_raises_rank_timeout(tmp_path):
+    out = tmp_path / "seen.json"
+    proc = _torchrun(_single_node(3), "rank0-free-hang", out)
+    log, _ = proc.communicate(timeout=180)
+    seen = json.loads(out.read_text())
+    assert seen["timeout"]["ranks"] == [1, 2]
+    assert "skip_collective" in seen["timeout"]["text"]
+    assert proc.returncode != 0, "the stuck ranks must be made to exit (torchrun fails the job)"
+
+
+def test_torchrun_hang_inside_controller_dumps_stacks_and_exits_124(tmp_path):
+    out = tmp_path / "seen.json"
+    proc = _torchrun(_single_node(2), "rank0-stuck-hang", out)
+    log, _ = proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    assert not out.exists(), "the hung call must not return"
+    assert "RankTimeout" in log and "rank 0 itself is stuck" in log
+    assert "skip_collective" in log and "all_reduce" in log
+    assert "exitcode  : 124" in log or "exit code 124" in log or "124" in log
