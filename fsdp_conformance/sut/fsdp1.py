@@ -156,7 +156,6 @@ def flat_metadata(fsdp: nn.Module) -> list[dict]:
             "numels_with_padding": list(fp._numels_with_padding),
             "is_padding_mask": list(fp._is_padding_mask),
             "unpadded_unsharded_numel": int(fp._unpadded_unsharded_size.numel()),
-            "padded_unsharded_numel": int(fp._padded_unsharded_size.numel()),
             "local_numel": int(fp.numel()),
             "shard_param_infos": infos,
             "uses_sharded_strategy": bool(handle.uses_sharded_strategy),

@@ -1,0 +1,18 @@
+"""The reference layout of a case, built on the controller from the same zoo model."""
+from __future__ import annotations
+
+from .. import reference as ref
+from ..cases import Case
+from ..zoo import build_model, model_spec
+
+
+def reference_layout(case: Case, *, load_side: bool = False):
+    """``ModelLayout`` of the case's save side (or load side: its load world size and plan)."""
+    spec = model_spec(case.model)
+    ws = case.dst_world_size if load_side else case.world_size
+    plan = case.dst_plan if load_side else case.plan
+    shard_ws = case.shard_world_size if case.strategy == "HYBRID_SHARD" else ws
+    model = build_model(case.model, case.seed, case.torch_dtype)
+    return ref.build_layout(model, spec.plans[plan], ws, use_orig_params=case.use_orig_params,
+                            strategy=case.strategy, shard_world_size=shard_ws,
+                            ignored=spec.ignored)

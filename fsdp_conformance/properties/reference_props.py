@@ -1,0 +1,207 @@
+"""P0 layout, P1 gather, P3 shard, P4 flatten: torch's outputs against the reference.
+
+Each function takes the case, the reference layout and the per-rank observations (from
+``sut.fsdp1.observe`` / ``load_full``) and returns a ``Verdict``. They never touch a
+process group: all inputs were recorded on the ranks.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .. import reference as ref
+from ..compare import diff_state_dicts, format_diff
+from .verdict import Verdict, error, fail, na, passed
+
+
+def _drop_plain(d: dict, layout) -> dict:
+    """``d`` without the state of params outside every unit (ignored modules): FSDP does not
+    synchronise them, so a rank other than 0 legitimately holds its own values there."""
+    plain = {slot.fqn for slot in layout.plain_params}
+    return {**d, "state": {k: v for k, v in d["state"].items() if k not in plain}}
+
+
+def _owner(layout):
+    return lambda fqn, index: layout.owner(fqn, index)
+
+
+def _path_value(obs: dict, path: str):
+    v = obs.get(path)
+    if v is None:
+        return None, na(f"path {path} was not run")
+    if isinstance(v, dict) and "error" in v:
+        return None, error(f"torch raised in {path} on rank {obs['rank']}:\n{v['error']}")
+    if isinstance(v, dict) and "n/a" in v:
+        return None, na(v["n/a"])
+    return v, None
+
+
+def p0_layout(layout, observations: Sequence[dict]) -> Verdict:
+    """FSDP's flat layout (unit FQNs, shapes, padding, per-rank shard ranges) and the
+    optimizer's key order equal the reference's, on every rank."""
+    problems = []
+    for obs in observations:
+        r = obs["rank"]
+        if list(obs["keys"]) != list(layout.optimizer_keys()):
+            problems.append(f"rank {r}: optimizer key order {obs['keys']} != reference "
+                            f"{layout.optimizer_keys()}")
+        ref_units = {u.name: u for u in layout.units}
+        seen = {m["name"] for m in obs["meta"]}
+        if seen != set(ref_units):
+            problems.append(f"rank {r}: FSDP units {sorted(seen)} != reference units "
+                            f"{sorted(ref_units)}")
+        for m in obs["meta"]:
+            u = ref_units.get(m["name"])
+            if u is None:
+                continue
+            want = {
+                "fqns": list(u.fqns),
+                "shapes": [tuple(p.shape) for p in u.params],
+                "numels_with_padding": list(u.numels_with_padding()),
+                "is_padding_mask": list(u.is_padding_mask()),
+                "local_numel": u.shard_numel,
+            }
+            for k, v in want.items():
+                got = m[k] if k != "shapes" else [tuple(s) for s in m[k]]
+                if list(got) != list(v) if isinstance(v, list) else got != v:
+                    problems.append(f"rank {r}, unit {m['name']!r}: {k} = {got}, reference "
+                                    f"says {v}")
+            if u.sharded:
+                start, end = u.shard_range(layout.shard_rank(r))
+                in_shard = [bool(i[0]) for i in m["shard_param_infos"]]
+                want_in = list(u.fsdp_in_shard(layout.shard_rank(r)))
+                if in_shard != want_in:
+                    problems.append(f"rank {r}, unit {m['name']!r}: params in shard "
+                                    f"{in_shard}, reference says {want_in} (range "
+                                    f"[{start}, {end}))")
+    return fail("\n".join(problems)) if problems else passed(
+        f"{len(layout.units)} unit(s) on {len(observations)} rank(s)")
+
+
+def p1_gather(layout, observations: Sequence[dict], path: str = "full_legacy") -> Verdict:
+    """The full dict torch returns (on every rank, rank0_only=False) equals
+    reference.gather_full(every rank's local dict), bitwise. Params outside every unit
+    (ignored modules) are not synchronised by FSDP, so on rank r their state is rank r's own."""
+    locals_ = [o["local"] for o in observations]
+    try:
+        want = ref.gather_full(layout, locals_)
+    except ref.StateDictMismatch as exc:
+        return error(f"reference.gather_full rejected torch's local dicts: {exc}")
+    for obs in observations:
+        got, v = _path_value(obs, path)
+        if v is not None:
+            return v
+        want_r = {**want, "state": dict(want["state"])}
+        for slot in layout.plain_params:
+            own = obs["local"]["state"].get(slot.fqn)
+            if own is not None:
+                want_r["state"][slot.fqn] = own
+            else:
+                want_r["state"].pop(slot.fqn, None)
+        diffs = diff_state_dicts(want_r, got, owner=_owner(layout))
+        if diffs:
+            return fail(f"{path} on rank {obs['rank']} differs from reference.gather_full:\n"
+                        + format_diff(diffs))
+    return passed(f"{path}: {len(want['state'])} params bitwise equal on every rank")
+
+
+def p3_shard(layout, full: dict, observations: Sequence[dict],
+             paths: Sequence[str] = ("shard_legacy", "scatter_legacy", "to_load"),
+             own_locals: bool = True) -> Verdict:
+    """Every load path gives, on every rank, reference.shard_full(full, rank); with the same
+    world size and wrapping it also equals the rank's own optimizer state (bitwise). On
+    ranks other than 0, params of ignored modules are left out: torch keeps each rank's own
+    (unsynchronised) values for them, and P1 checks those per rank."""
+    problems, checked = [], 0
+    for obs in observations:
+        r = obs["rank"]
+        try:
+            want = ref.shard_full(layout, full, r)
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.shard_full rejected the full dict for rank {r}: {exc}")
+        for path in paths:
+            got, v = _path_value(obs, path)
+            if v is not None:
+                if v.status == "error":
+                    return v
+                continue
+            mine, theirs = (want, got) if r == 0 else (_drop_plain(want, layout),
+                                                        _drop_plain(got, layout))
+            diffs = diff_state_dicts(mine, theirs, owner=_owner(layout))
+            checked += 1
+            if diffs:
+                problems.append(f"{path} on rank {r} differs from reference.shard_full:\n"
+                                + format_diff(diffs))
+        if own_locals and "local" in obs:
+            mine, theirs = (want, obs["local"]) if r == 0 else (
+                _drop_plain(want, layout), _drop_plain(obs["local"], layout))
+            diffs = diff_state_dicts(mine, theirs, owner=_owner(layout))
+            if diffs:
+                problems.append(f"reference.shard_full(full) on rank {r} differs from the "
+                                f"rank's own optim.state_dict():\n" + format_diff(diffs))
+    if problems:
+        return fail("\n\n".join(problems))
+    return passed(f"{checked} (path, rank) outputs equal reference.shard_full")
+
+
+def sharded_to_flat_offsets(sharded_state: dict) -> dict:
+    """torch's per-parameter sharded form (row-chunked ShardedTensor, recorded as
+    (offsets, local tensor)) -> the reference's neutral (global shape, offset along the
+    flattened param, 1-D local tensor) form."""
+    out = {}
+    for fqn, state in sharded_state.items():
+        conv = {}
+        for name, v in state.items():
+            if isinstance(v, dict) and "shards" in v:
+                shape = tuple(v["global_shape"])
+                row = 1
+                for d in shape[1:]:
+                    row *= d
+                pieces = [(shape, offsets[0] * row if shape else 0, t.reshape(-1))
+                          for offsets, t in v["shards"]]
+                if pieces:  # a trailing rank may hold no rows of this param
+                    conv[name] = pieces
+            else:
+                conv[name] = v
+        out[fqn] = conv
+    return out
+
+
+def p4_flatten(layout, observations: Sequence[dict]) -> Verdict:
+    """torch's flatten(sharded) == reference.flatten_sharded(every rank's sharded dict) ==
+    the rank's local state. (torch's sharded form chunks each param by rows, so one rank's
+    flat shard needs pieces held by other ranks; torch all-gathers them, the reference
+    assembles them from all ranks' dicts.) Params of ignored modules hold per-rank values
+    that FSDP does not synchronise; P1 checks them per rank, P4 leaves them out."""
+    neutral = []
+    for obs in observations:
+        sharded, v = _path_value(obs, "sharded_legacy")
+        if v is not None:
+            return v
+        try:
+            neutral.append({"state": sharded_to_flat_offsets(sharded["state"]),
+                            "param_groups": sharded["param_groups"]})
+        except ValueError as exc:
+            return error(f"rank {obs['rank']}'s sharded dict has an unexpected form: {exc}")
+    problems = []
+    for obs in observations:
+        r = obs["rank"]
+        try:
+            want = ref.flatten_sharded(layout, neutral, r)
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.flatten_sharded rejected the sharded dicts for rank {r}: "
+                         f"{exc}")
+        want = _drop_plain(want, layout)  # per-rank values: merged pieces mean nothing there
+        diffs = diff_state_dicts(want, _drop_plain(obs["local"], layout), owner=_owner(layout))
+        if diffs:
+            problems.append(f"reference.flatten_sharded on rank {r} differs from the rank's "
+                            f"local state:\n" + format_diff(diffs))
+        got, v = _path_value(obs, "flatten_legacy")
+        if v is not None:
+            if v.status == "error":
+                return v
+            continue
+        diffs = diff_state_dicts(want, _drop_plain(got, layout), owner=_owner(layout))
+        if diffs:
+            problems.append(f"flatten_sharded_optim_state_dict on rank {r} differs from "
+                            f"reference.flatten_sharded:\n" + format_diff(diffs))
+    return fail("\n\n".join(problems)) if problems else passed("bitwise on every rank")

@@ -1,0 +1,73 @@
+"""The reference ("oracle"): what FSDP must do to optimizer state, with plain tensor ops.
+
+It never imports ``torch.distributed.fsdp`` or ``torch.distributed.checkpoint``.
+Each module states its rules in its docstring; notes/reference-spec.md cites the
+torch 2.13 source they were read from and lists where torch deviates.
+
+Neutral forms
+-------------
+full dict
+    ``{"state": {fqn: {state_name: tensor | scalar}}, "param_groups": [{...hyper...,
+    "params": [fqn, ...]}]}`` -- what ``FSDP.full_optim_state_dict`` returns: keys are
+    original FQNs without wrapper prefixes (``_fsdp_wrapped_module.``); tensors have
+    the param's shape; a tied param appears once, under the FQN FSDP keeps for it.
+local dict
+    a rank's ``optim.state_dict()`` with int ids replaced by the strings of
+    ``ModelLayout.optimizer_keys()``: ``"<unit>._flat_param"`` (root ``"_flat_param"``)
+    for ``use_orig_params=False``, original FQNs for ``True`` (and for params of
+    ignored modules). :func:`to_named` / :func:`to_ids` convert.
+    Per-element state is 1-D of ``UnitLayout.shard_numel`` for a flat unit (right
+    padding included), 1-D of the rank's piece for a sharded original param (no entry
+    when the rank holds none of it), the param's shape under NO_SHARD.
+
+Entry points
+------------
+layout:  :func:`build_layout`, :func:`layout_from_spec`, :func:`fsdp2_layout`,
+         :class:`ModelLayout`, :class:`UnitLayout`, :class:`ParamSlot`, :class:`Piece`
+state:   :func:`gather_full`, :func:`shard_full`, :func:`flatten_sharded`,
+         :func:`reshard`, :func:`rekey_to_names`, :func:`rekey_to_ids`,
+         :func:`to_named`, :func:`to_ids`, :func:`fsdp2_shard`, :func:`fsdp2_gather`
+errors:  :class:`StateDictMismatch` and subclasses
+"""
+
+from .errors import (
+    DtypeMismatch,
+    LayoutError,
+    MissingKeyError,
+    MixedKeyTypes,
+    RankCountMismatch,
+    ScalarStateConflict,
+    ShapeMismatch,
+    StateDictMismatch,
+    UnknownKeyError,
+)
+from .flatten import flatten_sharded
+from .fsdp2 import fsdp2_gather, fsdp2_shard
+from .gather import gather_full, gather_param_groups, gather_unit
+from .keys import to_ids, to_named
+from .layout import (
+    Fsdp2Layout,
+    Fsdp2Param,
+    ModelLayout,
+    ParamSlot,
+    Piece,
+    UnitLayout,
+    align_numel_for,
+    build_layout,
+    flat_offsets,
+    fsdp2_layout,
+    layout_from_spec,
+)
+from .rekey import rekey_to_ids, rekey_to_names
+from .reshard import reshard
+from .shard import shard_full, shard_param_groups, shard_unit
+
+__all__ = [
+    "DtypeMismatch", "LayoutError", "MissingKeyError", "MixedKeyTypes", "RankCountMismatch",
+    "ScalarStateConflict", "ShapeMismatch", "StateDictMismatch", "UnknownKeyError",
+    "flatten_sharded", "fsdp2_gather", "fsdp2_shard", "gather_full", "gather_param_groups",
+    "gather_unit", "to_ids", "to_named", "Fsdp2Layout", "Fsdp2Param", "ModelLayout", "ParamSlot",
+    "Piece", "UnitLayout", "align_numel_for", "build_layout", "flat_offsets", "fsdp2_layout",
+    "layout_from_spec", "rekey_to_ids", "rekey_to_names", "reshard", "shard_full",
+    "shard_param_groups", "shard_unit",
+]

@@ -1,0 +1,88 @@
+"""Differential tests: real FSDP1 on the rank pool (gloo) against the reference.
+
+P0 layout, P1 gather, P3 shard/scatter/to_load, P4 flatten, each bitwise, for nested
+wrapping, tied weights, frozen params, params without grads, ignored modules, a conv net,
+use_orig_params both ways, the common optimizers, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD /
+HYBRID_SHARD, world sizes 1-4 and every save->load pair among them."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from fsdp_conformance.cases import Case
+from fsdp_conformance.known import known_for
+from fsdp_conformance.properties.layouts import reference_layout
+from fsdp_conformance.properties.reference_props import p0_layout, p1_gather, p3_shard, p4_flatten
+from fsdp_conformance.sut import fsdp1
+
+
+def _assert_ok(verdict, what, case=None, prop=None):
+    """Pass, or a recorded torch limitation that still fails (a known case that starts
+    passing fails here as "fixed upstream?", so the record cannot go stale)."""
+    known = known_for(case, prop) if case is not None else None
+    if known is not None:
+        assert verdict.status == "fail" or verdict.status == "error", (
+            f"{what}: known limitation {known.key!r} now passes: fixed upstream? "
+            f"Retire it from fsdp_conformance/known.py")
+        return
+    assert verdict.status == "pass", f"{what}: {verdict.status}\n{verdict.detail}"
+
+
+def _check_same_layout(rank_pool, case):
+    obs = rank_pool(case.world_size).run(fsdp1.observe, case, seed=case.seed)
+    layout = reference_layout(case)
+    _assert_ok(p0_layout(layout, obs), f"P0 {case.id}")
+    _assert_ok(p1_gather(layout, obs, "full_legacy"), f"P1 full_optim_state_dict {case.id}",
+               case, "P1")
+    _assert_ok(p1_gather(layout, obs, "full_current"), f"P1 optim_state_dict FULL {case.id}",
+               case, "P1")
+    if known_for(case, "P1") is None:  # a corrupted full dict cannot be sharded meaningfully
+        _assert_ok(p3_shard(layout, obs[0]["full_legacy"], obs), f"P3 {case.id}", case, "P3")
+    _assert_ok(p4_flatten(layout, obs), f"P4 {case.id}", case, "P4")
+    assert obs[1 % case.world_size]["full_legacy_rank0_only"] == ({} if case.world_size > 1
+                                                                  else obs[0]["full_legacy_rank0_only"])
+    return obs
+
+
+MODELS = ["mlp", "tied", "frozen", "unused", "buffers", "conv"]
+
+
+@pytest.mark.parametrize("ws", [1, 2, 3, 4])
+@pytest.mark.parametrize("orig", [False, True], ids=["flat", "orig"])
+@pytest.mark.parametrize("model", MODELS)
+def test_zoo_models_all_world_sizes(rank_pool, model, orig, ws):
+    _check_same_layout(rank_pool, Case(model=model, plan="nested", optimizer="adam",
+                                       use_orig_params=orig, world_size=ws))
+
+
+@pytest.mark.parametrize("ws", [2, 3])
+@pytest.mark.parametrize("orig", [False, True], ids=["flat", "orig"])
+@pytest.mark.parametrize("opt", ["sgd", "sgd_momentum", "adamw", "adadelta", "adagrad",
+                                 "rmsprop"])
+def test_optimizers(rank_pool, opt, orig, ws):
+    _check_same_layout(rank_pool, Case(model="mlp", plan="nested", optimizer=opt,
+                                       use_orig_params=orig, world_size=ws, groups=2))
+
+
+@pytest.mark.parametrize("strategy,ws", [("SHARD_GRAD_OP", 3), ("NO_SHARD", 2),
+                                         ("HYBRID_SHARD", 4)])
+@pytest.mark.parametrize("orig", [False, True], ids=["flat", "orig"])
+def test_sharding_strategies(rank_pool, strategy, ws, orig):
+    _check_same_layout(rank_pool, Case(model="mlp", plan="nested", optimizer="adam",
+                                       use_orig_params=orig, world_size=ws, strategy=strategy))
+
+
+@pytest.mark.parametrize("src,dst", list(itertools.product([1, 2, 3, 4], repeat=2)))
+@pytest.mark.parametrize("orig", [False, True], ids=["flat", "orig"])
+def test_save_at_n_load_at_m(rank_pool, src, dst, orig):
+    case = Case(model="mlp", plan="nested", optimizer="adam", use_orig_params=orig,
+                world_size=src, load_world_size=dst, load_plan="block",
+                groups=1)  # FSDP1 needs a flat unit in one param group: "block" joins both
+    saved = rank_pool(src).run(fsdp1.observe, case)
+    full = saved[0]["full_legacy"]
+    assert "error" not in full, full.get("error")
+    loaded = rank_pool(dst).run(fsdp1.load_full, case, full)
+    layout = reference_layout(case, load_side=True)
+    _assert_ok(p0_layout(layout, loaded), f"P0 load side {case.id}")
+    _assert_ok(p3_shard(layout, full, loaded, own_locals=False), f"P3 {case.id}")
