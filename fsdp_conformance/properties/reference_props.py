@@ -20,6 +20,14 @@ def _drop_plain(d: dict, layout) -> dict:
     return {**d, "state": {k: v for k, v in d["state"].items() if k not in plain}}
 
 
+def _comparable(expected: dict, got: dict, layout, rank: int) -> tuple[dict, dict]:
+    """The pair to compare on ``rank``: whole on rank 0, without ignored-module params on
+    the others (see ``_drop_plain``)."""
+    if rank == 0:
+        return expected, got
+    return _drop_plain(expected, layout), _drop_plain(got, layout)
+
+
 def _owner(layout):
     return lambda fqn, index: layout.owner(fqn, index)
 
@@ -124,16 +132,14 @@ def p3_shard(layout, full: dict, observations: Sequence[dict],
                 if v.status == "error":
                     return v
                 continue
-            mine, theirs = (want, got) if r == 0 else (_drop_plain(want, layout),
-                                                        _drop_plain(got, layout))
+            mine, theirs = _comparable(want, got, layout, r)
             diffs = diff_state_dicts(mine, theirs, owner=_owner(layout))
             checked += 1
             if diffs:
                 problems.append(f"{path} on rank {r} differs from reference.shard_full:\n"
                                 + format_diff(diffs))
         if own_locals and "local" in obs:
-            mine, theirs = (want, obs["local"]) if r == 0 else (
-                _drop_plain(want, layout), _drop_plain(obs["local"], layout))
+            mine, theirs = _comparable(want, obs["local"], layout, r)
             diffs = diff_state_dicts(mine, theirs, owner=_owner(layout))
             if diffs:
                 problems.append(f"reference.shard_full(full) on rank {r} differs from the "

@@ -209,17 +209,7 @@ def observe(ctx, case: Case) -> dict:
 
     out["full_current"] = _cpu(_guard(full_current))
     if "error" not in full_legacy:
-        out["shard_legacy"] = _cpu(_guard(
-            lambda: named_local(FSDP.shard_full_optim_state_dict(full_legacy, fsdp), keys)))
-        out["scatter_legacy"] = _cpu(_guard(
-            lambda: named_local(FSDP.scatter_full_optim_state_dict(
-                full_legacy if ctx.rank == 0 else None, fsdp), keys)))
-
-        def to_load():
-            with FSDP.state_dict_type(fsdp, StateDictType.FULL_STATE_DICT):
-                return named_local(FSDP.optim_state_dict_to_load(fsdp, optim, full_legacy), keys)
-
-        out["to_load"] = _cpu(_guard(to_load))
+        out.update(_load_paths(ctx, fsdp, optim, keys, full_legacy))
     sharded = _guard(FSDP.sharded_optim_state_dict, fsdp, optim)
     out["sharded_legacy"] = (sharded if "error" in sharded else _sharded_to_neutral(sharded))
     if "error" not in sharded:
@@ -229,26 +219,33 @@ def observe(ctx, case: Case) -> dict:
     return out
 
 
-def load_full(ctx, case: Case, full: dict) -> dict:
-    """Load side at this pool's world size and the case's load plan: shard a full dict
-    (saved elsewhere) through every FSDP1 load path; return each rank's named local dict."""
+def _load_paths(ctx, fsdp, optim, keys: list[str], full: dict) -> dict:
+    """``full`` through every FSDP1 load path on this rank (scatter: from rank 0 only),
+    each guarded, each as a named local dict."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import StateDictType
-
-    fsdp = wrap_fsdp1(ctx, case, plan=case.dst_plan)
-    names = [(clean_name(n), p) for n, p in fsdp.named_parameters()]
-    optim = build_optimizer(case.optimizer, names, case.groups)
-    keys = optimizer_keys(fsdp, optim)
-    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "meta": flat_metadata(fsdp)}
-    out["shard_legacy"] = _cpu(_guard(
-        lambda: named_local(FSDP.shard_full_optim_state_dict(full, fsdp), keys)))
-    out["scatter_legacy"] = _cpu(_guard(
-        lambda: named_local(FSDP.scatter_full_optim_state_dict(
-            full if ctx.rank == 0 else None, fsdp), keys)))
 
     def to_load():
         with FSDP.state_dict_type(fsdp, StateDictType.FULL_STATE_DICT):
             return named_local(FSDP.optim_state_dict_to_load(fsdp, optim, full), keys)
 
-    out["to_load"] = _cpu(_guard(to_load))
+    return {
+        "shard_legacy": _cpu(_guard(
+            lambda: named_local(FSDP.shard_full_optim_state_dict(full, fsdp), keys))),
+        "scatter_legacy": _cpu(_guard(
+            lambda: named_local(FSDP.scatter_full_optim_state_dict(
+                full if ctx.rank == 0 else None, fsdp), keys))),
+        "to_load": _cpu(_guard(to_load)),
+    }
+
+
+def load_full(ctx, case: Case, full: dict) -> dict:
+    """Load side at this pool's world size and the case's load plan: shard a full dict
+    (saved elsewhere) through every FSDP1 load path; return each rank's named local dict."""
+    fsdp = wrap_fsdp1(ctx, case, plan=case.dst_plan)
+    names = [(clean_name(n), p) for n, p in fsdp.named_parameters()]
+    optim = build_optimizer(case.optimizer, names, case.groups)
+    keys = optimizer_keys(fsdp, optim)
+    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "meta": flat_metadata(fsdp)}
+    out.update(_load_paths(ctx, fsdp, optim, keys, full))
     return out
