@@ -1,24 +1,28 @@
 # Two entry points for a fresh machine (each sets up .venv on first use):
-#   make run    the main job (for now: the harness benchmark, writes reports/bench-harness.json)
+#   make run    the main job: the conformance run, quick tier (writes reports/latest.{json,md})
 #   make test   the package's own tests (what CI runs)
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+RUN_ARGS ?=
 export TORCH_SPEC
 
-.PHONY: setup run test bench-harness clean
+.PHONY: setup run test bench-harness bench-reference clean
 
 setup:
 	@scripts/setup-env $(VENV)
 
 run: setup
-	$(VENV)/bin/fsdp-conformance bench harness
+	$(VENV)/bin/fsdp-conformance run $(RUN_ARGS)
 
 test: setup
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 bench-harness: setup
 	$(VENV)/bin/fsdp-conformance bench harness
+
+bench-reference: setup
+	$(VENV)/bin/fsdp-conformance bench reference
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -8,6 +8,18 @@ import torch
 
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+# API paths of the conformance run (one save path and its load path each; see sut/paths.py),
+# plus "fsdp1" / "fsdp2": the differential observers that call every path of that API.
+PATHS = ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded", "fsdp1.full",
+         "fsdp1.sharded", "fsdp1.rekey", "fsdp2.full", "fsdp2.sharded")
+APIS = PATHS + ("fsdp1", "fsdp2")
+# A user's own save/load functions (``fsdp_conformance.roundtrip.CustomPath``) run under
+# FSDP1: ``api = "custom:<name>"``.
+CUSTOM_PREFIX = "custom:"
+IMPLS = ("default", "forloop", "foreach", "fused")
+# Bad inputs a load path must reject with a clear error (P15); "" = a normal case.
+FAULTS = ("", "missing_fqn", "extra_fqn", "shape", "dtype", "mixed_keys", "wrong_model",
+          "truncated_file", "corrupt_file")
 
 
 @dataclass(frozen=True)
@@ -29,8 +41,19 @@ class Case:
     batch: int = 12
     seed: int = 0
     dtype: str = "fp64"
+    resume_steps: int = 2
+    scheduler: bool = False
+    impl: str = "default"
+    fault: str = ""
 
     def __post_init__(self) -> None:
+        if self.api not in APIS and not (self.api.startswith(CUSTOM_PREFIX)
+                                         and len(self.api) > len(CUSTOM_PREFIX)):
+            raise ValueError(f"api must be one of {APIS} or 'custom:<name>', got {self.api!r}")
+        if self.impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {self.impl!r}")
+        if self.fault not in FAULTS:
+            raise ValueError(f"fault must be one of {FAULTS[1:]} (or empty), got {self.fault!r}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.dtype not in DTYPES:
@@ -58,15 +81,23 @@ class Case:
     @property
     def id(self) -> str:
         orig = "orig" if self.use_orig_params else "flat"
+        if self.api.startswith("fsdp2"):
+            orig = "dtensor"  # FSDP2 keeps per-parameter DTensors: no flat/orig choice
         ws = f"ws{self.world_size}"
         if self.dst_world_size != self.world_size or self.dst_plan != self.plan:
             ws += f"->{self.dst_world_size}"
             if self.dst_plan != self.plan:
                 ws += f":{self.dst_plan}"
         opt = self.optimizer + (f"x{self.groups}g" if self.groups > 1 else "")
+        if self.impl != "default":
+            opt += f".{self.impl}"
+        if self.scheduler:
+            opt += "+sched"
         strat = "" if self.strategy == "FULL_SHARD" else f"/{self.strategy.lower()}"
+        steps = "" if (self.steps, self.resume_steps) == (2, 2) else f"/steps{self.steps}+{self.resume_steps}"
         return (f"{self.api}/{opt}/{self.model}.{self.plan}/{orig}{strat}/{ws}/{self.dtype}"
-                + (f"/seed{self.seed}" if self.seed else ""))
+                + steps + (f"/seed{self.seed}" if self.seed else "")
+                + (f"/fault:{self.fault}" if self.fault else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

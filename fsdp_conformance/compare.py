@@ -168,7 +168,10 @@ def _diff(e, a, path, out, *, exact, rtol, atol, owner, param, skey) -> None:
         ranks: tuple[int, ...] = ()
         if owner is not None and isinstance(param, str):
             sample = idx if idx.numel() <= 4096 else torch.stack([idx[0], idx[-1]])
-            ranks = tuple(sorted({int(owner(param, int(i))) for i in sample.tolist()}))
+            try:
+                ranks = tuple(sorted({int(owner(param, int(i))) for i in sample.tolist()}))
+            except (KeyError, IndexError, ValueError):  # a key the owner map does not know
+                ranks = ()  # (a flat param's local shard, say): report the diff without ranks
         exp_s = _short(ef[first]) if idx.numel() == 1 else f"{_short(float(ef[first]) if not ef.dtype == torch.bool else bool(ef[first]))} at {first}"
         got_s = _short(af[first]) if idx.numel() == 1 else f"{_short(float(af[first]) if not af.dtype == torch.bool else bool(af[first]))} at {first}"
         out.append(Difference(path, "value", exp_s, got_s, param, skey, first, last, int(idx.numel()),

@@ -2,7 +2,13 @@
 versions it was seen on, the evidence, and the upstream issue where one is known.
 
 Rule: a (case, property) that matches an entry and fails is reported "known"; one that
-matches and *passes* is reported "fixed upstream?" so the entry can be retired."""
+matches a *primary* property (``props``) and passes is reported "fixed upstream?" so the
+entry can be retired. ``also`` lists properties that fail as a consequence in some cases
+only (a corrupted full dict makes a resume differ, say): failing there is "known", passing
+there is a plain pass. A property may name one API path (``"P3:set_full"``, FSDP2's
+differential tests). An entry with a ``symptom`` is that failure only: a failure whose
+detail lacks the text is a real failure (:func:`known_all` lists every entry of a case,
+since several torch bugs can meet on one path)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,12 +25,54 @@ class KnownLimitation:
     torch_versions: str
     reason: str
     upstream: str = "not yet reported upstream (found by this suite)"
+    also: tuple[str, ...] = ()  # consequence properties (see the module docstring)
+    symptom: str = ""  # text a failure's detail must contain to be this entry ("" = any)
+
+    def primary(self, prop: str) -> bool:
+        return prop in self.props
+
+
+ALL_PROPS = tuple(f"P{i}" for i in range(16))
+# APIs whose save gathers a full dict with FSDP1's _optim_utils (the aliasing below).
+_FULL_GATHER_APIS = ("fsdp1", "fsdp1.full", "fsdp1.legacy_full", "fsdp1.legacy_scatter",
+                     "fsdp1.rekey")
+
+def _fsdp1(c: Case) -> bool:
+    """An FSDP1 case (the differential observer "fsdp1" or a run path "fsdp1.*")."""
+    return c.api.startswith("fsdp1")
+
+
+# FSDP2 API paths of the conformance run (sut/fsdp2_paths.py); "fsdp2" is the differential
+# observer (sut/fsdp2.py), whose properties name a path ("P3:set_full").
+_FSDP2_RUN = ("fsdp2.full", "fsdp2.sharded")
+_LAZY_STATE = ("sgd_momentum", "adam", "adamw", "adadelta", "rmsprop")  # state at 1st step
+_ALL_BUT = lambda *ps: tuple(p for p in ALL_PROPS if p not in ps)  # noqa: E731
+
+
+def _tied_across_units(c: Case) -> bool:
+    """FSDP1 with the zoo's tied pair (embed.weight / out.weight) with its two users in
+    different units (FSDP2 refuses that wrapping outright)."""
+    return _fsdp1(c) and c.model == "tied" and bool({"split", "split_out"} & {c.plan, c.dst_plan})
+
+
+def _sharded(c: Case) -> bool:
+    """FSDP really shards (every strategy is NO_SHARD on a 1-rank group)."""
+    if c.world_size == 1 or c.strategy == "NO_SHARD":
+        return False
+    return not (c.strategy == "HYBRID_SHARD" and c.shard_world_size == 1)
+
+
+_TIED_UPSTREAM = (
+    "https://github.com/pytorch/pytorch/issues/128011 is DESIGN.md's tied-weights class (there "
+    "DSD's set_optimizer_state_dict expected every FQN of a shared param; fixed by #128685), "
+    "not this FSDP1 failure; FSDP1 does not support shared params in different units: "
+    "https://github.com/pytorch/pytorch/issues/83052")
 
 
 KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "orig-params-full-osd-aliasing", ("P1",),
-        lambda c: c.use_orig_params and c.world_size > 1
+        lambda c: c.use_orig_params and c.world_size > 1 and c.api in _FULL_GATHER_APIS
         and c.optimizer in ("adam", "adamw", "adadelta")  # two or more tensor states
         and c.strategy != "NO_SHARD"
         and not (c.strategy == "HYBRID_SHARD" and c.shard_world_size == 1),
@@ -33,27 +81,416 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "tensor state of a unit is gathered into one reused buffer and returned as views "
         "(_optim_utils.py:1555-1558); .cpu() on a CPU tensor does not copy (:1501-1507), so "
         "exp_avg comes back holding the values of exp_avg_sq (the last state gathered). "
-        "Bitwise diff in the P1 detail; GPUs are not affected because .cpu() copies there."),
+        "Bitwise diff in the P1 detail; GPUs are not affected because .cpu() copies there.",
+        also=("P2", "P3", "P6", "P7", "P9")),
     KnownLimitation(
-        "orig-params-frozen-full-osd", ("P1", "P4"),
-        lambda c: c.use_orig_params and c.model == "frozen" and c.world_size == 1,
+        "orig-params-frozen-full-osd", ("P1", "P4", "P5"),
+        lambda c: _fsdp1(c) and c.use_orig_params and c.model == "frozen" and c.world_size == 1,
         "2.13",
         "full_optim_state_dict and sharded_optim_state_dict raise for a frozen param with use_orig_params=True at world "
-        "size 1 (the frozen-params class of pytorch#110540).",
+        "size 1 (the frozen-params class of pytorch#110540); P5's FSDP -> plain rekey then has "
+        "no full dict to start from.",
         "https://github.com/pytorch/pytorch/issues/110540 (same class)"),
     KnownLimitation(
-        "adagrad-eager-state-empty-piece", ("P3", "P4"),
-        lambda c: c.use_orig_params and c.optimizer == "adagrad" and c.world_size > 1,
+        "adagrad-eager-state-empty-piece", ("P3",),
+        lambda c: _fsdp1(c) and c.use_orig_params and c.optimizer == "adagrad" and c.world_size > 1,
         "2.13",
         "Adagrad creates state eagerly for every param, so with use_orig_params=True a rank "
         "holding none of a param still has {'step': 0, 'sum': empty} for it; the sharded dict "
         "a load path produces has no entry there, so a reload does not equal the rank's own "
-        "optim.state_dict() (Adagrad's eager-state class in DESIGN.md)."),
+        "optim.state_dict() (Adagrad's eager-state class in DESIGN.md).",
+        also=("P4",)),
+    KnownLimitation(
+        "tied-across-units-flat-untied", ("P0", "P1", "P3", "P4", "P5"),
+        lambda c: _tied_across_units(c) and not c.use_orig_params,
+        "2.13",
+        "use_orig_params=False, a tied param whose users sit in different units (zoo 'tied', "
+        "plans 'split' / 'split_out'; any strategy and world size): FSDP flattens the tensor "
+        "twice and the tie is silently broken. The original params are marked flattened only "
+        "with use_orig_params=True (_flat_param.py:464-466; passed only then, :793-794), so an "
+        "enclosing unit's _get_orig_params (_init_utils.py:1195-1200) finds the alias still "
+        "registered on its module and flattens it again. Seen: a unit the reference does not "
+        "have (P0: root _fqns ['out.weight'] for 'split'), two optimizer states for one tensor, "
+        "a full dict holding both embed.weight and out.weight with different momentum_buffer "
+        "values (P1/P3/P4), which the unwrapped model cannot take (P5: out.weight is none of "
+        "its param names; torch's rekey raises KeyError at fully_sharded_data_parallel.py:"
+        "1782), and losses that leave the unwrapped model's at step 2 "
+        "(sgd_momentum: 3.5767 vs 3.5736 at ws 1, 2, 3). FSDP1's docstring calls shared-param "
+        "support limited (fully_sharded_data_parallel.py:215-218).",
+        _TIED_UPSTREAM),
+    KnownLimitation(
+        "tied-across-units-orig-sharded-forward", ("P0", "P1", "P3", "P4", "P5"),
+        lambda c: _tied_across_units(c) and c.use_orig_params and _sharded(c),
+        "2.13",
+        "use_orig_params=True with a sharded strategy, a tied param whose users sit in "
+        "different units: the enclosing unit skips the (marked) param, so the module outside "
+        "the owning unit runs on the owner's sharded 1-D view and the first forward raises "
+        "('split': F.linear 'size mismatch, got input (16), mat (16x6), vec (22)' at ws 3; "
+        "'split_out': in F.embedding). Nothing can be saved.",
+        _TIED_UPSTREAM),
+    KnownLimitation(
+        "tied-across-units-orig-grad-not-reduced", ("P1", "P3", "P4"),
+        lambda c: (c.model == "tied" and "split_out" in (c.plan, c.dst_plan) and c.use_orig_params
+                   and c.world_size > 1 and not _sharded(c)),
+        "2.13",
+        "use_orig_params=True, NO_SHARD at world size >= 2, the tied param owned by the unit "
+        "of its *later* user (plan 'split_out': unit 'out' owns embed.weight, which the root's "
+        "`embed` uses first): the ranks' optimizer states for the tied param silently diverge "
+        "(exp_avg of embed.weight differs between rank 0 and rank 1 after 2 Adam steps; every "
+        "other param agrees), i.e. the gradient from the user outside the owning unit is not "
+        "all-reduced. Loss at step 2: 5.24403 (ws 2), 5.24744 (ws 3), against 5.24303 "
+        "unwrapped and at ws 1. With the owner being the earlier user (plan 'split') NO_SHARD "
+        "is correct. Mechanism read from the behaviour, not traced to a line.",
+        _TIED_UPSTREAM),
+    # --- FSDP2 (fully_shard) + torch.distributed.checkpoint.state_dict (props name a path) ---
+    KnownLimitation(
+        "dsd-flattened-full-load", ("P3:set_flattened",),
+        lambda c: c.api == "fsdp2" and c.optimizer != "sgd",
+        "2.13",
+        "set_optimizer_state_dict(full_state_dict=True, flatten_optimizer_state_dict=True) cannot "
+        "load what get_optimizer_state_dict returned with the same options, on any model: "
+        "_load_optim_state_dict unflattens the loaded dict (state_dict.py:1100) but fetches the "
+        "local dict switching only full_state_dict off (:1141-1143), so the flatten option still "
+        "applies and the local dict comes back flattened (:974); _distribute_state_dict / "
+        "_broadcast_state_dict then copy the loaded dict's non-tensor leaves "
+        "('param_groups.0.params.0', ...) into it without a mapping entry "
+        "(_state_dict_utils.py:672, :712) and _unflatten_state_dict raises KeyError (:822-829).",
+        "not yet reported upstream (found by this suite; flattened-load class of "
+        "https://github.com/pytorch/pytorch/issues/192224 and #192225)",
+        symptom="KeyError: 'param_groups."),
+    KnownLimitation(
+        "dsd-stateless-full-load",
+        ("P3:set_full", "P3:set_full_nonstrict", "P3:set_flattened", "P3"),
+        lambda c: c.api in ("fsdp2", "fsdp2.full") and c.optimizer == "sgd",
+        "2.13",
+        "set_optimizer_state_dict(full_state_dict=True) cannot load a stateless optimizer (SGD "
+        "without momentum) into a fully_shard model: the full-dict path takes its device from "
+        "the first positive-dim tensor of the local optimizer state and asserts it found one "
+        "(state_dict.py:1146-1157, 'Expected device to be set'); a stateless optimizer has none. "
+        "The sharded path (full_state_dict=False) loads it. In the run (fsdp2.full) the "
+        "load fails on every rank, so the resume (P6) and the re-save (P7) cannot happen.",
+        "not yet reported upstream (found by this suite; stateless-optimizer class of "
+        "https://github.com/pytorch/pytorch/issues/111499 and #133415)",
+        also=("P6", "P7"),
+        symptom="Expected device to be set"),
+    KnownLimitation(
+        "dsd-strict-param-without-grad", ("P3:set_full", "P3:set_sharded", "P3"),
+        lambda c: c.api in ("fsdp2", "fsdp2.full") and c.model == "unused"
+        and c.optimizer not in ("sgd", "adagrad"),
+        "2.13",
+        "A trainable param that never got a gradient has no state in get_optimizer_state_dict's "
+        "output, and set_optimizer_state_dict with the default strict=True rejects exactly that "
+        "dict ('Missing optimizer state for parameter', state_dict.py:1032-1040): a save -> load "
+        "round trip of the same model fails by default (full and sharded dicts alike). In the "
+        "run (fsdp2.full, broadcast_from_rank0) only rank 0 checks, so the other ranks are left "
+        "waiting in the broadcast (dsd-broadcast-rank0-error-strands-others) and the whole "
+        "load side fails: every property of the case reads this error.",
+        "not yet reported upstream for this case (partial-state class of "
+        "https://github.com/pytorch/pytorch/issues/132628)",
+        also=_ALL_BUT("P3"),
+        symptom="Missing optimizer state for parameter 'unused."),
+    KnownLimitation(
+        "dsd-nonstrict-dummy-state", ("P3:set_full_nonstrict", "P3:set_full_broadcast_nonstrict"),
+        lambda c: c.api == "fsdp2" and c.model == "unused" and c.optimizer not in ("sgd", "adagrad"),
+        "2.13",
+        "With strict=False the full-dict load succeeds but leaves state the checkpoint does not "
+        "have: _init_optim_state's zero-grad, lr=0 step (state_dict.py:629-668, called at :1093) "
+        "creates state for every trainable param without one (Adam: step=1 and zero moments; "
+        "SGD momentum: a zero buffer), and the full-dict path merges the loaded dict into that "
+        "local dict, keeping the keys the loaded dict lacks (state_dict.py:1158-1181, "
+        "_state_dict_utils.py:640-720). A param with no state in the checkpoint resumes with "
+        "step=1 instead of none (step-2 bias correction on its first real update).",
+        "not yet reported upstream (dummy-step class: "
+        "https://github.com/pytorch/pytorch/issues/133415, pytorch/torchtitan#4382)",
+        symptom="unexpected; expected <absent>"),
+    KnownLimitation(
+        "dsd-full-load-tuple-to-list",
+        ("P11:set_full", "P11:set_full_broadcast", "P11:set_full_nonstrict",
+         "P11:set_full_broadcast_nonstrict", "P11"),
+        lambda c: c.api in ("fsdp2", "fsdp2.full") and c.optimizer in ("adam", "adamw"),
+        "2.13",
+        "Every full-dict set_optimizer_state_dict path turns tuple hyperparameters into lists "
+        "(Adam/AdamW betas (0.9, 0.999) -> [0.9, 0.999]): the loaded dict goes through "
+        "_flatten_state_dict, which walks tuples like lists (_state_dict_utils.py:755), and "
+        "_unflatten_state_dict / _set_element, which rebuild int path items as lists "
+        "(:791-829), called from state_dict.py:1158-1181. The optimizer still steps, but its "
+        "param_groups no longer equal the saved ones (P11) and a re-save differs (P7); in the "
+        "run the resumed optimizer's param_groups differ from uninterrupted training's (P6).",
+        also=("P6", "P7"),
+        symptom="got list"),
+    # --- found by the conformance run, FSDP2 paths (sut/fsdp2_paths.py) -------------------
+    KnownLimitation(
+        "dtensor-no-fused-sgd-adagrad", ALL_PROPS,
+        lambda c: c.api.startswith("fsdp2") and c.impl == "fused"
+        and c.optimizer in ("sgd", "sgd_momentum", "adagrad"),
+        "2.13 (CPU)",
+        "SGD and Adagrad with fused=True cannot step a fully_shard model: their params are "
+        "DTensors and DTensor registers a sharding strategy only for the fused Adam/AdamW ops "
+        "(torch/distributed/tensor/_ops/_pointwise_ops.py:544-552), so the first optim.step() "
+        "raises 'Operator aten._fused_sgd_.default (aten._fused_adagrad_.default) does not have "
+        "a sharding strategy registered' (_sharding_prop.py:1041). Nothing can be saved.",
+        "not yet reported upstream (found by this suite; foreach/fused class of "
+        "https://github.com/pytorch/pytorch/issues/130810)",
+        symptom="does not have a sharding strategy registered"),
+    KnownLimitation(
+        "dsd-get-optim-dummy-step", ("P1", "P2", "P10"),
+        lambda c: c.api in _FSDP2_RUN and c.steps == 0 and c.optimizer in _LAZY_STATE,
+        "2.13",
+        "get_optimizer_state_dict changes the optimizer it saves: before the first step it "
+        "runs _init_optim_state (state_dict.py:916 -> :629-668), a step with zero grads and "
+        "lr=0, so an optimizer with no state yet gets state for every trainable param (Adam: "
+        "step=1, zero moments) and the checkpoint holds it. The saved dict is not the "
+        "optimizer's state before the save (P1), not the single-process run's (P2: no state "
+        "there, P10), the load restores step=1 (P3 against the rank's own state) and the "
+        "resumed run takes bias correction of step 3 where uninterrupted training takes step "
+        "2 (P6).",
+        "not yet reported upstream (dummy-step class: "
+        "https://github.com/pytorch/pytorch/issues/125708, #133415)",
+        also=("P3", "P6")),
+    KnownLimitation(
+        "dsd-broadcast-rank0-error-strands-others", ("P15",),
+        lambda c: c.api == "fsdp2.full" and c.fault in ("missing_fqn", "mixed_keys", "wrong_model"),
+        "2.13",
+        "set_optimizer_state_dict(full_state_dict=True, broadcast_from_rank0=True) checks the "
+        "dict on rank 0 only (the other ranks pass {}): when rank 0 rejects it ('Missing "
+        "optimizer state for parameter', state_dict.py:1037 in _split_optim_state_dict, "
+        "called at :1096 before the broadcast at :1161), the other ranks are already waiting "
+        "in _broadcast_state_dict's broadcast_object_list (_state_dict_utils.py:662) and stay "
+        "there until the process-group timeout (a hang on a real job; DESIGN.md bug class 9). "
+        "For 'wrong_model' the error names this model's first param, not the foreign dict.",
+        symptom="left waiting"),
+    KnownLimitation(
+        "dsd-full-load-ignores-unknown-fqn", ("P15",),
+        lambda c: c.api == "fsdp2.full" and c.fault == "extra_fqn",
+        "2.13",
+        "A full optimizer dict with state and a param-group entry for a param the model does "
+        "not have loads without a word: _split_optim_state_dict walks the optimizer's own "
+        "params only (state_dict.py:1011-1045), so unknown FQNs are dropped silently, even with "
+        "strict=True."),
+    KnownLimitation(
+        "dsd-full-load-casts-dtype", ("P15",),
+        lambda c: c.api == "fsdp2.full" and c.fault == "dtype",
+        "2.13",
+        "A state tensor of another dtype (float16 in a float64 model) loads silently: "
+        "_distribute_tensors copies the broadcast tensor into the local shard with copy_ "
+        "(_state_dict_utils.py:636), which casts, so the resumed state is rounded to float16 "
+        "with no error or warning."),
+    KnownLimitation(
+        "dsd-shape-error-unnamed", ("P15",),
+        lambda c: c.api == "fsdp2.full" and c.fault == "shape",
+        "2.13",
+        "A state tensor of the wrong shape is rejected on every rank with 'The size of tensor a "
+        "(7) must match the size of tensor b (45) at non-singleton dimension 1', raised by "
+        "copy_ in _distribute_tensors (_state_dict_utils.py:636): it names neither the param "
+        "nor the state key."),
+    KnownLimitation(
+        "dcp-template-dummy-state-missing-key", ("P3",),
+        lambda c: c.api == "fsdp2.sharded" and c.model == "unused" and c.steps > 0
+        and c.optimizer in _LAZY_STATE,
+        "2.13",
+        "The documented DCP resume recipe fails when a trainable param had no optimizer state "
+        "at the save (it never got a gradient): the template get_optimizer_state_dict builds "
+        "for the fresh optimizer holds state for every trainable param (_init_optim_state's "
+        "zero-grad step, state_dict.py:1093 -> :629-668), and dcp.load refuses a template key "
+        "the checkpoint lacks ('Missing key in checkpoint state_dict: "
+        "optim.state.unused.weight.step', default_planner.py:495). DefaultLoadPlanner("
+        "allow_partial_load=True) loads it, but leaves the dummy step=1 state "
+        "(dsd-nonstrict-dummy-state).",
+        "not yet reported upstream (partial-state class of "
+        "https://github.com/pytorch/pytorch/issues/132628)",
+        also=("P6", "P7"),
+        symptom="Missing key in checkpoint state_dict: optim.state.unused.weight"),
+    KnownLimitation(
+        "dcp-drops-empty-state-dict", ("P8",),
+        lambda c: c.api == "fsdp2.sharded" and c.optimizer == "sgd",
+        "2.13",
+        "A stateless optimizer's dict saved with DCP does not read back whole: DCP records "
+        "leaves only and an empty mapping has none (_traverse.py:57-60), so the 'state': {} "
+        "entry is gone (dcp_to_torch_save gives a dict without 'state'). Loading through "
+        "set_optimizer_state_dict still works here, since the template has no state either "
+        "(FSDP1's optim_state_dict_to_load raises: dcp-drops-empty-optimizer-state).",
+        symptom="state: missing"),
+    KnownLimitation(
+        "dcp-dedups-unsynchronised-ignored-state", (),
+        lambda c: c.api == "fsdp2.sharded" and c.model == "buffers" and c.world_size > 1,
+        "2.13",
+        "Optimizer state of params FSDP2 ignores (plain tensors that every rank trains on its "
+        "own rows, so the ranks' values differ) is written once by DCP, from whichever rank "
+        "the save planner picks: dedup_save_plans keeps one copy of a key every rank writes, "
+        "choosing the rank with the least data planned so far, not rank 0 "
+        "(_dedup_save_plans.py:42-55). The checkpoint then holds another rank's state than "
+        "rank 0's full dict, every rank resumes from that copy, and a re-save differs. Which "
+        "rank is chosen depends on the sizes, so this entry has no primary property.",
+        also=("P3", "P7", "P8"),
+        symptom="side."),
+    KnownLimitation(
+        "dcp-corrupt-tensor-unicode-error", ("P15",),
+        lambda c: c.api == "fsdp2.sharded" and c.fault == "corrupt_file",
+        "2.13",
+        "Flipped bytes in a DCP data file surface as 'UnicodeDecodeError: 'utf-8' codec can't "
+        "decode byte ...' from the weights-only unpickler (_weights_only_unpickler.py:232) that "
+        "FileSystemReader runs on each stored tensor (filesystem.py:899): it names neither the "
+        "file nor the damage, and DCP files carry no checksum to say so."),
+    # --- found by the conformance run (sut/paths.py round trips) -------------------------
+    KnownLimitation(
+        "sharded-tensor-not-weights-only", ("P8",),
+        lambda c: c.api == "fsdp1.legacy_sharded" and c.optimizer != "sgd"
+        and (c.steps > 0 or c.optimizer == "adagrad")  # some tensor state exists
+        and (not c.use_orig_params  # flat units always; original params only when sharded
+             or (c.world_size > 1 and c.strategy != "NO_SHARD")),
+        "2.13",
+        "sharded_optim_state_dict returns ShardedTensor values (for tensor state of a sharded "
+        "unit); a per-rank torch.save of it "
+        "cannot be read with torch.load(weights_only=True), the default since torch 2.6 "
+        "(ShardedTensor is not on the weights-only allowlist). DCP is the supported format."),
+    KnownLimitation(
+        "sharded-tensor-unpickle-hybrid", ALL_PROPS,
+        lambda c: c.api == "fsdp1.legacy_sharded" and c.strategy == "HYBRID_SHARD",
+        "2.13",
+        "Per-rank files of sharded_optim_state_dict under HYBRID_SHARD cannot be loaded at all: "
+        "unpickling a ShardedTensor compares its shard group with the default group and "
+        "raises 'Local world size at save time was 2, but at load time was 4'."),
+    KnownLimitation(
+        "dcp-drops-empty-optimizer-state", ("P3", "P8"),
+        lambda c: c.api == "fsdp1.sharded" and (c.steps == 0 or c.optimizer == "sgd"),
+        "2.13",
+        "An optimizer with no state (before its first step, or stateless SGD) saved through optim_state_dict "
+        "SHARDED + DCP does not load: DCP stores no entry for the empty 'state' dict, so "
+        "load_sharded_optimizer_state_dict returns a dict without 'state' and "
+        "optim_state_dict_to_load raises '`optim_state_dict` must have the keys \"state\"' "
+        "(_optim_utils.py:443).",
+        also=("P4", "P6", "P7", "P10", "P11")),
+    KnownLimitation(
+        "sharded-ignored-module-state-stays-sharded", ALL_PROPS,
+        lambda c: c.api == "fsdp1.sharded" and c.model == "buffers",
+        "2.13",
+        "optim_state_dict SHARDED + DCP + optim_state_dict_to_load leaves the optimizer state "
+        "of params in ignored modules as ShardedTensor objects; the next optimizer step raises "
+        "in Adam's lerp_ ('torch function lerp_ ... ShardedTensor'). Ignored-modules class of "
+        "pytorch#112515.",
+        "https://github.com/pytorch/pytorch/issues/112515 (ignored-modules class)"),
+    KnownLimitation(
+        "orig-params-unused-param-zero-grad-state", ("P2",),
+        lambda c: _fsdp1(c) and c.model == "unused" and c.plan == "root"
+        and (c.world_size > 1 or not c.use_orig_params),
+        "2.13",
+        "A param that never gets a gradient but shares a FlatParameter with params that do "
+        "gets optimizer state: with use_orig_params=False the optimizer only sees the "
+        "FlatParameter, with True the param gets a zero gradient view; either way the "
+        "optimizer creates state for it (and weight decay / momentum act on it); a non-FSDP model has "
+        "no state for it (params-without-grads class, DESIGN.md bug class 3).",
+        also=("P6", "P10")),
+    KnownLimitation(
+        "orig-params-unused-param-resave-raises", ("P7",),
+        lambda c: c.use_orig_params and c.model == "unused" and c.dst_plan == "root"
+        and c.plan != "root" and c.api in _FULL_GATHER_APIS + ("fsdp1.sharded",),
+        "2.13",
+        "A full or sharded dict without state for an unused param (as saved when that param "
+        "had its own unit) loads into a model where the param shares a FlatParameter with "
+        "used params, and then saving the optimizer raises 'unused.weight is not in the "
+        "optimizer state' (_optim_utils.py:1804): pytorch#110540 exempted frozen params from "
+        "this check, not params that simply have no state yet.",
+        "https://github.com/pytorch/pytorch/pull/110540 (frozen params only)",
+        also=("P4", "P6", "P10")),
+    KnownLimitation(
+        "torch-load-skips-crc", ("P15",),
+        lambda c: c.fault == "corrupt_file" and c.api in _FULL_GATHER_APIS + ("fsdp2.full",),
+        "2.13",
+        "torch.save writes a CRC32 per record but torch.load does not check it (built with "
+        "MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS), so flipped bytes inside tensor data load "
+        "silently as wrong values.",
+        "https://github.com/pytorch/pytorch/issues/126952"),
+    KnownLimitation(
+        "torch-load-truncated-oserror", ("P15",),
+        lambda c: c.fault == "truncated_file" and c.api in ("fsdp1.full", "fsdp1.legacy_full",
+                                                             "fsdp1.rekey", "fsdp2.full"),
+        "2.13",
+        "torch.load of a truncated file raises 'OSError: [Errno 22] Invalid argument', which "
+        "names neither the file nor the problem (DCP's reader says 'archive is corrupted')."),
+    KnownLimitation(
+        "fsdp1-missing-param-loads-silently", ("P15",),
+        lambda c: c.fault == "missing_fqn" and c.api in ("fsdp1.full", "fsdp1.legacy_full"),
+        "2.13",
+        "A full optimizer dict that lacks a param (no state, absent from every param group) "
+        "loads without a word: the param silently restarts with no optimizer state."),
+    KnownLimitation(
+        "fsdp1-shape-error-unnamed", ("P15",),
+        lambda c: c.fault in ("shape", "wrong_model") and c.api in _FULL_GATHER_APIS,
+        "2.13",
+        "A state tensor of the wrong shape (or another model's checkpoint) is rejected with "
+        "'Tensor optimizer state does not have same shape as its parameter: torch.Size([9]) "
+        "torch.Size([2, 5])', which names neither the param nor the state key "
+        "(_optim_utils.py:753)."),
+    KnownLimitation(
+        "fsdp1-mixed-keys-attributeerror", ("P15",),
+        lambda c: c.fault == "mixed_keys" and c.api in _FULL_GATHER_APIS,
+        "2.13",
+        "A full dict keyed by FQNs with one int key fails with an internal "
+        "\"AttributeError: 'int' object has no attribute 'unflat_param_names'\" instead of "
+        "saying that the keys mix names and ids."),
+    KnownLimitation(
+        "scatter-missing-param-typeerror", ("P15",),
+        lambda c: c.fault == "missing_fqn" and c.api == "fsdp1.legacy_scatter",
+        "2.13",
+        "scatter_full_optim_state_dict with a param missing from the full dict fails on the "
+        "other ranks with an internal \"TypeError: _PosDimTensorInfo.__new__() missing 1 "
+        "required positional argument: 'dtype'\"."),
+    KnownLimitation(
+        "dcp-sharded-optim-load-ignores-hybrid-groups", ("P3",),
+        lambda c: c.api == "fsdp1.sharded" and c.strategy == "HYBRID_SHARD",
+        "2.13",
+        "load_sharded_optimizer_state_dict takes no process group (it derives one only from "
+        "2-D DTensor model state) and chunks every state over the "
+        "*global* rank and world size with the default group "
+        "(torch/distributed/checkpoint/optimizer.py:310-316), but HYBRID_SHARD shards over "
+        "the 2-rank shard group, so each rank gets the rows of a 4-way split instead of its 2-way shard, so the "
+        "loaded state is wrong (P3), the replicas disagree when saved again (P7) and the "
+        "resumed run diverges (P6).",
+        "https://github.com/pytorch/pytorch/pull/111096 (introduced the global rank/world "
+        "size there)",
+        also=("P4", "P6", "P7")),
+    KnownLimitation(
+        "orig-params-full-osd-aliasing-load-side", (),
+        lambda c: c.use_orig_params and c.world_size == 1 and c.dst_world_size > 1
+        and c.api in _FULL_GATHER_APIS and c.optimizer in ("adam", "adamw", "adadelta")
+        and c.strategy == "FULL_SHARD",
+        "2.13 (CPU)",
+        "The orig-params-full-osd-aliasing bug on the load side: saved at world size 1 (not "
+        "affected), loaded at >1 ranks, the dict saved again right after loading comes back "
+        "with exp_avg holding exp_avg_sq (P7).",
+        also=("P7",)),
+    KnownLimitation(
+        "rekey-empty-state-is-a-noop", ("P5",),
+        lambda c: c.api == "fsdp1.rekey" and (c.steps == 0 or c.optimizer == "sgd"),
+        "2.13",
+        "rekey_optim_state_dict decides the current key type from the keys of 'state'; with "
+        "no state (stateless SGD, or before the first step) all([]) is true for both types, so "
+        "it returns the dict unchanged (fully_sharded_data_parallel.py:1733-1741): a PARAM_ID "
+        "dict that still lists FQN strings in its param_groups."),
+    KnownLimitation(
+        "per-rank-file-error-strands-others", ("P15",),
+        lambda c: c.fault in ("truncated_file", "corrupt_file") and c.api == "fsdp1.legacy_sharded",
+        "2.13",
+        "With per-rank files, the rank whose file is damaged raises in torch.load while the "
+        "others enter flatten_sharded_optim_state_dict's collectives and wait for it until the "
+        "process-group timeout (a hang on a real job; DESIGN.md bug class 9)."),
+    KnownLimitation(
+        "scatter-rank0-error-strands-others", ("P15",),
+        lambda c: c.fault == "truncated_file" and c.api == "fsdp1.legacy_scatter",
+        "2.13",
+        "With scatter_full_optim_state_dict only rank 0 reads the file; when that fails the "
+        "other ranks wait in the broadcast until the process-group timeout (a hang on a real "
+        "job; DESIGN.md bug class 9). The harness shows their stacks and rebuilds the pool."),
 )
+
+
+def known_all(case: Case, prop: str) -> list[KnownLimitation]:
+    """Every entry matching ``(case, prop)`` (``props`` or ``also``)."""
+    return [k for k in KNOWN if (prop in k.props or prop in k.also) and k.applies(case)]
 
 
 def known_for(case: Case, prop: str) -> KnownLimitation | None:
     for k in KNOWN:
-        if prop in k.props and k.applies(case):
+        if (prop in k.props or prop in k.also) and k.applies(case):
             return k
     return None

@@ -108,3 +108,50 @@ def unpicklable_result(ctx):
 def device_of_ctx(ctx) -> str:
     """The device this rank computes on."""
     return str(ctx.device)
+
+
+def fsdp1_checkpoint(ctx, model: str, plan: str, use_orig_params: bool, dcp_dir: str,
+                     steps: int = 2) -> dict:
+    """A real FSDP1 checkpoint of every kind the reshard CLI reads: wrap zoo ``model`` with
+    ``plan`` (plus the zoo's ignored modules), train ``steps`` Adam steps, then save
+    ``FSDP.optim_state_dict`` under SHARDED_STATE_DICT with ``dcp.save({"optim": osd})`` into
+    ``dcp_dir`` (all ranks). Returns this rank's ``optim.state_dict()`` (int ids, cloned),
+    the optimizer's param names in id order (wrapper prefixes removed) and, on rank 0,
+    ``FSDP.full_optim_state_dict`` (``{}`` elsewhere)."""
+    import copy
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardedOptimStateDictConfig, ShardedStateDictConfig
+    from torch.distributed.fsdp import StateDictType
+    from torch.distributed.fsdp.wrap import CustomPolicy
+
+    from ..zoo import build_model, loss_of, make_batch, model_spec
+
+    warnings.filterwarnings("ignore")
+    spec = model_spec(model)
+    module = build_model(model, 0)
+    targets = {id(m) for n, m in module.named_modules() if n in set(spec.plans[plan])}
+    ignored = [module.get_submodule(f) for f in spec.ignored]
+    fsdp = FSDP(module, process_group=ctx.group, device_id=ctx.device,
+                use_orig_params=use_orig_params, ignored_modules=ignored or None,
+                auto_wrap_policy=CustomPolicy(lambda m: id(m) in targets))
+    optim = torch.optim.Adam(fsdp.parameters(), lr=0.01)
+    for step in range(steps):
+        x = make_batch(model, 0, step, 12)[ctx.rank::ctx.world_size]
+        optim.zero_grad(set_to_none=True)
+        loss_of(fsdp, x).backward()
+        optim.step()
+    names = {id(p): n for n, p in fsdp.named_parameters()}
+    keys = [names[id(p)] for g in optim.param_groups for p in g["params"]]
+    for p in ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module."):
+        keys = [k.replace(p, "") for k in keys]
+    local = copy.deepcopy(optim.state_dict())
+    full = FSDP.full_optim_state_dict(fsdp, optim, rank0_only=True)
+    with FSDP.state_dict_type(fsdp, StateDictType.SHARDED_STATE_DICT, ShardedStateDictConfig(),
+                              ShardedOptimStateDictConfig()):
+        osd = FSDP.optim_state_dict(fsdp, optim)
+    dcp.save({"optim": osd}, checkpoint_id=dcp_dir, process_group=ctx.group)
+    return {"local": local, "keys": keys, "full": copy.deepcopy(full) if ctx.rank == 0 else {}}

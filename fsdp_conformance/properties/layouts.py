@@ -16,3 +16,15 @@ def reference_layout(case: Case, *, load_side: bool = False):
     return ref.build_layout(model, spec.plans[plan], ws, use_orig_params=case.use_orig_params,
                             strategy=case.strategy, shard_world_size=shard_ws,
                             ignored=spec.ignored)
+
+
+def fsdp2_reference_layout(case: Case, load_side: bool = False):
+    """``Fsdp2Layout`` of the case under ``fully_shard`` (save side, or its load world size).
+    The wrapping plan does not change FSDP2's layout: every param is sharded on its own."""
+    from ..sut.fsdp2 import shard_group_size
+
+    spec = model_spec(case.model)
+    ws = case.dst_world_size if load_side else case.world_size
+    model = build_model(case.model, case.seed, case.torch_dtype)
+    return ref.fsdp2_layout(model, ws, ignored=spec.ignored,
+                            shard_world_size=shard_group_size(case, ws))

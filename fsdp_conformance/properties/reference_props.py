@@ -43,13 +43,16 @@ def _path_value(obs: dict, path: str):
     return v, None
 
 
-def p0_layout(layout, observations: Sequence[dict]) -> Verdict:
+def p0_layout(layout, observations: Sequence[dict], ordered: bool = True) -> Verdict:
     """FSDP's flat layout (unit FQNs, shapes, padding, per-rank shard ranges) and the
-    optimizer's key order equal the reference's, on every rank."""
+    optimizer's keys equal the reference's, on every rank; in the same order when the
+    optimizer has one param group (``ordered``), as a set otherwise (several groups list
+    the units group by group)."""
     problems = []
     for obs in observations:
         r = obs["rank"]
-        if list(obs["keys"]) != list(layout.optimizer_keys()):
+        keys, want = list(obs["keys"]), list(layout.optimizer_keys())
+        if (keys != want) if ordered else (sorted(keys) != sorted(want)):
             problems.append(f"rank {r}: optimizer key order {obs['keys']} != reference "
                             f"{layout.optimizer_keys()}")
         ref_units = {u.name: u for u in layout.units}
@@ -62,7 +65,7 @@ def p0_layout(layout, observations: Sequence[dict]) -> Verdict:
             if u is None:
                 continue
             want = {
-                "fqns": list(u.fqns),
+                "fqns": list(u.flat_fqns),
                 "shapes": [tuple(p.shape) for p in u.params],
                 "numels_with_padding": list(u.numels_with_padding()),
                 "is_padding_mask": list(u.is_padding_mask()),

@@ -11,6 +11,7 @@ STATUSES = ("pass", "fail", "known", "n/a", "error")
 class Verdict:
     status: str
     detail: str = ""
+    known: str = ""  # key of the matching KnownLimitation (status "known", or "pass" = fixed upstream?)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -19,6 +20,19 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.status in ("pass", "known", "n/a")
+
+    @property
+    def fixed_upstream(self) -> bool:
+        """A recorded torch limitation that no longer reproduces: retire its entry."""
+        return self.status == "pass" and bool(self.known)
+
+    def to_json(self) -> dict:
+        d = {"status": self.status, "detail": self.detail}
+        if self.known:
+            d["known"] = self.known
+        if self.fixed_upstream:
+            d["fixed_upstream"] = True
+        return d
 
 
 def passed(detail: str = "") -> Verdict:

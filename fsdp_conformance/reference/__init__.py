@@ -25,7 +25,8 @@ Entry points
 layout:  :func:`build_layout`, :func:`layout_from_spec`, :func:`fsdp2_layout`,
          :class:`ModelLayout`, :class:`UnitLayout`, :class:`ParamSlot`, :class:`Piece`
 state:   :func:`gather_full`, :func:`shard_full`, :func:`flatten_sharded`,
-         :func:`reshard`, :func:`rekey_to_names`, :func:`rekey_to_ids`,
+         :func:`to_pieces`, :func:`sharded_to_pieces`, :func:`dtensor_box`,
+         :func:`reshard`, :func:`shard_full_per_unit`, :func:`rekey_to_names`, :func:`rekey_to_ids`,
          :func:`to_named`, :func:`to_ids`, :func:`fsdp2_shard`, :func:`fsdp2_gather`
 errors:  :class:`StateDictMismatch` and subclasses
 """
@@ -41,7 +42,7 @@ from .errors import (
     StateDictMismatch,
     UnknownKeyError,
 )
-from .flatten import flatten_sharded
+from .flatten import dtensor_box, flatten_sharded, sharded_to_pieces, to_pieces
 from .fsdp2 import fsdp2_gather, fsdp2_shard
 from .gather import gather_full, gather_param_groups, gather_unit
 from .keys import to_ids, to_named
@@ -59,15 +60,15 @@ from .layout import (
     layout_from_spec,
 )
 from .rekey import rekey_to_ids, rekey_to_names
-from .reshard import reshard
+from .reshard import reshard, shard_full_per_unit
 from .shard import shard_full, shard_param_groups, shard_unit
 
 __all__ = [
     "DtypeMismatch", "LayoutError", "MissingKeyError", "MixedKeyTypes", "RankCountMismatch",
     "ScalarStateConflict", "ShapeMismatch", "StateDictMismatch", "UnknownKeyError",
-    "flatten_sharded", "fsdp2_gather", "fsdp2_shard", "gather_full", "gather_param_groups",
+    "dtensor_box", "flatten_sharded", "sharded_to_pieces", "to_pieces", "fsdp2_gather", "fsdp2_shard", "gather_full", "gather_param_groups",
     "gather_unit", "to_ids", "to_named", "Fsdp2Layout", "Fsdp2Param", "ModelLayout", "ParamSlot",
     "Piece", "UnitLayout", "align_numel_for", "build_layout", "flat_offsets", "fsdp2_layout",
-    "layout_from_spec", "rekey_to_ids", "rekey_to_names", "reshard", "shard_full",
+    "layout_from_spec", "rekey_to_ids", "rekey_to_names", "reshard", "shard_full", "shard_full_per_unit",
     "shard_param_groups", "shard_unit",
 ]

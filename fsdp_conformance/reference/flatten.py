@@ -11,11 +11,21 @@ SHARDED, converted to the forms below), each ``{"state": {fqn: {name: value}},
 * a ShardedTensor-like object (``local_shards()`` giving shards with ``.tensor`` and
   ``.metadata.shard_offsets``; global shape from ``.size()`` or ``.metadata().size``):
   every local shard is placed as an N-d box;
-* a DTensor-like object on a 1-D mesh (``to_local()``, ``placements``,
-  ``device_mesh.get_coordinate()``, ``device_mesh.size()``) with placement
-  ``Shard(0)`` (``torch.chunk`` rows) or ``Replicate()``;
+* a DTensor-like object (duck-typed: ``to_local()``, ``placements``, ``device_mesh``
+  with ``get_coordinate()`` and ``shape`` -- or ``size()`` for a 1-D mesh -- and the
+  global ``shape``) whose placements are ``Shard(d)`` or ``Replicate()`` on any number
+  of mesh dims (FSDP: ``(Shard(0),)``; HSDP: ``(Replicate(), Shard(0))``). Mesh dims
+  are applied in order, each ``Shard(d)`` taking chunk ``coordinate[i]`` of the current
+  extent of dim ``d`` with ``torch.chunk`` semantics (chunk ``ceil(L / n)``, trailing
+  chunks short or empty); the local tensor must have the resulting shape. Strided
+  shards (``_StridedShard``), ``Partial`` and unknown placements raise
+  ``NotImplementedError``;
 * a plain tensor (the whole state) or a scalar (0-dim tensor / non-tensor; must
   agree across the dicts that carry it).
+
+:func:`to_pieces` / :func:`sharded_to_pieces` turn any of these (on the rank that holds a
+live DTensor, say) into the picklable neutral form: a list of pieces, one per contiguous
+run of the flattened state.
 
 Rule: the pieces are assembled per param; every element the rank's output needs (its
 flat range for ``use_orig_params=False``; its piece of each param for ``True``) must be
@@ -57,31 +67,92 @@ def _pieces(v: Any) -> tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Ten
         out = []
         for sh in v.local_shards():
             t = sh.tensor
-            offs = list(sh.metadata.shard_offsets)
-            idx = torch.arange(math.prod(shape)).view(shape) if shape else torch.arange(1).view(())
-            for d, (o, n) in enumerate(zip(offs, t.shape)):
-                idx = idx.narrow(d, o, n)
-            out.append((idx.reshape(-1), t.reshape(-1)))
+            out.append((_box_indices(shape, list(sh.metadata.shard_offsets), t.shape), t.reshape(-1)))
         return shape, out
-    if hasattr(v, "to_local") and hasattr(v, "placements"):
+    if hasattr(v, "to_local") and hasattr(v, "placements") and hasattr(v, "device_mesh"):
         local = v.to_local()
         shape = tuple(int(d) for d in v.shape)
-        pl = v.placements
-        if len(pl) != 1:
-            raise NotImplementedError("only 1-D device meshes are supported for DTensor input")
-        p = pl[0]
-        if p.is_replicate():
-            return shape, [(torch.arange(math.prod(shape)), local.reshape(-1))]
-        if not (p.is_shard() and getattr(p, "dim", 0) == 0):
-            raise NotImplementedError(f"unsupported DTensor placement {p}")
-        coord = v.device_mesh.get_coordinate()[0]
-        w = v.device_mesh.size()
-        rows = -(-shape[0] // w)
-        row_numel = math.prod(shape[1:])
-        start = min(coord * rows, shape[0]) * row_numel
-        t = local.reshape(-1)
-        return shape, [(torch.arange(start, start + t.numel()), t)]
+        offsets, local_shape = dtensor_box(shape, v.device_mesh, v.placements)
+        if tuple(local.shape) != local_shape:
+            raise ShapeMismatch("DTensor's local tensor does not have the shape its placements give",
+                                expected=local_shape, got=tuple(local.shape))
+        return shape, [(_box_indices(shape, offsets, local_shape), local.reshape(-1))]
     return None
+
+
+def _box_indices(shape: tuple[int, ...], offsets: Sequence[int], sizes: Sequence[int]) -> torch.Tensor:
+    """Flat (row-major) indices of the N-d box ``offsets + [0, sizes)`` of a tensor of ``shape``."""
+    idx = torch.arange(math.prod(shape)).view(shape) if shape else torch.arange(1).view(())
+    for d, (o, n) in enumerate(zip(offsets, sizes)):
+        idx = idx.narrow(d, int(o), int(n))
+    return idx.reshape(-1)
+
+
+def dtensor_box(shape: Sequence[int], mesh: Any,
+                placements: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(global offsets, local shape)`` of this rank's piece of a DTensor (module docstring).
+
+    ``mesh``: DeviceMesh-like (``get_coordinate()``, ``shape`` or ``size()``); placements:
+    objects with ``is_shard()`` / ``is_replicate()`` (and ``dim`` for shards).
+    """
+    shape = tuple(int(d) for d in shape)
+    coord = mesh.get_coordinate()
+    if coord is None:
+        raise NotImplementedError("this rank is not part of the DTensor's device mesh")
+    mesh_shape = tuple(int(d) for d in mesh.shape) if hasattr(mesh, "shape") else (int(mesh.size()),)
+    if len(placements) != len(mesh_shape) or len(coord) != len(mesh_shape):
+        raise ShapeMismatch("DTensor placements do not match its mesh", expected=mesh_shape,
+                            got=f"{len(placements)} placements, coordinate {tuple(coord)}")
+    offsets, local = [0] * len(shape), list(shape)
+    for i, p in enumerate(placements):
+        if p.is_replicate():
+            continue
+        if not p.is_shard() or hasattr(p, "split_factor"):
+            raise NotImplementedError(f"unsupported DTensor placement {p!r}")
+        d = int(p.dim) % max(1, len(shape))
+        n, k, cur = mesh_shape[i], int(coord[i]), local[d]
+        chunk = -(-cur // n) if cur else 0
+        start = min(k * chunk, cur)
+        offsets[d] += start
+        local[d] = min(cur, start + chunk) - start
+    return tuple(offsets), tuple(local)
+
+
+def to_pieces(v: Any) -> list[tuple[tuple[int, ...], int, torch.Tensor]] | None:
+    """A sharded value (any input form above) as neutral pieces ``(global_shape, offset,
+    1-D tensor)``, one per contiguous run of the flattened state (tensors cloned, on their
+    device); None for a value that is not sharded (plain tensor, scalar)."""
+    pc = _pieces(v)
+    if pc is None:
+        return None
+    shape, parts = pc
+    out = []
+    for idx, vals in parts:
+        vals = vals.detach().reshape(-1)
+        if idx.numel() == 0:
+            continue
+        breaks = ((idx[1:] - idx[:-1]) != 1).nonzero().reshape(-1) + 1
+        bounds = [0, *breaks.tolist(), idx.numel()]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            out.append((shape, int(idx[a]), vals[a:b].clone()))
+    return out
+
+
+def sharded_to_pieces(sharded: Mapping) -> dict:
+    """A per-param sharded dict with every sharded value (DTensor, ShardedTensor, pieces)
+    as :func:`to_pieces` lists; a value whose pieces are all empty (a rank holding no rows)
+    is left out; other values are kept as they are."""
+    state = {}
+    for fqn, st in sharded.get("state", {}).items():
+        conv = {}
+        for n, v in st.items():
+            pcs = to_pieces(v)
+            if pcs is None:
+                conv[n] = v
+            elif pcs:
+                conv[n] = pcs
+        state[fqn] = conv
+    return {"state": state, "param_groups": list(sharded.get("param_groups", []))}
 
 
 def assemble(per_param_sharded: Mapping | Sequence[Mapping]) -> tuple[dict, dict]:

@@ -35,7 +35,7 @@ Tensors are returned on ``device`` (default CPU, like ``offload_to_cpu``/``cpu_o
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 import torch
 
@@ -76,20 +76,22 @@ def gather_unit(
     *,
     fqns: Iterable[str] | None = None,
     device: Any = "cpu",
+    skip: Collection[str] = (),
 ) -> dict[str, dict[str, Any]]:
     """Full state ``{fqn: {state_name: value}}`` for the params of one unit.
 
-    ``fqns`` restricts the output (the whole unit by default). ``local_dicts`` must be
-    already validated neutral local dicts for all ``layout.world_size`` ranks.
+    ``fqns`` restricts the output (the whole unit by default); state names in ``skip`` are
+    left out of it (they are still checked). ``local_dicts`` must be already validated
+    neutral local dicts for all ``layout.world_size`` ranks.
     """
     want = set(unit.fqns if fqns is None else fqns)
     ranks = list(range(unit.shard_world_size)) if unit.sharded else [0]
     if not layout.use_orig_params:
-        return _gather_flat(unit, local_dicts, ranks, want, device)
-    return _gather_orig(unit, local_dicts, ranks, want, device)
+        return _gather_flat(unit, local_dicts, ranks, want, device, set(skip))
+    return _gather_orig(unit, local_dicts, ranks, want, device, set(skip))
 
 
-def _gather_flat(unit, local_dicts, ranks, want, device):
+def _gather_flat(unit, local_dicts, ranks, want, device, skip=frozenset()):
     k = unit.key
     if k not in local_dicts[0]["state"]:
         for r in ranks[1:]:
@@ -113,6 +115,8 @@ def _gather_flat(unit, local_dicts, ranks, want, device):
             )
     out: dict[str, dict[str, Any]] = {p.fqn: {} for p in unit.params if p.fqn in want}
     for name in sorted(names, key=str):
+        if name in skip:
+            continue
         vals = [st[name] for st in per_rank]
         cats = {category(v) for v in vals}
         if len(cats) != 1:
@@ -133,10 +137,12 @@ def _gather_flat(unit, local_dicts, ranks, want, device):
                 if v.dtype != dtype:
                     raise DtypeMismatch("flat state dtype differs between ranks", param=k, key=name, rank=r,
                                         expected=dtype, got=v.dtype)
-            flat = torch.cat([v.detach().to(vals[0].device) for v in vals])[: unit.flat_numel]
+            # each param is copied once, straight from the shards that hold its elements
+            # (same values as cutting the concatenated shards; no unit-sized temporary)
             for p in unit.params:
                 if p.fqn in want:
-                    t = flat[p.offset:p.end].view(p.shape).clone()
+                    t = _from_shards(unit, ranks, vals, p.offset, p.end, dtype, vals[0].device)
+                    t = t.view(p.shape)
                     out[p.fqn][name] = t.to(device) if device is not None else t
         else:
             v0 = _agree(list(zip(ranks, vals)), param=k, key=name)
@@ -146,7 +152,20 @@ def _gather_flat(unit, local_dicts, ranks, want, device):
     return {f: _order_state(s) for f, s in out.items()}
 
 
-def _gather_orig(unit, local_dicts, ranks, want, device):
+def _from_shards(unit: UnitLayout, ranks, vals, start: int, end: int, dtype, dev) -> torch.Tensor:
+    """Elements ``[start, end)`` of the unit's flat tensor, from shard rank ``ranks[i]``'s
+    1-D ``vals[i]`` (which holds ``[r*S, (r+1)*S)``; NO_SHARD: everything)."""
+    out = torch.empty(end - start, dtype=dtype, device=dev)
+    s = unit.shard_numel if unit.sharded else unit.flat_numel
+    for r, v in zip(ranks, vals):
+        base = r * s if unit.sharded else 0
+        lo, hi = max(start, base), min(end, base + s)
+        if lo < hi:
+            out[lo - start:hi - start].copy_(v.detach()[lo - base:hi - base])
+    return out
+
+
+def _gather_orig(unit, local_dicts, ranks, want, device, skip=frozenset()):
     out: dict[str, dict[str, Any]] = {}
     for p in unit.params:
         if p.fqn not in want:
@@ -189,6 +208,8 @@ def _gather_orig(unit, local_dicts, ranks, want, device):
             n for n in names for r in holders if category(local_dicts[r]["state"][p.fqn][n]) == "tensor"
         }
         for name in names:
+            if name in skip:
+                continue
             if name in tensor_names:
                 flat = None
                 dtype = None
@@ -203,12 +224,13 @@ def _gather_orig(unit, local_dicts, ranks, want, device):
                         )
                     if dtype is None:
                         dtype = v.dtype
-                        flat = torch.zeros(p.numel, dtype=dtype, device=v.device)
+                        # every element is written below: the holders' pieces cover the param
+                        flat = torch.empty(p.numel, dtype=dtype, device=v.device)
                     elif v.dtype != dtype:
                         raise DtypeMismatch("state dtype differs between ranks", param=p.fqn, key=name,
                                             rank=r, expected=dtype, got=v.dtype)
                     if r in pieces:
-                        flat[pieces[r].start_in_param:pieces[r].end_in_param] = v.detach().to(flat.device)
+                        flat[pieces[r].start_in_param:pieces[r].end_in_param].copy_(v.detach())
                 t = flat.view(p.shape)
                 res[name] = t.to(device) if device is not None else t
             else:

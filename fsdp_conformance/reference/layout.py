@@ -17,6 +17,15 @@ Order inside a unit
     is skipped, so it keeps the FQN of its first encounter (relative to the unit,
     prefixed with the unit's FQN). Later FQNs of the same tensor are ``aliases``.
 
+Name of a tied parameter (``ParamSlot.fqn``, the key of its state)
+    ``use_orig_params=False``: the unit-relative first FQN above (FSDP names state by
+    ``FlatParameter._fqns``). ``use_orig_params=True``: the param's first FQN in the
+    whole model, ``module.named_parameters()`` order (FSDP names state by
+    ``_get_param_to_fqns(model)``, first encounter in a pre-order walk). The two differ
+    only for a param tied across units whose owning unit is not the one holding the
+    first FQN; then ``ParamSlot.flat_fqn`` keeps the unit-relative name
+    (``UnitLayout.flat_fqns``: FSDP's ``_fqns``, what P0 compares).
+
 Offsets and padding (``_init_flat_param_and_metadata``)
     ``use_orig_params=False``: no padding at all; params are concatenated, so
     ``flat_numel = sum(numels)``.
@@ -51,10 +60,14 @@ Optimizer keys (``ModelLayout.optimizer_keys``)
     ``module.parameters()`` order.
 
 FSDP2 (``fully_shard``)
-    Every parameter is its own ``Shard(0)`` DTensor: rank ``r`` of ``W`` holds rows
+    Every parameter is its own ``Shard(0)`` DTensor: shard rank ``r`` of ``W`` holds rows
     ``[r*R, min((r+1)*R, d0))`` with ``R = ceil(d0 / W)`` (``torch.chunk`` on dim 0;
     trailing ranks may hold 0 rows, shape ``(0, *rest)``). 0-dim parameters are
-    rejected by FSDP2 (``Shard dim 0 is invalid for 0D tensor``).
+    rejected by FSDP2 (``Shard dim 0 is invalid for 0D tensor``). HSDP (a 2-D mesh
+    ``(W / S, S)``, placements ``(Replicate(), Shard(0))``): global rank ``g`` sits at
+    mesh coordinate ``(g // S, g % S)``, so its shard rank is ``g % S`` and rows are
+    chunked over ``S``. Parameters passed as ``ignored_params`` (the zoo's ignored
+    modules) stay plain tensors, whole on every rank and not synchronised.
 """
 
 from __future__ import annotations
@@ -106,6 +119,7 @@ class ParamSlot:
     offset: int
     requires_grad: bool = True
     aliases: tuple[str, ...] = ()
+    flat_fqn: str = ""  # FSDP's unit-relative name (``_fqns``) when it is not ``fqn``
 
     @property
     def end(self) -> int:
@@ -148,6 +162,13 @@ class UnitLayout:
     @property
     def fqns(self) -> tuple[str, ...]:
         return tuple(p.fqn for p in self.params)
+
+    @property
+    def flat_fqns(self) -> tuple[str, ...]:
+        """FSDP's ``FlatParameter._fqns`` prefixed with the unit's FQN (see the module
+        docstring: differs from :attr:`fqns` only for a tied param under
+        ``use_orig_params=True`` whose first FQN lies outside this unit)."""
+        return tuple(p.flat_fqn or p.fqn for p in self.params)
 
     def slot(self, fqn: str) -> ParamSlot:
         for p in self.params:
@@ -375,7 +396,7 @@ def _check_strategy(strategy: str, world_size: int, shard_world_size: int | None
 
 def _make_unit(
     name: str,
-    params: Sequence[tuple[str, tuple[int, ...], bool, tuple[str, ...]]],
+    params: Sequence[tuple],  # (fqn, shape, requires_grad, aliases[, flat_fqn])
     *,
     use_orig_params: bool,
     pg_size: int,
@@ -383,11 +404,11 @@ def _make_unit(
     dtype: torch.dtype,
 ) -> UnitLayout:
     align = align_numel_for(dtype) if use_orig_params else 0
-    numels = [math.prod(s) for _, s, _, _ in params]
+    numels = [math.prod(e[1]) for e in params]
     offsets, flat = flat_offsets(numels, align, pg_size)
     slots = tuple(
-        ParamSlot(fqn, tuple(shape), n, off, rg, aliases)
-        for (fqn, shape, rg, aliases), n, off in zip(params, numels, offsets)
+        ParamSlot(fqn, tuple(shape), n, off, rg, aliases, *rest)
+        for (fqn, shape, rg, aliases, *rest), n, off in zip(params, numels, offsets)
     )
     if sharded:
         s = -(-flat // pg_size)
@@ -555,8 +576,11 @@ def build_layout(
                     continue
                 seen.add(id(p))
                 fqn = f"{full}.{pname}" if full else pname
+                flat_fqn = ""
+                if use_orig_params and all_fqns[id(p)][0] != fqn:  # tied across units
+                    fqn, flat_fqn = all_fqns[id(p)][0], fqn
                 aliases = tuple(f for f in all_fqns[id(p)] if f != fqn)
-                entries.append((fqn, tuple(p.shape), p.requires_grad, aliases))
+                entries.append((fqn, tuple(p.shape), p.requires_grad, aliases, flat_fqn))
                 if uname not in dtype_of:
                     dtype_of[uname] = p.dtype
                 elif p.dtype != dtype_of[uname]:
@@ -621,35 +645,70 @@ def build_layout(
 # ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fsdp2Param:
-    """One parameter under ``fully_shard``: ``Shard(0)`` with ``torch.chunk`` rows."""
+    """One parameter under ``fully_shard``: ``Shard(0)`` with ``torch.chunk`` rows over the
+    ``shard_world_size`` ranks of its shard group (the world size unless HSDP).
+
+    ``sharded=False``: an ignored parameter, a plain tensor held whole by every rank.
+    """
 
     fqn: str
     shape: tuple[int, ...]
     world_size: int
+    sharded: bool = True
+    shard_world_size: int = 0  # 0: the world size
+
+    def __post_init__(self) -> None:
+        if self.shard_world_size == 0:
+            object.__setattr__(self, "shard_world_size", self.world_size)
+        if self.shard_world_size < 1 or self.world_size % self.shard_world_size:
+            raise LayoutError(f"param {self.fqn!r}: shard group size {self.shard_world_size} does "
+                              f"not divide the world size {self.world_size}")
 
     @property
     def rows_per_rank(self) -> int:
-        return -(-self.shape[0] // self.world_size)
+        if not self.sharded:
+            return self.shape[0] if self.shape else 1
+        return -(-self.shape[0] // self.shard_world_size)
+
+    def shard_rank(self, rank: int) -> int:
+        """Coordinate on the shard mesh dim (the last one): ``rank % shard_world_size``."""
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} out of range for world size {self.world_size}")
+        return rank % self.shard_world_size
 
     def rows(self, rank: int) -> tuple[int, int]:
-        """Rows ``[start, end)`` of dim 0 held by ``rank`` (may be empty)."""
+        """Rows ``[start, end)`` of dim 0 held by ``rank`` (may be empty; all of them for an
+        unsharded param)."""
+        if not self.sharded:
+            return (0, self.shape[0] if self.shape else 1)
         r = self.rows_per_rank
-        start = min(rank * r, self.shape[0])
-        return (start, min((rank + 1) * r, self.shape[0]))
+        start = min(self.shard_rank(rank) * r, self.shape[0])
+        return (start, min(start + r, self.shape[0]))
 
     def local_shape(self, rank: int) -> tuple[int, ...]:
+        if not self.sharded:
+            return self.shape
         s, e = self.rows(rank)
         return (e - s, *self.shape[1:])
 
     def padded_local_shape(self) -> tuple[int, ...]:
         """FSDP2's ``padded_sharded_param_size`` (chunk 0's shape)."""
+        if not self.sharded:
+            return self.shape
         return (min(self.rows_per_rank, self.shape[0]), *self.shape[1:])
 
 
 @dataclass(frozen=True)
 class Fsdp2Layout:
+    """Every parameter of a ``fully_shard`` model, in optimizer (``named_parameters()``) order."""
+
     params: tuple[Fsdp2Param, ...]
     world_size: int
+    shard_world_size: int = 0  # 0: the world size (1-D mesh)
+
+    def __post_init__(self) -> None:
+        if self.shard_world_size == 0:
+            object.__setattr__(self, "shard_world_size", self.world_size)
 
     def optimizer_keys(self) -> list[str]:
         return [p.fqn for p in self.params]
@@ -660,23 +719,62 @@ class Fsdp2Layout:
                 return p
         raise KeyError(fqn)
 
+    def has(self, fqn: str) -> bool:
+        return any(p.fqn == fqn for p in self.params)
+
+    @property
+    def plain_params(self) -> tuple[Fsdp2Param, ...]:
+        """Params outside FSDP2 (ignored): whole and unsynchronised on every rank."""
+        return tuple(p for p in self.params if not p.sharded)
+
+    def owner(self, fqn: str, index: int) -> int:
+        """Global rank (first replica) holding flattened element ``index`` of ``fqn``."""
+        p = self.param(fqn)
+        if not p.sharded or p.shape[0] == 0:
+            return 0
+        row = index // max(1, math.prod(p.shape[1:]))
+        return row // p.rows_per_rank
+
+    def first_replica(self) -> range:
+        """Global ranks of the first replica (``0 .. shard_world_size - 1``)."""
+        return range(self.shard_world_size)
+
 
 def fsdp2_layout(
-    module: nn.Module | Iterable[tuple[str, Sequence[int]]], world_size: int
+    module: nn.Module | Iterable[tuple[str, Sequence[int]]],
+    world_size: int,
+    *,
+    ignored: Sequence[str] = (),
+    shard_world_size: int | None = None,
 ) -> Fsdp2Layout:
     """Per-parameter ``Shard(0)`` layout for ``fully_shard`` at ``world_size``.
 
     ``module`` is an unwrapped module (params in ``named_parameters()`` order, tied
-    params once) or an iterable of ``(fqn, shape)``. 0-dim params raise
+    params once, at their first FQN) or an iterable of ``(fqn, shape)``. ``ignored``:
+    FQNs of ignored submodules (module input) or of ignored params (iterable input);
+    their params stay whole. ``shard_world_size``: the shard mesh dim of an HSDP mesh
+    ``(world_size // shard_world_size, shard_world_size)``. 0-dim sharded params raise
     :class:`LayoutError` (FSDP2 rejects them).
     """
+    sws = world_size if shard_world_size is None else shard_world_size
+    if world_size < 1 or sws < 1 or world_size % sws:
+        raise LayoutError(f"shard group size {sws} must divide the world size {world_size} (>= 1)")
+
+    def is_ignored(fqn: str) -> bool:
+        return any(fqn == i or fqn.startswith(i + ".") for i in ignored)
+
     if isinstance(module, nn.Module):
+        mods = dict(module.named_modules())
+        for i in ignored:
+            if i not in mods:
+                raise LayoutError(f"no submodule named {i!r} in {type(module).__name__}")
         items = [(n, tuple(p.shape)) for n, p in module.named_parameters()]
     else:
         items = [(n, tuple(int(d) for d in s)) for n, s in module]
     out = []
     for fqn, shape in items:
-        if len(shape) == 0:
+        plain = is_ignored(fqn)
+        if len(shape) == 0 and not plain:
             raise LayoutError(f"param {fqn!r}: FSDP2 cannot Shard(0) a 0-dim parameter")
-        out.append(Fsdp2Param(fqn, shape, world_size))
-    return Fsdp2Layout(tuple(out), world_size)
+        out.append(Fsdp2Param(fqn, shape, world_size, not plain, sws))
+    return Fsdp2Layout(tuple(out), world_size, sws)

@@ -16,11 +16,15 @@ Flat units (``use_orig_params=False``), if any param of the unit has state:
     for ``use_orig_params=False``) and rank r gets ``flat[r*S:(r+1)*S]`` right-padded
     with zeros to ``S`` elements (NO_SHARD: the whole flat tensor);
   * scalar state: every param of the unit must have it, with equal value and type
-    (0-dim: equal value and dtype); the common value is used (cloned).
+    (0-dim: equal value and dtype); the common value is used (cloned). Exception: a
+    zero-numel param with no state at all is skipped (it holds no element; FSDP
+    raises here instead, see notes/reference-spec.md 5.2).
 Original params (``use_orig_params=True``), per param with non-empty state:
   * sharded: nothing for ranks whose shard holds no element of the param; otherwise
     per-element state -> ``value.flatten()[start:end].clone()`` for the rank's piece
-    (1-D, no padding), scalars unchanged;
+    (1-D, no padding), scalars unchanged. A zero-numel param goes, like in FSDP, to
+    the rank(s) ``UnitLayout.fsdp_in_shard`` marks (``r*S < offset <= (r+1)*S - 1``;
+    possibly none): per-element state as an empty 1-D tensor, scalars unchanged;
   * NO_SHARD: the state as is (cloned).
 Params outside any unit: their state, cloned, on every rank.
 ``param_groups``: every group's hyperparameters deep-copied; ``params`` mapped to the
@@ -46,7 +50,7 @@ from .errors import (
     UnknownKeyError,
 )
 from .keys import category, check_key_types, clone_value, per_element_names_from_full, values_equal
-from .layout import ModelLayout, UnitLayout
+from .layout import ModelLayout, Piece, UnitLayout
 
 
 def _is_elem(v: Any, shape: tuple[int, ...], name: str, per_element: Collection[str]) -> bool:
@@ -110,20 +114,20 @@ def _shard_flat(unit, state, sr, rank, per_element, device):
             )
     out: dict[str, Any] = {}
     for name in sorted(names, key=str):
-        vals = [(p, state[p.fqn].get(name)) for p in unit.params]
+        vals = [(p, (state.get(p.fqn) or {}).get(name)) for p in unit.params]
         elem = [
             (p, v) for p, v in vals
             if v is not None and _is_elem(v, p.shape, name, per_element)
         ]
         if elem:
             dtype = elem[0][1].dtype
-            pieces = []
+            pieces = []  # (param, its flattened state or None for zeros)
             for p, v in vals:
                 if v is None:
                     if p.shape == ():
                         raise MissingKeyError("0-dim param without state in a unit that has state",
                                               param=p.fqn, key=name)
-                    pieces.append(torch.zeros(p.numel, dtype=dtype))
+                    pieces.append((p, None))
                     continue
                 if not _is_elem(v, p.shape, name, per_element):
                     raise StateDictMismatch("state kind differs within a unit", param=p.fqn, key=name,
@@ -134,20 +138,15 @@ def _shard_flat(unit, state, sr, rank, per_element, device):
                 if v.dtype != dtype:
                     raise DtypeMismatch("state dtypes differ within a unit", param=p.fqn, key=name,
                                         expected=dtype, got=v.dtype)
-                pieces.append(v.detach().reshape(-1).to("cpu"))
-            flat = torch.cat(pieces) if pieces else torch.zeros(0, dtype=dtype)
-            if unit.sharded:
-                s = unit.shard_numel
-                local = torch.zeros(s, dtype=dtype)
-                a, b = unit.shard_range(sr)
-                local[: b - a] = flat[a:b]
-            else:
-                local = flat.clone()
+                pieces.append((p, v.detach().reshape(-1)))
+            local = _flat_local(unit, sr, pieces, dtype)
             src_dev = elem[0][1].device
             out[name] = local.to(device if device is not None else src_dev)
         else:
             first = None
             for p, v in vals:
+                if v is None and p.numel == 0 and p.shape != () and not state.get(p.fqn):
+                    continue  # no element, no state: nothing to agree with
                 if v is None:
                     raise ScalarStateConflict(
                         f"scalar state must be present for every param of unit {unit.key!r}",
@@ -167,9 +166,34 @@ def _shard_flat(unit, state, sr, rank, per_element, device):
     return {unit.key: out}
 
 
+def _flat_local(unit: UnitLayout, sr: int, pieces, dtype) -> torch.Tensor:
+    """Shard rank ``sr``'s 1-D CPU tensor of the unit's flat state: for each param, the
+    part of its flattened value (zeros for ``None``) that falls in ``[a, b)`` of the flat
+    tensor, at ``offset - a``; everything else (right padding) zero. Only the rank's own
+    elements are copied, never the whole unit."""
+    a, b = unit.shard_range(sr)
+    n = unit.shard_numel if unit.sharded else unit.flat_numel
+    local = torch.empty(n, dtype=dtype)
+    pos = 0  # local[:pos] is written
+    for p, f in pieces:
+        lo, hi = max(p.offset, a), min(p.end, b)
+        if lo >= hi:
+            continue
+        if lo - a > pos:
+            local[pos:lo - a].zero_()
+        if f is None:
+            local[lo - a:hi - a].zero_()
+        else:
+            local[lo - a:hi - a].copy_(f[lo - p.offset:hi - p.offset])
+        pos = hi - a
+    local[pos:].zero_()
+    return local
+
+
 def _shard_orig(unit, state, sr, rank, per_element, device):
     out: dict[str, dict[str, Any]] = {}
     pieces = {pc.fqn: pc for pc in unit.param_pieces(sr)} if unit.sharded else {}
+    in_shard = dict(zip(unit.fqns, unit.fsdp_in_shard(sr))) if unit.sharded else {}
     for p in unit.params:
         st = state.get(p.fqn)
         if not st:
@@ -178,12 +202,13 @@ def _shard_orig(unit, state, sr, rank, per_element, device):
             if isinstance(v, torch.Tensor) and v.dim() > 0 and tuple(v.shape) != p.shape:
                 raise ShapeMismatch("state tensor does not have its param's shape", param=p.fqn,
                                     key=name, rank=rank, expected=p.shape, got=tuple(v.shape))
-        if unit.sharded and p.fqn not in pieces:
+        if unit.sharded and not in_shard[p.fqn]:
             continue
         res = {}
         for name, v in st.items():
             if unit.sharded and _is_elem(v, p.shape, name, per_element):
-                pc = pieces[p.fqn]
+                # a zero-numel param FSDP marks in_shard has no piece: an empty slice
+                pc = pieces.get(p.fqn) or Piece(p.fqn, 0, 0, 0)
                 t = v.detach().reshape(-1)[pc.start_in_param:pc.end_in_param].clone()
                 res[name] = t.to(device) if device is not None else t
             else:

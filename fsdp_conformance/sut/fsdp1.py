@@ -111,9 +111,10 @@ def named_local(osd: dict, keys: list[str]) -> dict:
 
 
 def train(ctx, case: Case, fsdp: nn.Module, optim: torch.optim.Optimizer, steps: int,
-          start_step: int = 0) -> list[float]:
-    """``steps`` steps on the global batches; rank r takes rows r::world_size. Returns the
-    global losses (all-reduced mean) so a single-process run can be compared."""
+          start_step: int = 0, sched=None) -> list[float]:
+    """``steps`` steps on the global batches; rank r takes rows r::world_size (an LR
+    scheduler, if given, steps after each optimizer step). Returns the global losses
+    (all-reduced mean) so a single-process run can be compared."""
     import torch.distributed as dist
 
     losses = []
@@ -124,6 +125,8 @@ def train(ctx, case: Case, fsdp: nn.Module, optim: torch.optim.Optimizer, steps:
         loss = loss_of(fsdp, local)
         loss.backward()
         optim.step()
+        if sched is not None:
+            sched.step()
         t = loss.detach().to(torch.float64).reshape(1).clone()
         dist.all_reduce(t, group=ctx.group)
         losses.append(float(t.item()) / ctx.world_size)

@@ -1,6 +1,7 @@
 """The model zoo: small models, wrapping plans and optimizers, built by name inside ranks."""
-from .models import MODELS, build_model, loss_of, make_batch, model_spec
-from .optimizers import OPTIMIZERS, build_optimizer
+from .models import MODELS, build_model, loss_of, make_batch, model_spec, register_model
+from .optimizers import (FUSED, OPTIMIZERS, build_optimizer, build_scheduler, impl_kwargs,
+                         register_optimizer)
 
-__all__ = ["MODELS", "OPTIMIZERS", "build_model", "build_optimizer", "loss_of", "make_batch",
-           "model_spec"]
+__all__ = ["FUSED", "MODELS", "OPTIMIZERS", "build_scheduler", "impl_kwargs", "build_model", "build_optimizer", "loss_of", "make_batch",
+           "model_spec", "register_model", "register_optimizer"]

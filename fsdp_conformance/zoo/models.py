@@ -5,7 +5,11 @@ a gradient, buffers, an ignored module.
 
 Rule: ``build_model(name, seed, dtype)`` seeds torch with ``seed`` and returns the module;
 ``make_batch(name, seed, step, batch)`` returns the *global* batch of a step (every rank
-and the single-process reference see the same data; ranks take their slice)."""
+and the single-process reference see the same data; ranks take their slice).
+
+Users' models join by name with ``register_model`` (a registry separate from ``MODELS``, so
+the zoo's own matrix never sees them). Registration is per process: code that runs on ranks
+registers there too (``fsdp_conformance.roundtrip`` ships the spec with every call)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -93,6 +97,11 @@ class ModelSpec:
     input_fn: Callable[[torch.Generator, int, torch.dtype], torch.Tensor]
     plans: dict  # plan name -> tuple of submodule FQNs that are their own units
     ignored: tuple = ()
+    # Users' models (``register_model``): ``batch_fn(step, batch) -> Tensor`` replaces
+    # ``input_fn`` (called with torch seeded per step); ``loss_fn(model, x) -> scalar``
+    # replaces ``loss_of``'s sum-of-squares loss.
+    batch_fn: Callable[[int, int], torch.Tensor] | None = None
+    loss_fn: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None
 
 
 def _floats(shape):
@@ -107,7 +116,8 @@ MODELS: dict[str, ModelSpec] = {
     "mlp": ModelSpec("mlp", NestedMLP, _floats((7,)),
                      {"root": (), "nested": ("inp", "block", "block.2"), "block": ("block",)}),
     "tied": ModelSpec("tied", TiedLM, _tokens(11),
-                      {"root": (), "nested": ("layer",), "split": ("embed", "layer")}),
+                      {"root": (), "nested": ("layer",), "split": ("embed", "layer"),
+                       "split_out": ("out",)}),
     "frozen": ModelSpec("frozen", FrozenMLP, _floats((7,)),
                         {"root": (), "nested": ("block", "head")}),
     "unused": ModelSpec("unused", UnusedParamMLP, _floats((7,)),
@@ -119,11 +129,46 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+# Users' models, by name (``register_model``); never mixed into ``MODELS``.
+REGISTERED: dict[str, ModelSpec] = {}
+
+
+def register_model(name: str, factory: Callable[[], nn.Module], input_fn=None,
+                   plans: dict | None = None, ignored: tuple = (), *,
+                   batch_fn=None, loss_fn=None) -> ModelSpec:
+    """Make ``name`` buildable like a zoo model in this process: ``factory() -> nn.Module``
+    (called with torch seeded), ``plans`` {plan name: FQNs of submodules that are their own
+    unit} ("root" is always there), inputs from ``input_fn(generator, batch, dtype)`` or
+    ``batch_fn(step, batch)``, an optional ``loss_fn(model, x)``.
+
+    Registering a name again with the same factory, inputs, loss and ignored modules merges
+    the plans; anything else under a taken name (a zoo name included) is a ValueError."""
+    if (input_fn is None) == (batch_fn is None):
+        raise ValueError("register_model needs exactly one of input_fn or batch_fn")
+    if name in MODELS:
+        raise ValueError(f"{name!r} is a zoo model; pick another name")
+    plans = {"root": (), **{k: tuple(v) for k, v in (plans or {}).items()}}
+    spec = ModelSpec(name, factory, input_fn, plans, tuple(ignored), batch_fn, loss_fn)
+    old = REGISTERED.get(name)
+    if old is not None:
+        same = (old.factory, old.input_fn, old.ignored, old.batch_fn, old.loss_fn) == (
+            spec.factory, spec.input_fn, spec.ignored, spec.batch_fn, spec.loss_fn)
+        clash = [k for k in plans if k in old.plans and old.plans[k] != plans[k]]
+        if not same or clash:
+            why = f"plan(s) {clash} differ" if same else "factory, inputs, loss or ignored differ"
+            raise ValueError(f"model {name!r} is already registered differently ({why})")
+        spec = ModelSpec(name, factory, input_fn, {**old.plans, **plans}, spec.ignored,
+                         batch_fn, loss_fn)
+    REGISTERED[name] = spec
+    return spec
+
+
 def model_spec(name: str) -> ModelSpec:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown zoo model {name!r}; known: {sorted(MODELS)}") from None
+    spec = MODELS.get(name) or REGISTERED.get(name)
+    if spec is None:
+        extra = f"; registered: {sorted(REGISTERED)}" if REGISTERED else ""
+        raise ValueError(f"unknown zoo model {name!r}; known: {sorted(MODELS)}{extra}")
+    return spec
 
 
 def build_model(name: str, seed: int = 0, dtype: torch.dtype = torch.float64) -> nn.Module:
@@ -132,17 +177,29 @@ def build_model(name: str, seed: int = 0, dtype: torch.dtype = torch.float64) ->
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = spec.factory()
+    if spec.loss_fn is not None:  # read by loss_of (FSDP forwards attribute reads)
+        model.__dict__["_fsdpc_loss_fn"] = spec.loss_fn
     return model.to(dtype)
 
 
 def make_batch(name: str, seed: int, step: int, batch: int,
                dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The global input batch of ``step`` (same on every rank and in the local reference)."""
+    spec = model_spec(name)
+    if spec.batch_fn is not None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed * 1009 + step)
+            x = spec.batch_fn(step, batch)
+        return x.to(dtype) if x.is_floating_point() else x
     g = torch.Generator().manual_seed(seed * 1009 + step)
-    return model_spec(name).input_fn(g, batch, dtype)
+    return spec.input_fn(g, batch, dtype)
 
 
 def loss_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A deterministic scalar loss (sum of squares of the output, mean over the batch)."""
+    """A deterministic scalar loss (sum of squares of the output, mean over the batch), or
+    the registered model's own ``loss_fn(model, x)``."""
+    own = getattr(model, "_fsdpc_loss_fn", None)
+    if own is not None:
+        return own(model, x)
     out = model(x)
     return (out.float() if out.dtype == torch.bfloat16 else out).pow(2).mean()

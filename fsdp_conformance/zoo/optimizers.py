@@ -6,7 +6,7 @@ group with its own hyperparameters (a distinct lr and weight_decay), so mis-mapp
 groups show up as wrong values."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
@@ -23,15 +23,61 @@ OPTIMIZERS = {
 _SECOND_GROUP = ("head", "out", "block.2")
 
 
+# Optimizers with a fused implementation (``fused=True``) in torch, CPU included since 2.4.
+FUSED = ("sgd", "sgd_momentum", "adam", "adamw", "adagrad")
+
+
+def impl_kwargs(name: str, impl: str) -> dict:
+    """Constructor flags for an implementation: "default" (torch picks), "forloop"
+    (``foreach=False``), "foreach" (``foreach=True``), "fused" (``fused=True``; only the
+    optimizers in ``FUSED``)."""
+    if impl == "default":
+        return {}
+    if impl == "forloop":
+        return {"foreach": False}
+    if impl == "foreach":
+        return {"foreach": True}
+    if impl == "fused":
+        if name not in FUSED:
+            raise ValueError(f"optimizer {name!r} has no fused implementation; fused: {FUSED}")
+        return {"fused": True}
+    raise ValueError(f"unknown implementation {impl!r}; known: default, forloop, foreach, fused")
+
+
+# Users' optimizer factories by name (``register_optimizer``); never mixed into OPTIMIZERS.
+REGISTERED: dict[str, Callable] = {}
+
+
+def register_optimizer(name: str, factory: Callable) -> None:
+    """Make ``name`` buildable in this process: ``factory(named_params) -> Optimizer``, with
+    ``named_params`` a list of ``(name, param)``. Under FSDP1 with ``use_orig_params=False``
+    a param is a unit's flat parameter and its name is the unit's FQNs joined by "|" (see
+    ``sut.paths.grouping_name``). The same name again with the same factory is a no-op."""
+    if name in OPTIMIZERS:
+        raise ValueError(f"{name!r} is a zoo optimizer; pick another name")
+    old = REGISTERED.get(name)
+    if old is not None and old is not factory:
+        raise ValueError(f"optimizer {name!r} is already registered with another factory")
+    REGISTERED[name] = factory
+
+
 def build_optimizer(name: str, named_params: Iterable[tuple[str, torch.nn.Parameter]],
-                    groups: int = 1, foreach: bool | None = None) -> torch.optim.Optimizer:
+                    groups: int = 1, foreach: bool | None = None,
+                    impl: str = "default") -> torch.optim.Optimizer:
+    """The zoo optimizer ``name`` (``groups``, ``foreach``, ``impl`` as in the module
+    docstring), or a registered factory called with the named params (which then decides
+    the groups and flags itself)."""
+    if name in REGISTERED and name not in OPTIMIZERS:
+        return REGISTERED[name]([(n, p) for n, p in named_params])
     try:
         cls, kw = OPTIMIZERS[name]
     except KeyError:
-        raise ValueError(f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)}") from None
+        extra = f"; registered: {sorted(REGISTERED)}" if REGISTERED else ""
+        raise ValueError(f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)}{extra}") from None
     kw = dict(kw)
     if foreach is not None:
         kw["foreach"] = foreach
+    kw.update(impl_kwargs(name, impl))
     named = [(n, p) for n, p in named_params]
     if groups == 1:
         return cls([p for _, p in named], **kw)
@@ -41,3 +87,9 @@ def build_optimizer(name: str, named_params: Iterable[tuple[str, torch.nn.Parame
     if "weight_decay" in kw or cls in (torch.optim.Adam, torch.optim.SGD):
         extra["weight_decay"] = 0.01
     return cls([{"params": first}, {"params": second, **extra}], **kw)
+
+
+def build_scheduler(optim: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+    """The LR scheduler of cases with ``scheduler=True``: ExponentialLR(gamma=0.9), which
+    adds ``initial_lr`` to every param group (an extra key every path must keep)."""
+    return torch.optim.lr_scheduler.ExponentialLR(optim, gamma=0.9)

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
-import pytest
-from hypothesis import assume
-
-
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -93,12 +87,21 @@ def make_full(layout, dtype, seed=0, groups=1):
     return {"state": state, "param_groups": pgs}
 
 
+def held_by_no_rank(layout, fqn):
+    """A zero-numel param under sharded orig params that FSDP marks in_shard on no rank."""
+    unit, slot = layout.find(fqn)
+    if not (layout.use_orig_params and unit is not None and unit.sharded and slot.numel == 0):
+        return False
+    i = unit.fqns.index(slot.fqn)
+    return not any(unit.fsdp_in_shard(r)[i] for r in range(unit.shard_world_size))
+
+
 def expected_gathered(layout, full):
-    """The full dict minus params no rank holds state for (zero-numel, sharded, orig params)."""
+    """The full dict minus params no rank holds state for (zero-numel, sharded, orig params,
+    at a shard boundary)."""
     out = {"state": {}, "param_groups": full["param_groups"]}
     for fqn, st_ in full["state"].items():
-        unit, slot = layout.find(fqn)
-        if layout.use_orig_params and unit is not None and unit.sharded and slot.numel == 0:
+        if held_by_no_rank(layout, fqn):
             continue
         out["state"][fqn] = st_
     return out
@@ -159,10 +162,6 @@ def test_shard_gather_round_trip(spec, groups, seed):
 @given(specs(), st.integers(1, 8), st.booleans(), st.sets(st.integers(1, 6), max_size=3), st.integers(0, 10**6))
 def test_reshard_preserves_gather(spec, ws2, uop2, cuts, seed):
     units, ws, strategy, sws, uop, dtype = spec
-    # Zero-numel params under use_orig_params=True hit an open reshard bug, pinned by
-    # test_reshard_zero_numel_orig_params_open_bug below; keep them out of this draw only.
-    assume(not (uop and any(len(sh) > 0 and math.prod(sh) == 0 for _, ps in units
-                            for _, sh in ps)))
     src = make_layout(*spec)
     n = sum(len(ps) for _, ps in units)
     dst_units = regroup(units, [c for c in cuts if c < n])
@@ -173,15 +172,15 @@ def test_reshard_preserves_gather(spec, ws2, uop2, cuts, seed):
     assert len(out) == ws2
     want = gather_full(src, locs)
     got = gather_full(dst, out)
-    # params no rank can hold (zero-numel under sharded orig params) drop out on either side
+    # params no rank can hold (zero-numel under sharded orig params, at a shard boundary)
+    # drop out on either side
     for f in list(want["state"]):
         if f not in got["state"]:
-            unit, slot = dst.find(f)
-            assert slot.numel == 0
+            assert held_by_no_rank(dst, f), f
             del want["state"][f]
     for f in list(got["state"]):
         if f not in want["state"]:
-            assert dst.find(f)[1].numel == 0 and src.find(f)[1].numel == 0
+            assert held_by_no_rank(src, f), f
             del got["state"][f]
     assert_state_dicts_equal(want, got)
     # a loader callable gives the same result
@@ -220,14 +219,44 @@ def test_rekey_round_trip(case):
     assert rekey_to_names(named, model) is named  # already names: unchanged, like torch
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError,
-                   reason="open reference bug (issue 3): reshard raises KeyError for a "
-                          "zero-numel param under use_orig_params=True; strict, so the fix "
-                          "turns this red until the marker is removed")
-def test_reshard_zero_numel_orig_params_open_bug():
+def test_reshard_zero_numel_orig_params():
+    """Regression (issue 3): reshard raised KeyError for a zero-numel param under
+    use_orig_params=True. Here m1.w sits at a shard boundary, so no rank holds it; the flat
+    destination unit still gets a flat tensor (m1.w adds no element) and m0.w's step."""
     spec = ([("", [("m0.w", ()), ("m1.w", (0,))])], 2, "FULL_SHARD", None, True, torch.float32)
     src = make_layout(*spec)
     dst = layout_from_spec(spec[0], 1, use_orig_params=False, dtype=torch.float32)
     full = make_full(src, torch.float32, 0, groups=1)
     locs = [shard_full(src, full, r, per_element=PER_ELEMENT) for r in range(src.world_size)]
-    reshard(src, locs, dst, per_element=PER_ELEMENT)
+    assert not any("m1.w" in d["state"] for d in locs)
+    out = reshard(src, locs, dst, per_element=PER_ELEMENT)
+    assert len(out) == 1
+    flat = out[0]["state"]["_flat_param"]
+    assert_state_dicts_equal(
+        {"exp_avg": full["state"]["m0.w"]["exp_avg"].reshape(1),
+         "exp_avg_sq": full["state"]["m0.w"]["exp_avg_sq"].reshape(1),
+         "step": full["state"]["m0.w"]["step"]}, flat)
+    back = gather_full(dst, out)
+    assert_state_dicts_equal(full["state"]["m0.w"], back["state"]["m0.w"])
+    assert back["state"]["m1.w"]["exp_avg"].shape == (0,)
+
+
+def test_zero_numel_orig_param_goes_to_the_rank_fsdp_marks_in_shard():
+    """FSDP (probed, torch 2.13, 2 and 3 ranks): a zero-numel param at offset o is held,
+    with empty per-element state and its scalars, by the rank with r*S < o <= (r+1)*S - 1;
+    gather and reshard carry its state (step included) through."""
+    # fp32, 3 ranks: a (3) at 0, z (0) at 4 (aligned), b (5) at 4..9, flat 9, S = 3
+    units = [("", [("a", (3,)), ("z", (0,)), ("b", (5,))])]
+    src = layout_from_spec(units, 3, use_orig_params=True, dtype=torch.float32)
+    full = make_full(src, torch.float32, 1)
+    locs = [shard_full(src, full, r, per_element=PER_ELEMENT) for r in range(3)]
+    assert [("z" in d["state"]) for d in locs] == [False, True, False]
+    z = locs[1]["state"]["z"]
+    assert z["exp_avg"].shape == (0,) and z["exp_avg_sq"].shape == (0,) and "step" in z
+    g = gather_full(src, locs)
+    assert_state_dicts_equal(full, g)
+    for dst_ws, dst_uop in [(1, False), (2, False), (2, True), (4, True)]:
+        dst = layout_from_spec(units, dst_ws, use_orig_params=dst_uop, dtype=torch.float32)
+        out = reshard(src, locs, dst, per_element=PER_ELEMENT)
+        for r in range(dst_ws):
+            assert_state_dicts_equal(shard_full(dst, full, r, per_element=PER_ELEMENT), out[r])

@@ -1,0 +1,78 @@
+"""The single-process baseline of P2 and P6: the same zoo model, optimizer and LR scheduler
+trained without FSDP on the same global batches, uninterrupted.
+
+Rule: FSDP averages gradients over ranks and every rank takes ``batch / world_size`` rows
+of the global batch, so with the mean-over-batch loss of ``zoo.loss_of`` the FSDP gradient
+equals the single-process one up to float rounding. Params of ignored modules are the
+exception (FSDP leaves them per rank, trained on the rank's own rows); the properties leave
+them out and say so.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from .cases import Case
+from .zoo import build_model, build_optimizer, build_scheduler, loss_of, make_batch
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """Snapshots of the uninterrupted run: after ``case.steps`` (the save point) and after
+    ``case.steps + case.resume_steps`` (the end of the resumed run). Optimizer dicts are
+    FQN-keyed (the neutral named form)."""
+
+    losses: tuple[float, ...]
+    params_at_save: dict
+    optim_at_save: dict
+    params_at_end: dict
+    optim_at_end: dict
+
+
+def _named_osd(optim: torch.optim.Optimizer, names: list[str]) -> dict:
+    sd = optim.state_dict()
+    clone = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v  # noqa: E731
+    return {
+        "state": {names[k]: {n: clone(v) for n, v in st.items()} for k, st in sd["state"].items()},
+        "param_groups": [{**g, "params": [names[i] for i in g["params"]]}
+                         for g in sd["param_groups"]],
+    }
+
+
+@functools.lru_cache(maxsize=64)
+def local_run(case: Case) -> LocalRun:
+    """Train the case's model in this process; cached per case (cases are hashable)."""
+    base = Case(**{**case.to_dict(), "world_size": 1, "load_world_size": None,
+                   "load_plan": None, "api": "fsdp1", "fault": "", "strategy": "FULL_SHARD",
+                   "use_orig_params": False, "plan": "root"})
+    if base != case:
+        return local_run(base)
+    model = build_model(case.model, case.seed, case.torch_dtype)
+    named = list(model.named_parameters())
+    optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
+    sched = build_scheduler(optim) if case.scheduler else None
+    order = {id(p): n for n, p in named}
+    names = [order[id(p)] for g in optim.param_groups for p in g["params"]]
+    losses: list[float] = []
+    snaps = {}
+    for step in range(case.steps + case.resume_steps):
+        if step == case.steps:
+            snaps["save"] = (_params(model), _named_osd(optim, names))
+        x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
+        optim.zero_grad(set_to_none=True)
+        loss = loss_of(model, x)
+        loss.backward()
+        optim.step()
+        if sched is not None:
+            sched.step()
+        losses.append(float(loss.detach().to(torch.float64)))
+    if "save" not in snaps:
+        snaps["save"] = (_params(model), _named_osd(optim, names))
+    return LocalRun(tuple(losses), snaps["save"][0], snaps["save"][1], _params(model),
+                    _named_osd(optim, names))
+
+
+def _params(model: torch.nn.Module) -> dict:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -1,0 +1,168 @@
+"""The case matrix of the conformance run, by tier.
+
+Rules
+- quick: every (path, optimizer) pair and every (path, save world size -> load world size)
+  pair at least once (a covering design: the 16 world-size pairs of a path cycle through
+  the optimizers), plus every zoo model, use_orig_params both ways, every sharding
+  strategy, several param groups with an LR scheduler, the foreach/fused/for-loop
+  implementations, float32/bfloat16, partial state, a second wrapping plan on the load side,
+  and the bad-input (P15) cases. Quick is what ``make run`` runs: minutes on 2 cores.
+- full: everything quick has, plus the product of paths x optimizers x world-size pairs x
+  use_orig_params (mlp), every zoo model x use_orig_params x four world-size pairs x three
+  optimizer kinds, every implementation and every dtype.
+- Only world sizes the caller allows are kept (``world_sizes``); paths that cannot change
+  world size or wrapping (``sut.paths.resizable``) keep their same-size cases only.
+- Order is deterministic; ids are unique.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Iterable, Sequence
+
+from .cases import FAULTS, Case
+from .sut.paths import FSDP1_PATHS, resizable
+from .zoo import FUSED, MODELS, OPTIMIZERS
+
+OPTS = tuple(OPTIMIZERS)
+WS_PAIRS = tuple(itertools.product((1, 2, 3, 4), repeat=2))
+# Load-side plan per model that differs from "nested" (a second wrapping for N->M).
+# (tied "split" shares a param across units: a known FSDP1 failure, probed by
+# suites/differential/test_tied_units.py; frozen needs its own unit when flat.)
+ALT_PLAN = {"mlp": "block", "tied": "root", "frozen": "nested", "unused": "root",
+            "buffers": "root", "conv": "root"}
+
+
+def default_paths() -> tuple[str, ...]:
+    """The paths the run can drive on this torch (FSDP2 paths join when their adapter is
+    importable)."""
+    paths = list(FSDP1_PATHS)
+    try:
+        from .sut import fsdp2_paths  # noqa: F401
+
+        paths += list(fsdp2_paths.FSDP2_PATHS)
+    except ImportError:
+        pass
+    return tuple(paths)
+
+
+def _ok_groups(c: Case) -> bool:
+    # FSDP1 flat units need all their params in one param group: two groups only with
+    # use_orig_params=True or a plan whose units split the group boundary ("nested").
+    return c.groups == 1 or c.use_orig_params or c.api.startswith("fsdp2") or (
+        c.plan == "nested" and c.dst_plan == "nested" and c.model == "mlp")
+
+
+def quick(paths: Sequence[str]) -> list[Case]:
+    cases: list[Case] = []
+    for api in paths:
+        for i, (n, m) in enumerate(WS_PAIRS):
+            if not resizable(api) and n != m:
+                continue
+            opt = OPTS[i % len(OPTS)]
+            cases.append(Case(api=api, optimizer=opt, world_size=n, load_world_size=m,
+                              use_orig_params=bool(i % 2), model="mlp", plan="nested",
+                              groups=2 if i % 3 == 0 else 1))
+        if not resizable(api):  # still cover every optimizer once
+            for j, opt in enumerate(OPTS):
+                cases.append(Case(api=api, optimizer=opt, world_size=2 + j % 2,
+                                  use_orig_params=bool(j % 2), model="conv" if j % 2 else "mlp"))
+        for j, model in enumerate(MODELS):
+            cases.append(Case(api=api, model=model, optimizer="adam", world_size=2 + j % 2,
+                              load_world_size=3 - j % 2 if resizable(api) else None,
+                              load_plan=ALT_PLAN[model] if resizable(api) else None,
+                              use_orig_params=bool(j % 2)))
+        if api.startswith("fsdp1"):
+            for k, strat in enumerate(("SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")):
+                ws = 4 if strat == "HYBRID_SHARD" else 2
+                cases.append(Case(api=api, strategy=strat, world_size=ws, optimizer="adamw",
+                                  use_orig_params=bool(k % 2)))
+        cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
+                          load_world_size=3 if resizable(api) else None, use_orig_params=True))
+        cases.append(Case(api=api, optimizer="sgd_momentum", impl="fused", world_size=2,
+                          use_orig_params=True))
+        cases.append(Case(api=api, optimizer="adamw", impl="forloop", world_size=3))
+        cases.append(Case(api=api, optimizer="adam", dtype="fp32", world_size=2))
+        cases.append(Case(api=api, optimizer="adam", steps=0, world_size=2))
+        cases.append(Case(api=api, optimizer="adam", model="frozen", world_size=3,
+                          use_orig_params=True))
+    cases += faults(paths)
+    return _dedupe(c for c in cases if _ok_groups(c))
+
+
+def full(paths: Sequence[str]) -> list[Case]:
+    cases = list(quick(paths))
+    for api, opt, (n, m), orig in itertools.product(paths, OPTS, WS_PAIRS, (False, True)):
+        if not resizable(api) and n != m:
+            continue
+        cases.append(Case(api=api, optimizer=opt, world_size=n, load_world_size=m,
+                          use_orig_params=orig, groups=2 if orig else 1))
+    for api, model, orig, (n, m) in itertools.product(paths, MODELS, (False, True),
+                                                      ((1, 2), (2, 3), (3, 2), (4, 4))):
+        if not resizable(api) and n != m:
+            n = m
+        for opt in ("sgd_momentum", "adam", "adagrad"):
+            cases.append(Case(api=api, optimizer=opt, world_size=n, load_world_size=m,
+                              use_orig_params=orig, model=model))
+    for api, opt, impl in itertools.product(paths, OPTS, ("forloop", "foreach", "fused")):
+        if impl == "fused" and opt not in FUSED:
+            continue
+        cases.append(Case(api=api, optimizer=opt, impl=impl, world_size=2, use_orig_params=True))
+    for api, dtype, opt in itertools.product(paths, ("fp32", "bf16"), OPTS):
+        cases.append(Case(api=api, optimizer=opt, dtype=dtype, world_size=2))
+    return _dedupe(c for c in cases if _ok_groups(c))
+
+
+def faults(paths: Sequence[str]) -> list[Case]:
+    """P15 cases: each bad input kind through each load path that can receive it
+    (dict-level faults only where the saved form is one full dict)."""
+    from .sut.paths import is_full_path
+
+    out = []
+    for api in paths:
+        for fault in FAULTS[1:]:
+            dict_fault = fault not in ("truncated_file", "corrupt_file")
+            if dict_fault and (not is_full_path(api) or api == "fsdp1.rekey"):
+                continue  # dict faults need an FQN-keyed full dict on disk
+            out.append(Case(api=api, optimizer="adam", world_size=2, fault=fault))
+    return out
+
+
+def _dedupe(cases: Iterable[Case]) -> list[Case]:
+    """Unique cases in first-seen order; FSDP2 has no ``use_orig_params`` (it always keeps
+    the original params), so FSDP2 cases are normalised to False first."""
+    seen, out = set(), []
+    for c in cases:
+        if c.api.startswith("fsdp2") and c.use_orig_params:
+            c = dataclasses.replace(c, use_orig_params=False)
+        if c.id not in seen:
+            seen.add(c.id)
+            out.append(c)
+    return out
+
+
+def select(cases: Sequence[Case], *, world_sizes: Sequence[int] = (1, 2, 3, 4),
+           keyword: str | None = None) -> list[Case]:
+    """Cases whose save and load world sizes are allowed and whose id contains every
+    space-separated word of ``keyword`` (a word starting with ``not `` excludes)."""
+    allowed = set(world_sizes)
+    out = [c for c in cases if c.world_size in allowed and c.dst_world_size in allowed]
+    if keyword:
+        words = keyword.split()
+        keep = []
+        for c in out:
+            ok, neg = True, False
+            for w in words:
+                if w == "not":
+                    neg = True
+                    continue
+                if (w in c.id) == neg:
+                    ok = False
+                neg = False
+            if ok:
+                keep.append(c)
+        out = keep
+    return out
+
+
+TIERS = {"quick": quick, "full": full}

@@ -1,0 +1,363 @@
+"""FSDP2 (``fully_shard`` + ``torch.distributed.checkpoint.state_dict``) against the reference:
+P0 layout, P1 gather, P3 shard (every ``set_optimizer_state_dict`` path), P11 param groups
+after loading, P4 the sharded (DTensor) dict; and P4 for DTensor input to the reference's
+``flatten_sharded`` (FSDP1 with ``device_mesh=``).
+
+Each function takes the reference ``Fsdp2Layout`` and the per-rank observations of
+``sut.fsdp2.observe`` / ``load_full`` and returns a ``Verdict``; none touches a process group.
+
+Rules
+- Params outside FSDP2 (ignored params) are plain tensors that FSDP2 does not synchronise:
+  rank r's full dict carries rank r's own state for them (P1), a full-dict load gives every
+  rank the full dict's (rank 0's) values, and "== the rank's own local state" leaves them out
+  on ranks other than 0 (P3).
+- The flattened form (``flatten_optimizer_state_dict=True``) is compared key by key with
+  :func:`flatten_keys` of the reference's full dict.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from .. import reference as ref
+from ..compare import diff_state_dicts, format_diff
+from .reference_props import _path_value
+from .verdict import Verdict, error, fail, na, passed
+
+FULL_LOAD_PATHS = ("set_full", "set_full_broadcast", "set_full_nonstrict",
+                   "set_full_broadcast_nonstrict")
+
+
+def _owner(layout):
+    return lambda fqn, index: layout.owner(fqn, index) if layout.has(fqn) else 0
+
+
+def _drop_plain(d: dict, layout) -> dict:
+    plain = {p.fqn for p in layout.plain_params}
+    return {**d, "state": {k: v for k, v in d.get("state", {}).items() if k not in plain}}
+
+
+def _with_own_plain(want: dict, local: dict, layout) -> dict:
+    """``want`` with the ignored params' state replaced by the rank's own (``local``)."""
+    state = dict(want["state"])
+    for p in layout.plain_params:
+        own = local["state"].get(p.fqn)
+        if own is not None:
+            state[p.fqn] = own
+        else:
+            state.pop(p.fqn, None)
+    return {**want, "state": state}
+
+
+def _want_placements(mesh_shape: Sequence[int]) -> list[tuple]:
+    return [("shard", 0)] if len(mesh_shape) == 1 else [("replicate",), ("shard", 0)]
+
+
+def p0_layout(layout, observations: Sequence[dict]) -> Verdict:
+    """FSDP2's real per-parameter layout on every rank equals the reference's: the optimizer's
+    key order, which params are DTensors (all but ignored ones), their global and local
+    shapes, placements (``Shard(0)``; HSDP ``(Replicate(), Shard(0))``) and the dim-0 offset
+    of the rank's rows."""
+    problems = []
+    for obs in observations:
+        r = obs["rank"]
+        if list(obs["keys"]) != layout.optimizer_keys():
+            problems.append(f"rank {r}: optimizer keys {obs['keys']} != reference "
+                            f"{layout.optimizer_keys()}")
+        want_pl = _want_placements(obs.get("mesh_shape") or (layout.world_size,))
+        if [m["fqn"] for m in obs["meta"]] != layout.optimizer_keys():
+            problems.append(f"rank {r}: params {[m['fqn'] for m in obs['meta']]} != reference "
+                            f"{layout.optimizer_keys()}")
+            continue
+        for m in obs["meta"]:
+            p = layout.param(m["fqn"])
+            got = {"sharded": m["dtensor"], "shape": tuple(m["shape"])}
+            want = {"sharded": p.sharded, "shape": p.shape}
+            if m["dtensor"]:
+                got.update(local_shape=tuple(m["local_shape"]), row_offset=m["offset"][0],
+                           placements=[tuple(x) for x in m["placements"]])
+                want.update(local_shape=p.local_shape(r), row_offset=p.rows(r)[0],
+                            placements=want_pl)
+            for k, w in want.items():
+                if got[k] != w:
+                    problems.append(f"rank {r}, {m['fqn']}: {k} = {got[k]}, reference says {w}")
+    return fail("\n".join(problems)) if problems else passed(
+        f"{len(layout.params)} params on {len(observations)} rank(s)")
+
+
+def flatten_keys(full: Mapping) -> dict:
+    """The flattened form of a full FQN-keyed dict (``_flatten_optim_state_dict``'s rule):
+    ``"state.<fqn>.<name>"`` for every state value (nested dicts joined by dots) and
+    ``"param_groups.<fqn>.<key>"`` for every hyperparameter of the group holding ``fqn``."""
+    out: dict[str, Any] = {}
+
+    def put(prefix: str, v: Any) -> None:
+        if isinstance(v, Mapping):
+            for k, x in v.items():
+                put(f"{prefix}.{k}", x)
+        else:
+            out[prefix] = v
+
+    for fqn, st in full.get("state", {}).items():
+        put(f"state.{fqn}", st)
+    for g in full.get("param_groups", []):
+        for fqn in g["params"]:
+            for k, v in g.items():
+                if k != "params":
+                    out[f"param_groups.{fqn}.{k}"] = v
+    return out
+
+
+def p1_gather(layout, observations: Sequence[dict], path: str = "full") -> Verdict:
+    """torch's full dict == reference.fsdp2_gather(every rank's local state), bitwise, on
+    every rank (``full_rank0``: rank 0 only, every other rank gets ``{}``; ``flattened``:
+    compared with :func:`flatten_keys` of the reference's dict)."""
+    try:
+        want = ref.fsdp2_gather(layout, [o["local"] for o in observations])
+    except ref.StateDictMismatch as exc:
+        return error(f"reference.fsdp2_gather rejected torch's local dicts: {exc}")
+    for obs in observations:
+        r = obs["rank"]
+        got, v = _path_value(obs, path)
+        if v is not None:
+            return v
+        if path == "full_rank0" and r != 0:
+            if got != {}:
+                return fail(f"{path} on rank {r} (cpu_offload=True, so rank 0 only) is not "
+                            f"empty: {sorted(got)[:5]}")
+            continue
+        want_r = _with_own_plain(want, obs["local"], layout)
+        if path == "flattened":
+            want_r = flatten_keys(want_r)
+        diffs = diff_state_dicts(want_r, got, owner=_owner(layout))
+        if diffs:
+            return fail(f"{path} on rank {r} differs from reference.fsdp2_gather:\n"
+                        + format_diff(diffs))
+    return passed(f"{path}: {len(want['state'])} params bitwise equal on every rank")
+
+
+def _state_only(d: dict) -> dict:
+    return {"state": d.get("state", {})}
+
+
+def p3_shard(layout, full: dict, observations: Sequence[dict], paths: Sequence[str] = FULL_LOAD_PATHS,
+             own_locals: bool = True) -> Verdict:
+    """Every full-dict load path leaves, on every rank, the state of
+    reference.fsdp2_shard(full, rank) in the optimizer, bitwise; with the same world size and
+    plan that also equals the rank's own state before saving (ignored params: rank 0 only).
+    ``param_groups`` are P11's (:func:`p11_groups`). A path that raised is an error; a path
+    skipped on purpose is not checked."""
+    problems, checked, first_error = [], 0, None
+    for obs in observations:
+        r = obs["rank"]
+        try:
+            want = _state_only(ref.fsdp2_shard(layout, full, r))
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.fsdp2_shard rejected the full dict for rank {r}: {exc}")
+        for path in paths:
+            got, v = _path_value(obs, path)
+            if v is not None:
+                if v.status == "error" and first_error is None:
+                    first_error = v
+                continue
+            diffs = diff_state_dicts(want, _state_only(got), owner=_owner(layout))
+            checked += 1
+            if diffs:
+                problems.append(f"{path} on rank {r} differs from reference.fsdp2_shard:\n"
+                                + format_diff(diffs))
+        if own_locals and "local" in obs:
+            mine = want if r == 0 else _drop_plain(want, layout)
+            theirs = _state_only(obs["local"] if r == 0 else _drop_plain(obs["local"], layout))
+            diffs = diff_state_dicts(mine, theirs, owner=_owner(layout))
+            if diffs:
+                problems.append(f"reference.fsdp2_shard(full) on rank {r} differs from the rank's "
+                                f"own optim.state_dict():\n" + format_diff(diffs))
+    if first_error is not None:
+        return first_error if not problems else fail("\n\n".join(problems) + "\n\n" + first_error.detail)
+    if problems:
+        return fail("\n\n".join(problems))
+    if not checked:
+        return na(f"none of {list(paths)} ran")
+    return passed(f"{checked} (path, rank) outputs equal reference.fsdp2_shard")
+
+
+def p11_groups(full: dict, observations: Sequence[dict], path: str) -> Verdict:
+    """After loading through ``path``, every rank's optimizer ``param_groups`` equal the full
+    dict's exactly: every hyperparameter with its type (a tuple stays a tuple), extra keys,
+    and the FQNs of each group."""
+    want = {"param_groups": full.get("param_groups", [])}
+    for obs in observations:
+        got, v = _path_value(obs, path)
+        if v is not None:
+            return na(f"{path} did not load (P3:{path} reports why)") if v.status == "error" else v
+        diffs = diff_state_dicts(want, {"param_groups": got.get("param_groups", [])})
+        if diffs:
+            return fail(f"param_groups after {path} on rank {obs['rank']} differ from the saved "
+                        "ones:\n" + format_diff(diffs))
+    return passed(f"{path}: param_groups exact on every rank")
+
+
+def p3_reload_own(layout, observations: Sequence[dict], path: str = "set_sharded") -> Verdict:
+    """A dict loaded back at the same world size and plan (the sharded DTensor dict) leaves
+    every rank's optimizer state bitwise equal to the rank's own state before saving."""
+    problems = []
+    for obs in observations:
+        got, v = _path_value(obs, path)
+        if v is not None:
+            return v
+        diffs = diff_state_dicts(obs["local"], got, owner=_owner(layout))
+        if diffs:
+            problems.append(f"{path} on rank {obs['rank']} differs from the rank's own state:\n"
+                            + format_diff(diffs))
+    return fail("\n\n".join(problems)) if problems else passed(f"{path}: bitwise on every rank")
+
+
+def _pieces_problems(fqn: str, name: str, val: dict) -> list[str]:
+    """The reference's reading of a live DTensor (``val["pieces"]``, from
+    ``reference.to_pieces`` on the rank) against torch's own: the local tensor at torch's
+    global offset (``compute_local_shape_and_global_offset``): same elements covered,
+    same values."""
+    pcs = val.get("pieces")
+    if isinstance(pcs, dict) and "error" in pcs:
+        return [f"reference.to_pieces raised on the live DTensor {fqn}.{name}:\n{pcs['error']}"]
+    shape, off, local = tuple(val["global_shape"]), tuple(val["torch_offset"]), val["local"]
+    full = torch.zeros(shape, dtype=local.dtype)
+    seen = torch.zeros(shape, dtype=torch.bool)
+    box = tuple(slice(o, o + n) for o, n in zip(off, local.shape))
+    full[box] = local
+    seen[box] = True
+    got = torch.zeros(shape, dtype=local.dtype).reshape(-1)
+    got_seen = torch.zeros(shape, dtype=torch.bool).reshape(-1)
+    for s_, o, t in pcs:
+        if tuple(s_) != shape:
+            return [f"reference.to_pieces({fqn}.{name}): global shape {tuple(s_)}, torch says {shape}"]
+        got[o:o + t.numel()] = t
+        got_seen[o:o + t.numel()] = True
+    if not torch.equal(got_seen, seen.reshape(-1)):
+        return [f"reference.to_pieces({fqn}.{name}) covers other elements than torch's offset "
+                f"{off} and local shape {tuple(local.shape)} say"]
+    d = diff_state_dicts(full.reshape(-1), got)
+    return [f"reference.to_pieces({fqn}.{name}) differs from the local tensor:\n"
+            + format_diff(d)] if d else []
+
+
+def p4_sharded(layout, observations: Sequence[dict], path: str = "sharded") -> Verdict:
+    """The sharded dict (``full_state_dict=False``) holds, for every sharded param's
+    per-element state, a ``Shard(0)`` DTensor (HSDP: ``(Replicate(), Shard(0))``) of the
+    param's global shape whose local tensor is bitwise the rank's local state, at the
+    reference's rows (torch's own global offset, and the reference's reading of the live
+    DTensor, ``reference.to_pieces``, both say where); everything else equals the local
+    state as is."""
+    problems = []
+    for obs in observations:
+        r = obs["rank"]
+        got, v = _path_value(obs, path)
+        if v is not None:
+            return v
+        local = obs["local"]
+        shape_mesh = tuple(obs.get("mesh_shape") or (layout.world_size,))
+        want_pl = _want_placements(shape_mesh)
+        plain_view = {"state": {}, "param_groups": got["param_groups"]}
+        for fqn, st in got["state"].items():
+            conv = {}
+            for n, val in st.items():
+                if isinstance(val, dict) and val.get("dtensor"):
+                    if not layout.has(fqn) or not layout.param(fqn).sharded:
+                        problems.append(f"rank {r}: {fqn}.{n} is a DTensor but the reference "
+                                        "says the param is not sharded")
+                        continue
+                    p = layout.param(fqn)
+                    a, _ = p.rows(r)
+                    want_off = (a, *([0] * (len(p.shape) - 1)))
+                    checks = {
+                        "global shape": (p.shape, tuple(val["global_shape"])),
+                        "placements": (want_pl, [tuple(x) for x in val["placements"]]),
+                        "mesh shape": (shape_mesh, tuple(val["mesh_shape"])),
+                        "torch's global offset": (want_off, tuple(val["torch_offset"])),
+                        "local shape": (p.local_shape(r), tuple(val["local"].shape)),
+                    }
+                    for what, (w, g) in checks.items():
+                        if w != g:
+                            problems.append(f"rank {r}: {fqn}.{n}: {what} {g}, reference says {w}")
+                    problems += [f"rank {r}: {x}" for x in _pieces_problems(fqn, n, val)]
+                    conv[n] = val["local"]
+                else:
+                    conv[n] = val
+            plain_view["state"][fqn] = conv
+        diffs = diff_state_dicts(local, plain_view, owner=_owner(layout))
+        if diffs:
+            problems.append(f"{path} on rank {r}: local pieces differ from the rank's local "
+                            "state:\n" + format_diff(diffs))
+    return fail("\n".join(problems)) if problems else passed(f"{path}: bitwise on every rank")
+
+
+def to_named_pieces(sharded_records: Sequence[dict]) -> list[dict]:
+    """Per-rank sharded records (``sut`` form: DTensor values recorded with the reference's
+    ``pieces``) -> the reference's neutral pieces form, ready for ``flatten_sharded``."""
+    out = []
+    for rec in sharded_records:
+        state = {}
+        for fqn, st in rec["state"].items():
+            conv = {}
+            for n, val in st.items():
+                if isinstance(val, dict) and val.get("dtensor"):
+                    pcs = val["pieces"]
+                    if isinstance(pcs, dict) and "error" in pcs:
+                        raise ValueError(f"reference.to_pieces raised on the rank for {fqn}.{n}:\n"
+                                         f"{pcs['error']}")
+                    if pcs:
+                        conv[n] = [tuple(x) for x in pcs]
+                elif isinstance(val, torch.Tensor) or not isinstance(val, dict):
+                    conv[n] = val
+            state[fqn] = conv
+        out.append({"state": state, "param_groups": rec["param_groups"]})
+    return out
+
+
+def p4_flatten_dtensor(layout, observations: Sequence[dict]) -> Verdict:
+    """DTensor input to the reference flatten (FSDP1 with ``device_mesh=``, SHARDED): every
+    rank's DTensor dict, read by ``reference.to_pieces`` on the rank, assembled by
+    ``reference.flatten_sharded`` == ``FSDP.optim_state_dict_to_load`` of that dict == the
+    rank's own flat local state, bitwise; and the reference's reading of each DTensor agrees
+    with torch's offsets. Params of ignored modules (unsynchronised per-rank values) are
+    left out."""
+    recs, problems = [], []
+    for obs in observations:
+        rec, v = _path_value(obs, "sharded")
+        if v is not None:
+            return v
+        recs.append(rec)
+        for fqn, st in rec["state"].items():
+            for n, val in st.items():
+                if isinstance(val, dict) and val.get("dtensor"):
+                    problems += [f"rank {obs['rank']}: {x}" for x in _pieces_problems(fqn, n, val)]
+    if not any(isinstance(val, dict) and val.get("dtensor")
+               for rec in recs for st in rec["state"].values() for val in st.values()):
+        if any(st for rec in recs for st in rec["state"].values()):
+            return fail("the SHARDED optimizer dict holds no DTensor (types "
+                        f"{observations[0].get('value_types')}): the DTensor path was not exercised")
+    try:
+        neutral = to_named_pieces(recs)
+    except ValueError as exc:
+        return error(str(exc))
+    for obs in observations:
+        r = obs["rank"]
+        try:
+            want = _drop_plain(ref.flatten_sharded(layout, neutral, r), layout)
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.flatten_sharded rejected the DTensor dicts for rank {r}: {exc}")
+        diffs = diff_state_dicts(want, _drop_plain(obs["local"], layout), owner=_owner(layout))
+        if diffs:
+            problems.append(f"reference.flatten_sharded on rank {r} differs from the rank's local "
+                            "state:\n" + format_diff(diffs))
+        got, v = _path_value(obs, "to_load")
+        if v is not None:
+            if v.status == "error":
+                return v
+            continue
+        diffs = diff_state_dicts(want, _drop_plain(got, layout), owner=_owner(layout))
+        if diffs:
+            problems.append(f"optim_state_dict_to_load on rank {r} differs from "
+                            "reference.flatten_sharded:\n" + format_diff(diffs))
+    return fail("\n\n".join(problems)) if problems else passed("bitwise on every rank")

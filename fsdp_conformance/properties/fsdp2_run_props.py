@@ -1,0 +1,131 @@
+"""The FSDP2 side of the conformance run's properties (``sut.fsdp2_paths`` round trips): the
+ones whose reference differs from FSDP1's. P0 against ``reference.fsdp2_layout`` (via
+``fsdp2_props.p0_layout``), P1 against ``reference.fsdp2_gather``, P3 against
+``reference.fsdp2_shard``, P9 of the sharded path. Everything else is ``run_props``' (given
+``reference.fsdp2_gather`` where it gathers).
+
+Rules
+- Params outside FSDP2 (ignored params: plain tensors, per rank): the saved full dict holds
+  rank 0's state for them (what ``fsdp2_gather`` takes), a load gives every rank the saved
+  (rank 0's) values, and "== the rank's own state before saving" leaves them out on ranks
+  other than 0.
+- P3 compares optimizer *state*; ``param_groups`` after the load are P11's (so one torch
+  limitation on hyperparameters is reported once, where it belongs).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .. import reference as ref
+from ..cases import Case
+from ..compare import diff_state_dicts, format_diff
+from . import fsdp2_props
+from .fsdp2_props import _drop_plain, _owner
+from .layouts import fsdp2_reference_layout
+from .run_props import _err, assemble_sharded
+from .verdict import Verdict, error, fail, passed
+
+gather = ref.fsdp2_gather
+
+
+def layouts(case: Case):
+    """(save-side, load-side) ``Fsdp2Layout`` of the case."""
+    return fsdp2_reference_layout(case), fsdp2_reference_layout(case, load_side=True)
+
+
+def _p0_side(layout, obs: Sequence[dict], ordered: bool) -> Verdict:
+    if ordered:
+        return fsdp2_props.p0_layout(layout, obs)
+    # several param groups: the optimizer lists params group by group (compared as a set)
+    want = layout.optimizer_keys()
+    bad = [o for o in obs if sorted(o["keys"]) != sorted(want)]
+    if bad:
+        return fail(f"rank {bad[0]['rank']}: optimizer keys {bad[0]['keys']} != reference "
+                    f"{want} (as sets)")
+    return fsdp2_props.p0_layout(layout, [{**o, "keys": want} for o in obs])
+
+
+def p0(layout, dst, save_obs: Sequence[dict], load_obs: Sequence[dict], ordered: bool) -> Verdict:
+    """FSDP2's per-parameter layout (``Shard(0)`` rows, placements, key order) on both sides
+    equals the reference's."""
+    s = _p0_side(layout, save_obs, ordered)
+    if s.status != "pass":
+        return s
+    ld = _p0_side(dst, load_obs, ordered)
+    if ld.status != "pass":
+        return Verdict(ld.status, "load side: " + ld.detail)
+    return passed(f"save side {s.detail}; load side {ld.detail}")
+
+
+def p1_saved(layout, save_obs: Sequence[dict], full: dict, api: str) -> Verdict:
+    """What the path saved == reference.fsdp2_gather(every rank's local dict), bitwise."""
+    try:
+        want = ref.fsdp2_gather(layout, [o["local"] for o in save_obs])
+    except ref.StateDictMismatch as exc:
+        return error(f"reference.fsdp2_gather rejected torch's local dicts: {exc}")
+    diffs = diff_state_dicts(want, full, owner=_owner(layout))
+    if diffs:
+        return fail(f"{api} saved a dict that differs from reference.fsdp2_gather:\n"
+                    + format_diff(diffs))
+    return passed(f"{len(want['state'])} params bitwise equal")
+
+
+def _state(d: dict) -> dict:
+    return {"state": d.get("state", {})}
+
+
+def p3_loaded(dst, full: dict, load_obs: Sequence[dict],
+              own: Sequence[dict] | None = None) -> Verdict:
+    """Every rank's optimizer state after the load == reference.fsdp2_shard(full, rank),
+    bitwise; with the same world size and plan also == that rank's state before saving
+    (ignored params: rank 0 only)."""
+    problems = []
+    for o in load_obs:
+        r = o["rank"]
+        e = _err(o.get("loaded"))
+        if e:
+            return error(f"torch raised while loading on rank {r}:\n{e}")
+        try:
+            want = _state(ref.fsdp2_shard(dst, full, r))
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.fsdp2_shard rejected the saved dict for rank {r}: {exc}")
+        diffs = diff_state_dicts(want, _state(o["loaded"]), owner=_owner(dst))
+        if diffs:
+            problems.append(f"rank {r} after loading differs from reference.fsdp2_shard:\n"
+                            + format_diff(diffs))
+        if own is not None:
+            mine, theirs = _state(own[r]["local"]), _state(o["loaded"])
+            if r != 0:
+                mine, theirs = _drop_plain(mine, dst), _drop_plain(theirs, dst)
+            diffs = diff_state_dicts(mine, theirs, owner=_owner(dst))
+            if diffs:
+                problems.append(f"rank {r} after loading differs from its own state before "
+                                f"saving:\n" + format_diff(diffs))
+    if problems:
+        return fail("\n\n".join(problems))
+    return passed(f"bitwise on {len(load_obs)} rank(s)"
+                  + ("; equal to each rank's own state before saving" if own else ""))
+
+
+def p9_sharded(full: dict, save_obs: Sequence[dict]) -> Verdict:
+    """fsdp2.sharded: ``cpu_offload=True`` puts every tensor of the sharded dict on CPU and
+    changes nothing else (assembled, bitwise equal to the dict saved without it)."""
+    problems = []
+    for o in save_obs:
+        e = _err(o.get("offloaded"))
+        if e:
+            return error(f"cpu_offload=True raised on rank {o['rank']}:\n{e}")
+        devs = [d for d in o.get("offloaded_devices", []) if d != "cpu"]
+        if devs:
+            problems.append(f"rank {o['rank']}: cpu_offload=True left tensors on {devs}")
+    try:
+        off = assemble_sharded([o["offloaded"] for o in save_obs])
+    except ValueError as exc:
+        return fail(f"cpu_offload=True: the ranks' shards do not tile the params: {exc}")
+    diffs = diff_state_dicts(full, off)
+    if diffs:
+        problems.append("cpu_offload=True gives another dict than cpu_offload=False:\n"
+                        + format_diff(diffs))
+    if problems:
+        return fail("\n".join(problems))
+    return passed("cpu_offload=True: every tensor on CPU, the same dict otherwise")

@@ -1,0 +1,465 @@
+"""Properties of one round trip of the conformance run (``sut.paths`` save side at N ->
+load side at M): P0-P4 against the reference, P2/P6 against the single-process run,
+P7-P11. Each returns a ``Verdict``; inputs are what the ranks recorded.
+
+Rules
+- "full" is what the path saved, as one FQN-keyed dict: rank 0's dict for the full paths,
+  the ranks' shards assembled at their offsets for the sharded paths (``to_full``).
+- Tolerances (P2, P6) are per dtype (``TOLERANCES``): tight enough in float64 that a 1% lr
+  error, a missing or extra ``step`` or a dropped momentum buffer fails. ``step`` and every
+  param-group value are compared exactly in every dtype.
+- Params of ignored modules are left out of P2/P6: FSDP trains them per rank on the rank's
+  own rows, so no single-process run can match them.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .. import reference as ref
+from ..compare import diff_state_dicts, format_diff
+from ..local_run import LocalRun
+from .reference_props import _comparable, _drop_plain, _owner, sharded_to_flat_offsets
+from .verdict import Verdict, error, fail, na, passed
+
+# dtype -> (rtol, atol) for P2 and P6.
+TOLERANCES = {"fp64": (1e-9, 1e-12), "fp32": (1e-4, 1e-6), "bf16": (5e-2, 1e-2)}
+# bfloat16 (8 bits of mantissa): after a few steps an adaptive optimizer (Adagrad, RMSprop)
+# turns a gradient element that rounding pushed across zero into a full +-lr step, so P6
+# compares each tensor by its relative L2 error there instead of element by element: params
+# within 15%, optimizer state within 25% (RMSprop's square_avg moves by 1% of g^2 per step,
+# under bfloat16's 0.4% resolution, so its rounding error grows every step). A coarse check:
+# the bitwise properties (P1, P3, P7, P8) are what hold bfloat16 checkpoints to account.
+BF16_NORM_RTOL = 0.15
+BF16_STATE_NORM_RTOL = 0.25
+
+
+def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
+    """Tensors (nested dicts of them) whose relative L2 error exceeds ``rtol``; a missing or
+    extra key counts as a difference too."""
+    out: list[str] = []
+
+    def walk(w, g, path):
+        if isinstance(w, dict) and isinstance(g, dict):
+            for k in sorted(set(w) | set(g), key=str):
+                if k not in w or k not in g:
+                    out.append(f"{path}[{k!r}]: {'missing' if k not in g else 'unexpected'}")
+                else:
+                    walk(w[k], g[k], f"{path}[{k!r}]")
+        elif isinstance(w, torch.Tensor) and isinstance(g, torch.Tensor) and w.is_floating_point():
+            if w.shape != g.shape:
+                out.append(f"{path}: shape {tuple(g.shape)}, expected {tuple(w.shape)}")
+                return
+            wd, gd = w.double(), g.double()
+            err = float((wd - gd).norm() / wd.norm().clamp_min(1e-12))
+            if err > rtol:
+                out.append(f"{path}: relative L2 error {err:.3g} > {rtol}")
+        elif not (isinstance(w, torch.Tensor) or isinstance(g, torch.Tensor)) and w != g:
+            out.append(f"{path}: {g!r}, expected {w!r}")
+
+    walk(want, got, "")
+    return out
+SHARDED_PATHS = ("fsdp1.sharded", "fsdp1.legacy_sharded", "fsdp2.sharded")
+
+
+def _err(obj) -> str | None:
+    if isinstance(obj, dict) and "error" in obj:
+        return obj["error"]
+    return None
+
+
+def assemble_sharded(per_rank: Sequence[dict]) -> dict:
+    """Every rank's neutral sharded dict (``{"global_shape", "shards": [(offsets, t)]}`` or
+    ``{"global_shape", "dtensor", "local", "offsets"}`` values) -> one full FQN-keyed dict.
+    Every global element must be covered; shards covering the same elements (replicas under
+    HYBRID_SHARD) must agree bitwise (else ``ValueError`` names the param)."""
+    state: dict[str, dict] = {}
+    for d in per_rank:
+        for fqn, st in d.get("state", {}).items():
+            out = state.setdefault(fqn, {})
+            for name, v in st.items():
+                if isinstance(v, dict) and "global_shape" in v:
+                    shards = v.get("shards")
+                    if shards is None:
+                        shards = [(tuple(v["offsets"]), v["local"])]
+                    shape = tuple(v["global_shape"])
+                    if name not in out:
+                        dtype = shards[0][1].dtype if shards else torch.float32
+                        out[name] = (torch.zeros(shape, dtype=dtype),
+                                     torch.zeros(shape, dtype=torch.int8))
+                    full, seen = out[name]
+                    for offsets, t in shards:
+                        idx = tuple(slice(o, o + n) for o, n in zip(offsets, t.shape))
+                        if bool((seen[idx] > 0).any()):  # a replica (HYBRID_SHARD): must agree
+                            have = full[idx][seen[idx] > 0]
+                            new = t.to(full.dtype)[seen[idx] > 0]
+                            if not torch.equal(have.view(-1), new.view(-1)):
+                                raise ValueError(f"{fqn}.{name}: replicas of the shard at "
+                                                 f"offsets {tuple(offsets)} disagree")
+                        full[idx] = t.to(full.dtype)
+                        seen[idx] = 1
+                elif name not in out:
+                    out[name] = v
+    result: dict[str, dict] = {}
+    for fqn, st in state.items():
+        res = {}
+        for name, v in st.items():
+            if isinstance(v, tuple):
+                full, seen = v
+                if seen.numel() and not bool((seen == 1).all()):
+                    bad = int((seen != 1).flatten().nonzero()[0])
+                    raise ValueError(f"{fqn}.{name}: element {bad} is held by no rank's shard")
+                res[name] = full
+            else:
+                res[name] = v
+        result[fqn] = res
+    groups = per_rank[0].get("param_groups", []) if per_rank else []
+    return {"state": result, "param_groups": groups}
+
+
+def to_full(api: str, obs: Sequence[dict], key: str = "saved") -> tuple[dict | None, Verdict | None]:
+    """The full FQN-keyed dict a path saved (``key`` "saved", or "resaved" on the load side)."""
+    for o in obs:
+        e = _err(o.get(key))
+        if e:
+            return None, error(f"torch raised in the {api} save call on rank {o['rank']}:\n{e}")
+    if api in SHARDED_PATHS:
+        try:
+            return assemble_sharded([o[key] for o in obs]), None
+        except ValueError as exc:
+            return None, fail(f"the ranks' shards do not tile the params: {exc}")
+    return obs[0][key], None
+
+
+def canon_groups(d: dict) -> dict:
+    """``d`` with each param group's ``params`` sorted: the order of FQNs inside a group
+    follows the FSDP units' flat order, not the optimizer's, and carries no meaning in an
+    FQN-keyed dict (which params are in which group does)."""
+    return {**d, "param_groups": [{**g, "params": sorted(g["params"], key=str)}
+                                  for g in d.get("param_groups", [])]}
+
+
+def _plain(layout) -> set[str]:
+    return {s.fqn for s in layout.plain_params}
+
+
+def _without(d: dict, fqns: set[str]) -> dict:
+    return {**d, "state": {k: v for k, v in d["state"].items() if k not in fqns}}
+
+
+def p1_saved(layout, save_obs: Sequence[dict], full: dict, api: str) -> Verdict:
+    """What the path saved == reference.gather_full(every rank's local dict), bitwise
+    (params of ignored modules: rank 0's own state)."""
+    try:
+        want = ref.gather_full(layout, [o["local"] for o in save_obs])
+    except ref.StateDictMismatch as exc:
+        return error(f"reference.gather_full rejected torch's local dicts: {exc}")
+    want, got = _comparable(want, full, layout, 0)
+    diffs = diff_state_dicts(want, got, owner=_owner(layout))
+    if diffs:
+        return fail(f"{api} saved a dict that differs from reference.gather_full:\n"
+                    + format_diff(diffs))
+    return passed(f"{len(want['state'])} params bitwise equal")
+
+
+def p2_vs_local(layout, full: dict, local: LocalRun, dtype: str) -> Verdict:
+    """The saved full dict ~= the single-process optimizer state after the same steps."""
+    rtol, atol = TOLERANCES[dtype]
+    skip = _plain(layout)
+    want = canon_groups(_without(local.optim_at_save, skip))
+    diffs = diff_state_dicts(want, canon_groups(_without(full, skip)), exact=False, rtol=rtol,
+                             atol=atol)
+    if diffs:
+        return fail(f"saved state differs from the single-process run (rtol={rtol}, "
+                    f"atol={atol}):\n" + format_diff(diffs))
+    note = f"; ignored-module params {sorted(skip)} left out (per-rank in FSDP)" if skip else ""
+    return passed(f"within rtol={rtol}, atol={atol}{note}")
+
+
+def p3_loaded(dst_layout, full: dict, load_obs: Sequence[dict],
+              own: Sequence[dict] | None = None) -> Verdict:
+    """Every rank's optimizer state after the load == reference.shard_full(full, rank);
+    with the same world size and wrapping, also == that rank's state before saving."""
+    problems = []
+    for o in load_obs:
+        r = o["rank"]
+        e = _err(o.get("loaded"))
+        if e:
+            return error(f"torch raised while loading on rank {r}:\n{e}")
+        try:
+            want = ref.shard_full(dst_layout, full, r)
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.shard_full rejected the saved dict for rank {r}: {exc}")
+        mine, theirs = _comparable(want, o["loaded"], dst_layout, r)
+        diffs = diff_state_dicts(mine, theirs, owner=_owner(dst_layout))
+        if diffs:
+            problems.append(f"rank {r} after loading differs from reference.shard_full:\n"
+                            + format_diff(diffs))
+        if own is not None:
+            mine, theirs = _comparable(own[r]["local"], o["loaded"], dst_layout, r)
+            diffs = diff_state_dicts(mine, theirs, owner=_owner(dst_layout))
+            if diffs:
+                problems.append(f"rank {r} after loading differs from its own state before "
+                                f"saving:\n" + format_diff(diffs))
+    if problems:
+        return fail("\n\n".join(problems))
+    return passed(f"bitwise on {len(load_obs)} rank(s)"
+                  + ("; equal to each rank's own state before saving" if own else ""))
+
+
+def p4_flatten(dst_layout, load_obs: Sequence[dict], api: str) -> Verdict:
+    """Sharded paths: reference.flatten_sharded(the sharded dict torch saves after the load)
+    == every rank's flat local state, bitwise (ignored-module params left out)."""
+    if api not in SHARDED_PATHS or api.startswith("fsdp2"):
+        return na("a full path: nothing sharded to flatten" if api not in SHARDED_PATHS
+                  else "FSDP2 keeps per-parameter state: nothing to flatten")
+    neutral = []
+    for o in load_obs:
+        e = _err(o.get("resaved")) or _err(o.get("loaded"))
+        if e:
+            return error(f"torch raised on rank {o['rank']}:\n{e}")
+        neutral.append({"state": sharded_to_flat_offsets(o["resaved"]["state"]),
+                        "param_groups": o["resaved"]["param_groups"]})
+    problems = []
+    for o in load_obs:
+        r = o["rank"]
+        try:
+            want = ref.flatten_sharded(dst_layout, neutral, r)
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.flatten_sharded rejected torch's sharded dicts: {exc}")
+        diffs = diff_state_dicts(_drop_plain(want, dst_layout), _drop_plain(o["loaded"], dst_layout),
+                                 owner=_owner(dst_layout))
+        if diffs:
+            problems.append(f"rank {r}: flat local state differs from reference.flatten_sharded:\n"
+                            + format_diff(diffs))
+    return fail("\n\n".join(problems)) if problems else passed("bitwise on every rank")
+
+
+def p6_resume(dst_layout, load_obs: Sequence[dict], local: LocalRun, dtype: str,
+              gather=ref.gather_full) -> Verdict:
+    """Resumed training (params, losses, optimizer state) ~= the uninterrupted run
+    (``gather``: the reference gather of the load side's layout; FSDP2: ``fsdp2_gather``)."""
+    rtol, atol = TOLERANCES[dtype]
+    o0 = load_obs[0]
+    if "final_params" not in o0:
+        e = _err(o0.get("loaded"))
+        return error(f"the load side did not resume: {e or 'no final params recorded'}")
+    skip = _plain(dst_layout)
+    problems = []
+    want_p = {k: v for k, v in local.params_at_end.items() if k not in skip}
+    got_p = {k: v for k, v in o0["final_params"].items() if k not in skip}
+    if dtype == "bf16":
+        bad_p = _norm_diffs(want_p, got_p, BF16_NORM_RTOL)
+        if bad_p:
+            problems.append("params after resuming differ from uninterrupted training:\n"
+                            + "\n".join(bad_p[:20]))
+    else:
+        diffs = diff_state_dicts(want_p, got_p, exact=False, rtol=rtol, atol=atol)
+        if diffs:
+            problems.append("params after resuming differ from uninterrupted training:\n"
+                            + format_diff(diffs))
+    want_l = list(local.losses[len(local.losses) - len(o0["losses"]):])
+    bad = [(i, w, g) for i, (w, g) in enumerate(zip(want_l, o0["losses"]))
+           if abs(w - g) > atol + rtol * abs(w)]
+    if bad:
+        problems.append("losses after resuming differ: " + ", ".join(
+            f"step {i}: uninterrupted {w!r}, resumed {g!r}" for i, w, g in bad))
+    try:
+        final = gather(dst_layout, [o["final_local"] for o in load_obs])
+    except ref.StateDictMismatch as exc:
+        return error(f"reference.{gather.__name__} rejected the resumed local dicts: {exc}")
+    want_s = canon_groups(_without(local.optim_at_end, skip))
+    got_s = canon_groups(_without(final, skip))
+    if dtype == "bf16":
+        bad_s = _norm_diffs(want_s, got_s, BF16_STATE_NORM_RTOL)
+        if bad_s:
+            problems.append("optimizer state after resuming differs from uninterrupted "
+                            "training:\n" + "\n".join(bad_s[:20]))
+    else:
+        diffs = diff_state_dicts(want_s, got_s, exact=False, rtol=rtol, atol=atol)
+        if diffs:
+            problems.append("optimizer state after resuming differs from uninterrupted "
+                            "training:\n" + format_diff(diffs))
+    if problems:
+        return fail("\n\n".join(problems))
+    how = (f"relative L2 error per tensor <= {BF16_NORM_RTOL} (params), "
+           f"{BF16_STATE_NORM_RTOL} (state)" if dtype == "bf16"
+           else f"within rtol={rtol}, atol={atol}")
+    return passed(f"params, {len(want_l)} losses and state {how}")
+
+
+def p7_idempotent(api: str, full: dict, load_obs: Sequence[dict], same_plan: bool) -> Verdict:
+    """save -> load -> save gives bitwise the same dict (under another wrapping plan the
+    order of FQNs inside a param group follows the new units: compared as sets there)."""
+    again, v = to_full(api, load_obs, "resaved")
+    if v is not None:
+        return v
+    if not same_plan:
+        full, again = canon_groups(full), canon_groups(again)
+    diffs = diff_state_dicts(full, again)
+    if diffs:
+        return fail("saving again right after loading gives a different dict:\n"
+                    + format_diff(diffs))
+    return passed("bitwise the same")
+
+
+def p8_serialise(api: str, save_obs: Sequence[dict], load_obs: Sequence[dict],
+                 full: dict, dcp_full: dict | None) -> Verdict:
+    """What was written reads back bitwise: ``torch.load(weights_only=True)`` for files,
+    DCP for DCP directories."""
+    notes = [o["weights_only_refused"] for o in load_obs if o.get("weights_only_refused")]
+    if notes:
+        return fail(notes[0])
+    if api in ("fsdp1.sharded", "fsdp2.sharded"):
+        if dcp_full is None:
+            return error("the DCP directory could not be read back on the controller")
+        diffs = diff_state_dicts(full, dcp_full)
+        return fail("DCP round trip changed the state:\n" + format_diff(diffs)) if diffs else \
+            passed("DCP directory reads back bitwise")
+    if api == "fsdp1.legacy_sharded":
+        return passed("per-rank files read back with weights_only=True")
+    written, reread = save_obs[0]["saved"], load_obs[0].get("reread")
+    if api == "fsdp1.rekey":  # the file holds the PARAM_ID dict
+        written, reread = save_obs[0].get("saved_ids"), load_obs[0].get("reread_ids")
+    if reread is None or written is None:
+        return na("rank 0 did not record the file it wrote or read back")
+    diffs = diff_state_dicts(written, reread)
+    if diffs:
+        return fail("torch.save -> torch.load(weights_only=True) changed the dict:\n"
+                    + format_diff(diffs))
+    return passed("torch.save -> torch.load(weights_only=True) bitwise")
+
+
+def p9_flags(layout, api: str, save_obs: Sequence[dict]) -> Verdict:
+    """rank0_only: other ranks get ``{}`` and rank 0 equals the all-ranks result;
+    offload_to_cpu: every saved tensor is on CPU."""
+    if api == "fsdp1.legacy_sharded":
+        return na("sharded_optim_state_dict has no rank0_only / offload_to_cpu flags")
+    problems = []
+    for o in save_obs:
+        devs = [d for d in o.get("saved_devices", []) if d != "cpu"]
+        if devs:
+            problems.append(f"rank {o['rank']}: offload_to_cpu saved tensors on {devs}")
+    if "all_ranks" in save_obs[0]:
+        for o in save_obs[1:]:
+            if o["saved"] != {}:
+                problems.append(f"rank {o['rank']}: rank0_only=True returned a non-empty dict "
+                                f"({len(o['saved'].get('state', {}))} params)")
+        for o in save_obs:
+            e = _err(o["all_ranks"])
+            if e:
+                return error(f"rank0_only=False raised on rank {o['rank']}:\n{e}")
+        diffs = diff_state_dicts(save_obs[0]["all_ranks"], save_obs[0]["saved"])
+        if diffs:
+            problems.append("rank 0: rank0_only=True differs from rank0_only=False:\n"
+                            + format_diff(diffs))
+        for o in save_obs[1:]:
+            mine, theirs = _comparable(save_obs[0]["all_ranks"], o["all_ranks"], layout, o["rank"])
+            diffs = diff_state_dicts(mine, theirs)
+            if diffs:
+                problems.append(f"rank {o['rank']}: rank0_only=False differs from rank 0's:\n"
+                                + format_diff(diffs))
+    if problems:
+        return fail("\n".join(problems))
+    return passed("rank0_only and offload_to_cpu as documented" if "all_ranks" in save_obs[0]
+                  else "offload_to_cpu: every tensor on CPU")
+
+
+def p10_partial(case, layout, dst_layout, full: dict, load_obs: Sequence[dict],
+                local: LocalRun, gather=ref.gather_full) -> Verdict:
+    """Cases with partial state (no step yet, stateless SGD, params without grads, frozen
+    params): exactly the params the single-process optimizer has state for appear in the
+    saved dict, with the same state names, and loading restores exactly that."""
+    partial = (case.steps == 0 or case.optimizer == "sgd" or case.model in ("frozen", "unused"))
+    if not partial:
+        return na("every param has state in this case: nothing partial to check")
+    skip = _plain(layout)
+
+    def shape_of(d):
+        return {k: sorted(v) for k, v in d["state"].items() if k not in skip}
+
+    want = shape_of(local.optim_at_save)
+    got = shape_of(full)
+    problems = []
+    if want != got:
+        problems.append(f"saved dict: params/state names {got}, single-process run has {want}")
+    if all("loaded" in o and not _err(o["loaded"]) for o in load_obs):
+        try:
+            back = gather(dst_layout, [o["loaded"] for o in load_obs])
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.{gather.__name__} rejected the loaded dicts: {exc}")
+        if shape_of(back) != want:
+            problems.append(f"after loading: params/state names {shape_of(back)}, expected {want}")
+    if problems:
+        return fail("\n".join(problems))
+    return passed(f"{len(want)} params with state, as in the single-process run")
+
+
+def _hyper(groups: list[dict]) -> list[dict]:
+    return [{k: v for k, v in g.items() if k != "params"} for g in groups]
+
+
+def p11_groups(full: dict, load_obs: Sequence[dict], local: LocalRun) -> Verdict:
+    """Every param group's hyperparameters and extra keys (``initial_lr``) and its params
+    survive the save and the load, exactly."""
+    problems = []
+    diffs = diff_state_dicts(canon_groups(local.optim_at_save)["param_groups"],
+                             canon_groups(full)["param_groups"])
+    if diffs:
+        problems.append("saved param_groups differ from the optimizer's:\n" + format_diff(diffs))
+    want = _hyper(full["param_groups"])
+    for o in load_obs:
+        if _err(o.get("loaded")):
+            continue
+        diffs = diff_state_dicts(want, _hyper(o["loaded"]["param_groups"]))
+        if diffs:
+            problems.append(f"rank {o['rank']}: param_groups after loading differ:\n"
+                            + format_diff(diffs))
+    if problems:
+        return fail("\n\n".join(problems))
+    keys = sorted({k for g in want for k in g})
+    return passed(f"{len(want)} group(s), keys {keys}")
+
+
+def p5_rekey_path(case, full: dict, load_obs: Sequence[dict]) -> Verdict:
+    """Rekey path: the PARAM_ID dict written for the unwrapped model equals
+    reference.rekey_to_ids(full) bitwise, loads into the unwrapped model's optimizer and
+    equals its ``state_dict()`` there, and rekeying it back to names gives ``full`` again."""
+    from ..sut.rekey import plain_model, plain_optimizer
+
+    o0 = load_obs[0]
+    ids, names = o0.get("reread_ids"), o0.get("reread")
+    if ids is None:
+        return error("rank 0 of the load side did not record the PARAM_ID dict")
+    model = plain_model(case)
+    optim = plain_optimizer(case, model)
+    problems = []
+    try:
+        want = ref.rekey_to_ids(full, model, optim=optim)
+    except ref.StateDictMismatch as exc:
+        return error(f"reference.rekey_to_ids rejected the saved dict: {exc}")
+    diffs = diff_state_dicts(canon_groups(want), canon_groups(ids))
+    if diffs:
+        problems.append("rekey_optim_state_dict(PARAM_ID) differs from reference.rekey_to_ids:\n"
+                        + format_diff(diffs))
+    try:
+        optim.load_state_dict(ids)
+        diffs = diff_state_dicts(ids, optim.state_dict())
+        if diffs:
+            problems.append("the unwrapped optimizer's state_dict() after loading the PARAM_ID "
+                            "dict differs from it:\n" + format_diff(diffs))
+    except Exception as exc:  # noqa: BLE001
+        problems.append(f"the unwrapped optimizer cannot load the PARAM_ID dict: "
+                        f"{type(exc).__name__}: {exc}")
+    e = _err(names)
+    if e:
+        problems.append(f"rekey back to PARAM_NAME raised:\n{e}")
+    else:
+        diffs = diff_state_dicts(canon_groups(full), canon_groups(names))
+        if diffs:
+            problems.append("name -> id -> name is not the identity:\n" + format_diff(diffs))
+    if problems:
+        return fail("\n\n".join(problems))
+    return passed(f"{len(ids['state'])} params: PARAM_ID dict == reference, loads into the "
+                  f"unwrapped optimizer, and rekeys back to the same names")

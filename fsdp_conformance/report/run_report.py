@@ -1,0 +1,351 @@
+"""The report of ``fsdp-conformance run`` (schema ``fsdp-conformance/run/1``): one JSON
+document with every case's verdicts and timings plus a summary, and its renderings (a
+``rich`` matrix for the terminal, Markdown for humans and CI artefacts).
+
+Rules:
+- A run is ``ok`` when no (case, property) verdict is ``fail`` or ``error``.
+- Counts in the summary and in the matrix are over (case, property) pairs, except
+  ``summary.known``, which counts *cases* per known-limitation key.
+- Everything here renders from the JSON dict alone, so a report loaded from disk renders
+  exactly like a fresh one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..cases import Case
+from ..properties.verdict import STATUSES, Verdict
+from .io import machine_info, write_json_atomic, write_text_atomic
+
+SCHEMA = "fsdp-conformance/run/1"
+_SCHEMA_PREFIX, _SCHEMA_MAJOR = SCHEMA.rsplit("/", 1)
+
+SYMBOLS = {"pass": "✓", "fail": "✗", "known": "k", "n/a": "–", "error": "E"}
+LEGEND = ("N✓ pass · N✗ fail · NE error · Nk known torch limitation · N– not applicable; "
+          "counts are (case, property) pairs")
+FAILING = ("fail", "error")
+DETAIL_LINES_MD = 80  # lines of a failure's detail shown in Markdown (all of it is in the JSON)
+DETAIL_LINES_TERM = 4  # lines shown in the terminal
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case of a run: its verdict per property ("P0".."P15") and its timings (seconds)."""
+
+    case: Case
+    properties: dict[str, Verdict]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class ReportFormatError(ValueError):
+    """A file that is not a run report of a schema this package reads."""
+
+
+def prop_key(prop: str) -> tuple[int, str]:
+    """Sort key putting P2 before P10 (numeric), anything unexpected last."""
+    m = re.fullmatch(r"P(\d+)", prop)
+    return (int(m.group(1)), "") if m else (1 << 30, prop)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _case_entry(r: CaseResult) -> dict:
+    return {"id": r.case.id, **r.case.to_dict(),
+            "properties": {p: r.properties[p].to_json() for p in sorted(r.properties, key=prop_key)},
+            "timings": {k: float(v) for k, v in r.timings.items()}}
+
+
+def summarize(cases: list[dict]) -> dict:
+    """Summary of case entries (as in ``report["cases"]``).
+
+    ``by_status``: verdicts per status (every status listed, zeros included);
+    ``by_path``: {api: {Pn: {status: count}}} (non-zero counts only);
+    ``failing_cases``: sorted ids with any fail/error; ``known``: {key: number of cases with
+    a "known" verdict under that key}; ``fixed_upstream``: [case id, Pn, key] for every
+    verdict that passes although a known limitation is recorded for it."""
+    by_status = Counter({s: 0 for s in STATUSES})
+    by_path: dict[str, dict[str, Counter]] = {}
+    failing, fixed = set(), []
+    known: dict[str, set[str]] = {}
+    for c in cases:
+        path = by_path.setdefault(c["api"], {})
+        for prop, v in c["properties"].items():
+            by_status[v["status"]] += 1
+            path.setdefault(prop, Counter())[v["status"]] += 1
+            if v["status"] in FAILING:
+                failing.add(c["id"])
+            if v["status"] == "known" and v.get("known"):
+                known.setdefault(v["known"], set()).add(c["id"])
+            if v.get("fixed_upstream"):
+                fixed.append([c["id"], prop, v.get("known", "")])
+    return {
+        "cases": len(cases),
+        "by_status": {s: by_status[s] for s in STATUSES},
+        "by_path": {api: {p: {s: cnt[s] for s in STATUSES if cnt[s]}
+                          for p, cnt in sorted(props.items(), key=lambda kv: prop_key(kv[0]))}
+                    for api, props in sorted(by_path.items())},
+        "failing_cases": sorted(failing),
+        "known": {k: len(ids) for k, ids in sorted(known.items())},
+        "fixed_upstream": sorted(fixed),
+    }
+
+
+def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed: int,
+                 world_sizes: Iterable[int], wall_time_s: float, argv: list[str],
+                 selection: str | None = None,
+                 tolerances: dict[str, dict[str, float]] | None = None) -> dict:
+    """The run report as a JSON-ready dict; cases sorted by id. ``started`` is ``finished``
+    (now, UTC) minus ``wall_time_s``; ``ok`` is false iff any verdict is fail or error."""
+    import torch
+
+    cases = sorted((_case_entry(r) for r in results), key=lambda c: c["id"])
+    summary = summarize(cases)
+    finished = _now()
+    started = finished - timedelta(seconds=float(wall_time_s))
+    return {
+        "schema": SCHEMA,
+        "torch_version": torch.__version__,
+        "backend": backend,
+        "tier": tier,
+        "seed": seed,
+        "world_sizes": sorted(world_sizes),
+        "selection": selection,
+        "argv": list(argv),
+        "machine_info": machine_info(),
+        "started": started.isoformat(timespec="seconds"),
+        "finished": finished.isoformat(timespec="seconds"),
+        "wall_time_s": float(wall_time_s),
+        "tolerances": dict(tolerances or {}),
+        "ok": summary["by_status"]["fail"] == 0 and summary["by_status"]["error"] == 0,
+        "summary": summary,
+        "cases": cases,
+    }
+
+
+def check_schema(data: Any, source: str | os.PathLike = "<report>") -> dict:
+    """``data`` if it is a run report of major version 1 (``fsdp-conformance/run/1`` or
+    ``.../run/1.x``), else ReportFormatError naming ``source`` and both schemas."""
+    got = data.get("schema") if isinstance(data, dict) else None
+    prefix, _, version = str(got).rpartition("/")
+    if not (isinstance(got, str) and prefix == _SCHEMA_PREFIX
+            and version.split(".", 1)[0] == _SCHEMA_MAJOR):
+        what = f"schema {got!r}" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+        raise ReportFormatError(f"{source}: not a run report this version reads: expected "
+                                f"schema {SCHEMA!r} (major {_SCHEMA_MAJOR}), got {what}")
+    return data
+
+
+def load_report(path: str | os.PathLike) -> dict:
+    """Read a run report; ReportFormatError (naming the file) if it is not valid JSON or not
+    of schema ``fsdp-conformance/run/1``."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReportFormatError(f"{path}: not valid JSON ({e}); expected a run report of "
+                                f"schema {SCHEMA!r}") from None
+    return check_schema(data, path)
+
+
+def write_run_report(report: dict, json_path: str | os.PathLike,
+                     md_path: str | os.PathLike) -> tuple[Path, Path]:
+    """Write the JSON and its Markdown rendering, each atomically, parents created."""
+    return write_json_atomic(json_path, report), write_text_atomic(md_path, render_markdown(report))
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+def format_counts(counts: dict[str, int]) -> str:
+    """A matrix cell: "12✓ 1✗ 2k 3–" (statuses in STATUSES order, zeros omitted)."""
+    return " ".join(f"{counts[s]}{SYMBOLS[s]}" for s in STATUSES if counts.get(s))
+
+
+def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the matrix: one row per API path (sorted), a "cases" column, then one
+    column per property that appears in the run (P0..P15 order); empty cell = not run."""
+    by_path = report["summary"]["by_path"]
+    props = sorted({p for v in by_path.values() for p in v}, key=prop_key)
+    n_cases = Counter(c["api"] for c in report["cases"])
+    rows = [[api, str(n_cases[api])] + [format_counts(by_path[api].get(p, {})) for p in props]
+            for api in sorted(by_path)]
+    return ["path", "cases", *props], rows
+
+
+def failures(report: dict) -> list[tuple[str, str, dict]]:
+    """Every failing (case id, property, verdict json), in case-id then property order."""
+    return [(c["id"], p, v) for c in report["cases"]
+            for p, v in sorted(c["properties"].items(), key=lambda kv: prop_key(kv[0]))
+            if v["status"] in FAILING]
+
+
+def rerun_command(case_id: str) -> str:
+    """The command that reruns exactly this case."""
+    return "fsdp-conformance run -k '" + case_id.replace("'", "'\"'\"'") + "'"
+
+
+def _headline(report: dict) -> str:
+    s = report["summary"]
+    counts = ", ".join(f"{s['by_status'][k]} {k}" for k in STATUSES)
+    return (f"{'OK' if report['ok'] else 'FAILED'}: {s['cases']} cases; {counts}; "
+            f"{len(s['fixed_upstream'])} fixed upstream?")
+
+
+def _machine(report: dict) -> str:
+    m = report.get("machine_info", {})
+    gpus = ", ".join(m.get("cuda_devices") or []) or "no GPU"
+    return f"{m.get('node', '?')} ({m.get('machine', '?')}, {m.get('cpu_count', '?')} CPUs, {gpus})"
+
+
+def _first_lines(text: str, n: int) -> tuple[list[str], int]:
+    lines = text.splitlines() or [""]
+    return lines[:n], max(0, len(lines) - n)
+
+
+def render_table(report: dict, console=None) -> None:
+    """Print the matrix (fail/error red, known yellow), then the failing (case, property)
+    pairs with the first lines of each detail, then the "fixed upstream?" list."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    styles = {"fail": "bold red", "error": "bold red", "known": "yellow", "n/a": "dim"}
+    header, rows = summary_rows(report)
+    by_path = report["summary"]["by_path"]
+    console.print(Text(f"fsdp-conformance run: torch {report['torch_version']}, {report['backend']}, "
+                       f"tier {report['tier']}, {report['wall_time_s']:.1f} s", style="bold"))
+    table = Table()
+    for col in header:
+        table.add_column(col, justify="left" if col == "path" else "right")
+    for api, ncases, *_ in rows:
+        cells = [Text(api), Text(ncases)]
+        for p in header[2:]:
+            counts = by_path[api].get(p, {})
+            cell = Text()
+            for s in STATUSES:
+                if counts.get(s):
+                    cell.append(("" if not cell else " ") + f"{counts[s]}{SYMBOLS[s]}",
+                                style=styles.get(s, ""))
+            cells.append(cell)
+        table.add_row(*cells)
+    console.print(table)
+    console.print(Text(LEGEND, style="dim"))
+    fails = failures(report)
+    if fails:
+        console.print(Text(f"Failures ({len(fails)}):", style="bold red"))
+        for cid, p, v in fails:
+            console.print(Text(f"  {cid}  {p}  {v['status']}", style="red"))
+            lines, more = _first_lines(v.get("detail", ""), DETAIL_LINES_TERM)
+            for line in lines:
+                console.print(Text("      " + line))
+            if more:
+                console.print(Text(f"      ... {more} more lines in the JSON report", style="dim"))
+            console.print(Text(f"      rerun: {rerun_command(cid)}", style="dim"))
+    fixed = report["summary"]["fixed_upstream"]
+    if fixed:
+        console.print(Text(f"Fixed upstream? ({len(fixed)}): a recorded limitation no longer "
+                           "reproduces; retire it from fsdp_conformance/known.py", style="bold yellow"))
+        for cid, p, key in fixed:
+            console.print(Text(f"  {cid}  {p}  {key}", style="yellow"))
+    console.print(Text(_headline(report), style="bold green" if report["ok"] else "bold red"))
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any backtick run in ``text``."""
+    runs = [len(m) for m in re.findall(r"`+", text)]
+    return "`" * max(3, max(runs, default=0) + 1)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(report: dict) -> str:
+    """The report for humans: title and run facts, the matrix with its legend, Failures
+    (detail and rerun command each), Known torch limitations, Fixed upstream?, Not
+    applicable (distinct reasons with counts), Tolerances."""
+    from ..known import KNOWN
+
+    s = report["summary"]
+    out = [f"# fsdp-conformance run: torch {report['torch_version']}, {report['backend']}, "
+           f"tier {report['tier']}", ""]
+    out += [f"**{_headline(report)}**", ""]
+    out += [f"- wall time: {report['wall_time_s']:.1f} s ({report['started']} -> {report['finished']})",
+            f"- machine: {_machine(report)}",
+            f"- world sizes: {', '.join(map(str, report['world_sizes']))}; seed {report['seed']}",
+            f"- selection: {report['selection'] or 'all cases of the tier'}",
+            f"- command: `{' '.join(report['argv'])}`", ""]
+
+    header, rows = summary_rows(report)
+    out += ["## Matrix", "", "| " + " | ".join(header) + " |",
+            "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    out += ["", f"Legend: {LEGEND}.", ""]
+
+    fails = failures(report)
+    out += [f"## Failures ({len(fails)})", ""]
+    if not fails:
+        out += ["None.", ""]
+    for cid, p, v in fails:
+        lines, more = _first_lines(v.get("detail", ""), DETAIL_LINES_MD)
+        body = "\n".join(lines) + (f"\n... {more} more lines in the JSON report" if more else "")
+        fence = _fence(body)
+        out += [f"### `{cid}` {p}: {v['status']}", "", fence, body, fence, "",
+                f"Rerun: `{rerun_command(cid)}`", ""]
+
+    by_key = {k.key: k for k in KNOWN}
+    out += ["## Known torch limitations", ""]
+    if not s["known"]:
+        out += ["None seen in this run.", ""]
+    for key, n in s["known"].items():
+        k = by_key.get(key)
+        props = sorted({p for c in report["cases"] for p, v in c["properties"].items()
+                        if v["status"] == "known" and v.get("known") == key}, key=prop_key)
+        out.append(f"- **{key}**: {n} case{'s' if n != 1 else ''} ({', '.join(props)})")
+        if k is None:
+            out.append("  (no longer recorded in fsdp_conformance/known.py)")
+        else:
+            out += [f"  torch {k.torch_versions}: {k.reason}", f"  Upstream: {k.upstream}"]
+    out.append("")
+
+    out += ["## Fixed upstream?", ""]
+    if not s["fixed_upstream"]:
+        out += ["None.", ""]
+    else:
+        out += ["These pass although a known limitation is recorded for them: retire the entry "
+                "from `fsdp_conformance/known.py` once confirmed.", ""]
+        out += [f"- `{cid}` {p}: {key}" for cid, p, key in s["fixed_upstream"]] + [""]
+
+    reasons = Counter((p, v.get("detail") or "(no reason given)") for c in report["cases"]
+                      for p, v in c["properties"].items() if v["status"] == "n/a")
+    by_reason: dict[str, Counter] = {}
+    for (p, reason), n in reasons.items():
+        by_reason.setdefault(reason, Counter())[p] += n
+    out += ["## Not applicable", ""]
+    if not by_reason:
+        out += ["None.", ""]
+    else:
+        out += ["| reason | count | properties |", "|---|---:|---|"]
+        for reason, props in sorted(by_reason.items(), key=lambda kv: (-sum(kv[1].values()), kv[0])):
+            out.append(f"| {_md_cell(' '.join(reason.split()))} | {sum(props.values())} | "
+                       f"{', '.join(sorted(props, key=prop_key))} |")
+        out.append("")
+
+    out += ["## Tolerances", ""]
+    tol = report.get("tolerances") or {}
+    if not tol:
+        out += ["None stated for this run.", ""]
+    else:
+        out += ["| dtype | rtol | atol |", "|---|---:|---:|"]
+        out += [f"| {d} | {t.get('rtol', '')} | {t.get('atol', '')} |" for d, t in tol.items()]
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,125 @@
+"""``fsdp-conformance run``: the conformance run with a live progress bar, a summary
+table and the report (JSON + Markdown, written atomically).
+
+Exit codes: 0 when no (case, property) fails or errors, 1 otherwise, 2 for usage errors
+(bad world sizes, a backend the machine cannot run, a selection that matches no case).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run the conformance suite and write reports/latest.{json,md}")
+    p.add_argument("--tier", choices=["quick", "full"], default="quick",
+                   help="quick: minutes on 2 cores (default); full: the whole matrix")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default=None,
+                   help="default: gloo on CPU (nccl needs one GPU per rank)")
+    p.add_argument("--world-sizes", default=None,
+                   help="comma-separated, e.g. 1,2,3,4 (default: what the machine can hold)")
+    p.add_argument("-k", dest="keyword", default=None,
+                   help="only cases whose id contains every word (`not WORD` excludes)")
+    p.add_argument("--json", default="reports/latest.json", help="JSON report path")
+    p.add_argument("--md", default=None, help="Markdown report path (default: JSON path .md)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every case (default 0)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds a save or load may take on the ranks before it is a hang")
+    p.add_argument("--list", action="store_true", help="list the selected case ids and exit")
+
+
+def _world_sizes(arg: str | None, backend: str) -> list[int]:
+    if arg is None:
+        if backend == "nccl":
+            import torch
+
+            return [w for w in (1, 2, 3, 4) if w <= torch.cuda.device_count()]
+        return [1, 2, 3, 4]
+    try:
+        ws = sorted({int(x) for x in arg.split(",") if x.strip()})
+    except ValueError:
+        raise SystemExit(_usage(f"--world-sizes must be comma-separated integers, got {arg!r}"))
+    if not ws or ws[0] < 1:
+        raise SystemExit(_usage(f"--world-sizes must be positive, got {arg!r}"))
+    return ws
+
+
+def _usage(msg: str) -> int:
+    print(f"fsdp-conformance run: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def main(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import torch
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    from . import matrix
+    from .harness import close_pools
+    from .properties.run_props import TOLERANCES
+    from .report.run_report import build_report, render_table, write_run_report
+    from .runner import run_cases
+
+    backend = args.backend or "gloo"
+    if backend == "nccl" and not torch.cuda.is_available():
+        return _usage("--backend nccl needs CUDA GPUs; this machine has none")
+    try:
+        world_sizes = _world_sizes(args.world_sizes, backend)
+    except SystemExit as exc:
+        return int(exc.code)
+    if not world_sizes:
+        return _usage("no world size fits this machine")
+    cases = matrix.select(matrix.TIERS[args.tier](matrix.default_paths()),
+                          world_sizes=world_sizes, keyword=args.keyword)
+    if args.seed:
+        cases = [dataclasses.replace(c, seed=args.seed) for c in cases]
+    if not cases:
+        return _usage(f"no case of tier {args.tier!r} matches -k {args.keyword!r} and "
+                      f"world sizes {world_sizes}")
+    if args.list:
+        for c in cases:
+            print(c.id)
+        return 0
+    console = Console(stderr=True)
+    failed = 0
+    t0 = time.perf_counter()
+    progress = Progress(TextColumn("[bold]conformance[/]"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[fails]}"), TimeElapsedColumn(),
+                        TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                        transient=False, disable=not console.is_terminal and
+                        os.environ.get("FSDPC_PROGRESS") != "1")
+    with progress:
+        task = progress.add_task("run", total=len(cases), fails="failures: 0")
+
+        def on_result(r) -> None:
+            nonlocal failed
+            if any(v.status in ("fail", "error") for v in r.properties.values()):
+                failed += 1
+                if not progress.disable:
+                    progress.console.print(f"[red]FAIL[/] {r.case.id}")
+            progress.update(task, advance=1, fails=f"failures: {failed}")
+            done = progress.tasks[0].completed
+            if progress.disable and (done % 25 == 0 or done == len(cases)):
+                print(f"[{done:.0f}/{len(cases)}] failing cases: {failed}, "
+                      f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+
+        try:
+            results = run_cases(cases, backend=args.backend, timeout=args.timeout,
+                                on_result=on_result)
+        finally:
+            close_pools()
+    wall = time.perf_counter() - t0
+    report = build_report(results, tier=args.tier, backend=backend, seed=args.seed,
+                          world_sizes=world_sizes, wall_time_s=wall,
+                          argv=["fsdp-conformance", *sys.argv[2:]], selection=args.keyword,
+                          tolerances={k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()})
+    md = args.md or os.path.splitext(args.json)[0] + ".md"
+    write_run_report(report, args.json, md)
+    render_table(report, Console())
+    print(f"{len(results)} cases in {wall:.0f} s; report: {args.json}, {md}")
+    return 0 if report["ok"] else 1

@@ -1,0 +1,244 @@
+"""The conformance run: for each case, save at N on one pool, load at M on another, then
+decide every property on the controller.
+
+Rules
+- One work directory per case under a run directory the runner owns (a fresh temporary
+  directory, removed at the end); nothing is written anywhere else.
+- A pool call that raises, dies or times out makes the case's properties "error" with
+  every rank's traceback or stack (the pool rebuilds itself); the run goes on.
+- Fault cases (``case.fault``) only check P15: the controller damages the saved files
+  between save and load, then the load must fail on every rank with an error that names
+  the problem, within ``fault_timeout`` seconds.
+- Known torch limitations (``known.py``) turn a failing verdict into "known" and mark a
+  passing one as "fixed upstream?".
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from .cases import Case
+from .harness import get_pool
+from .harness.errors import RankError, RankTimeout
+from .known import known_all
+from .local_run import local_run
+from .zoo import model_spec
+from . import reference as ref
+from .properties import run_props as rp
+from .properties.layouts import reference_layout
+from .properties.reference_props import p0_layout
+from .properties.verdict import Verdict, error, na, passed
+from .report.run_report import CaseResult
+from .sut import paths as fsdp1_paths
+
+PROPS = tuple(f"P{i}" for i in range(16))
+NOT_BUILT = {
+    "P12": "golden fixtures from earlier torch versions are not checked by this version yet",
+    "P13": "timing bounds are not measured by this version yet",
+    "P14": "memory bounds are not measured by this version yet",
+}
+
+
+def _sut(api: str):
+    if api.startswith("fsdp2"):
+        from .sut import fsdp2_paths
+
+        return fsdp2_paths
+    return fsdp1_paths
+
+
+def _apply_known(case: Case, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
+    """Known limitations applied per property (module docstring); then every other
+    property that failed with the very same detail (one root cause: the save or the load
+    raised, say) is "known" under the same entry."""
+    out = {}
+    for prop, v in verdicts.items():
+        k = next((e for e in known_all(case, prop)
+                  if v.status == "pass" or not e.symptom or e.symptom in v.detail), None)
+        if k is not None and v.status in ("fail", "error"):
+            v = Verdict("known", f"{k.reason}\nupstream: {k.upstream}\n\n{v.detail}", k.key)
+        elif k is not None and v.status == "pass" and k.primary(prop):
+            v = Verdict("pass", f"fixed upstream? known limitation {k.key!r} did not "
+                                f"reproduce. {v.detail}", k.key)
+        out[prop] = v
+    primary = {p: v.status == "known" and any(e.key == v.known and e.primary(p)
+                                             for e in known_all(case, p))
+               for p, v in out.items()}
+    root: dict[str, Verdict] = {}
+    for p, v in out.items():  # P0..P15 in order; an entry's primary property names the cause
+        if primary[p]:
+            root.setdefault(verdicts[p].detail, v)
+    for p, v in verdicts.items():
+        k = root.get(v.detail)
+        if k is not None and v.status in ("fail", "error") and not primary[p]:
+            out[p] = Verdict("known", k.detail, k.known)
+    return out
+
+
+def _all(v: Verdict, props: Sequence[str] = PROPS) -> dict[str, Verdict]:
+    return {p: v for p in props}
+
+
+def _read_dcp(path: Path) -> dict | None:
+    """A DCP directory's optimizer state as one full dict, read without a process group."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = path.parent / "dcp_full.pt"
+    try:
+        dcp_to_torch_save(str(path), str(out))
+        return torch.load(out, weights_only=False)["optim"]
+    except Exception:  # noqa: BLE001  (P8 reports it as an error)
+        return None
+
+
+def evaluate(case: Case, save_obs: list[dict], load_obs: list[dict], workdir: Path) -> dict[str, Verdict]:
+    """Every property of a normal (non-fault) case from what the ranks recorded."""
+    api = case.api
+    v: dict[str, Verdict] = {}
+    ordered = case.groups == 1  # several groups: the optimizer's order is the groups' order
+    if api.startswith("fsdp2"):  # FSDP2: per-parameter layout and its own reference
+        from .properties import fsdp2_run_props as f2
+
+        layout, dst = f2.layouts(case)
+        v["P0"] = f2.p0(layout, dst, save_obs, load_obs, ordered)
+        p1_saved, p3_loaded, gather = f2.p1_saved, f2.p3_loaded, f2.gather
+    else:
+        layout = reference_layout(case)
+        dst = reference_layout(case, load_side=True)
+        p0s = p0_layout(layout, save_obs, ordered=ordered)
+        p0l = p0_layout(dst, load_obs, ordered=ordered)
+        v["P0"] = p0s if p0s.status != "pass" else (
+            Verdict(p0l.status, "load side: " + p0l.detail) if p0l.status != "pass" else
+            passed(f"save side {p0s.detail}; load side {p0l.detail}"))
+        p1_saved, p3_loaded, gather = rp.p1_saved, rp.p3_loaded, ref.gather_full
+    full, bad = rp.to_full(api, save_obs)
+    local = local_run(case)
+    if full is None:
+        for p in ("P1", "P2", "P3", "P4", "P6", "P7", "P8", "P9", "P10", "P11"):
+            v[p] = bad
+    else:
+        v["P1"] = p1_saved(layout, save_obs, full, api)
+        ignored = model_spec(case.model).ignored
+        why = (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank on "
+               f"the rank's own rows, and they feed every other param's gradient, so no "
+               f"single-process run can match") if ignored else ""
+        v["P2"] = na(why) if why else rp.p2_vs_local(layout, full, local, case.dtype)
+        same = case.dst_world_size == case.world_size and case.dst_plan == case.plan
+        v["P3"] = p3_loaded(dst, full, load_obs, own=save_obs if same else None)
+        v["P4"] = rp.p4_flatten(dst, load_obs, api)
+        v["P6"] = na(why) if why else rp.p6_resume(dst, load_obs, local, case.dtype, gather=gather)
+        v["P7"] = rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan) if not any(
+            rp._err(o.get("loaded")) for o in load_obs) else error(
+            "load failed: " + next(rp._err(o["loaded"]) for o in load_obs if rp._err(o.get("loaded"))))
+        dcp_full = _read_dcp(workdir / fsdp1_paths.DCP_DIR) if api.endswith(".sharded") else None
+        v["P8"] = rp.p8_serialise(api, save_obs, load_obs, full, dcp_full)
+        v["P9"] = (f2.p9_sharded(full, save_obs) if api == "fsdp2.sharded"
+                   else rp.p9_flags(layout, api, save_obs))
+        v["P10"] = rp.p10_partial(case, layout, dst, full, load_obs, local, gather=gather)
+        v["P11"] = rp.p11_groups(full, load_obs, local)
+    if api != "fsdp1.rekey":
+        v["P5"] = na("this path does not rekey")
+    elif full is None:
+        v["P5"] = bad
+    else:
+        v["P5"] = rp.p5_rekey_path(case, full, load_obs)
+    v["P15"] = na("not a bad-input case (P15 has its own cases: .../fault:<kind>)")
+    for p, why in NOT_BUILT.items():
+        v[p] = na(why)
+    return {p: v[p] for p in PROPS}
+
+
+def _rank_error_verdict(exc: RankError, what: str) -> Verdict:
+    return error(f"{what}: {exc}")
+
+
+def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
+             fault_timeout: float) -> CaseResult:
+    """Save, (damage,) load, evaluate one case; never raises for a torch or rank failure."""
+    workdir = rundir / hashlib.sha1(case.id.encode()).hexdigest()[:16]
+    workdir.mkdir(parents=True, exist_ok=True)
+    sut = _sut(case.api)
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    try:
+        try:
+            save_obs = get_pool(case.world_size, backend).run(
+                sut.save_side, case, str(workdir), timeout=timeout, seed=case.seed)
+        except RankError as exc:
+            return CaseResult(case, _apply_known(case, _all(_rank_error_verdict(exc, "save side failed"))),
+                              {"total": time.perf_counter() - t0})
+        timings["save"] = max(o["timings"].get("save", 0.0) for o in save_obs)
+        failed = [o for o in save_obs if rp._err(o.get("saved"))]
+        if failed and not case.fault:  # nothing was written: there is nothing to load
+            v = error(f"torch raised in the {case.api} save call on rank {failed[0]['rank']}, "
+                      f"so nothing could be loaded:\n{rp._err(failed[0]['saved'])}")
+            verdicts = {**_all(v), "P5": na("this path does not rekey") if case.api !=
+                        "fsdp1.rekey" else v,
+                        "P15": na("not a bad-input case (P15 has its own cases: "
+                                  ".../fault:<kind>)"),
+                        **{p: na(why) for p, why in NOT_BUILT.items()}}
+            timings["total"] = time.perf_counter() - t0
+            return CaseResult(case, _apply_known(case, verdicts), timings)
+        if case.fault:
+            from .faults import apply_fault, p15_verdict
+
+            try:
+                what = apply_fault(case, workdir)
+            except Exception:  # noqa: BLE001
+                v = error("could not apply the fault:\n" + traceback.format_exc())
+                return CaseResult(case, {**_all(na("fault case: only P15")), "P15": v}, timings)
+            try:
+                load_obs = get_pool(case.dst_world_size, backend).run(
+                    sut.load_side, case, str(workdir), timeout=fault_timeout, seed=case.seed)
+                outcome: object = load_obs
+            except RankError as exc:
+                outcome = exc
+            try:
+                v15 = p15_verdict(case, what, outcome)
+            except Exception:  # noqa: BLE001  (a bug of the suite: say so, keep going)
+                v15 = error("the suite failed while judging this case:\n" + traceback.format_exc())
+            verdicts = {**_all(na("fault case: only P15 is checked")), "P15": v15}
+            timings["total"] = time.perf_counter() - t0
+            return CaseResult(case, _apply_known(case, verdicts), timings)
+        try:
+            load_obs = get_pool(case.dst_world_size, backend).run(
+                sut.load_side, case, str(workdir), timeout=timeout, seed=case.seed)
+        except RankError as exc:
+            kind = "hung" if isinstance(exc, RankTimeout) else "failed"
+            return CaseResult(case, _apply_known(case, _all(_rank_error_verdict(exc, f"load side {kind}"))),
+                              {**timings, "total": time.perf_counter() - t0})
+        timings["load"] = max(o["timings"].get("load", 0.0) for o in load_obs)
+        try:
+            verdicts = evaluate(case, save_obs, load_obs, workdir)
+        except Exception:  # noqa: BLE001  (a bug of the suite: say so, keep going)
+            verdicts = _all(error("the suite failed while evaluating this case:\n"
+                                  + traceback.format_exc()))
+        timings["total"] = time.perf_counter() - t0
+        return CaseResult(case, _apply_known(case, verdicts), timings)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_cases(cases: Sequence[Case], *, backend: str | None = None, timeout: float = 120.0,
+              fault_timeout: float = 30.0,
+              on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+    """Run every case in order; ``on_result`` sees each result as it lands (progress)."""
+    results = []
+    rundir = Path(tempfile.mkdtemp(prefix="fsdpc-run-"))
+    try:
+        for case in cases:
+            r = run_case(case, rundir, backend=backend, timeout=timeout,
+                         fault_timeout=fault_timeout)
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+    finally:
+        shutil.rmtree(rundir, ignore_errors=True)
+    return results

@@ -1,0 +1,319 @@
+"""FSDP2 (``fully_shard``) observed on a rank: build the case's model, shard it, train, then
+call every ``torch.distributed.checkpoint.state_dict`` optimizer path and return what each
+produced, in the neutral named form of ``fsdp_conformance.reference`` (keys = FQNs).
+
+Rules
+- Wrapping: ``fully_shard`` on every submodule of the case's plan, deepest first (a module
+  is sharded before any ancestor; equal depth in plan order), then on the root, all on one
+  CPU/CUDA ``DeviceMesh`` over the pool's ranks: 1-D ``(ws,)``; HYBRID_SHARD: 2-D
+  ``(ws // S, S)`` (HSDP, ``S = shard_group_size``); NO_SHARD: ``(ws, 1)``;
+  SHARD_GRAD_OP: ``reshard_after_forward=False``. Params of the zoo's ignored modules are
+  passed as ``ignored_params`` (they stay plain tensors).
+- Keys: ``model.named_parameters()`` names (``fully_shard`` adds no prefix); the int ids
+  of ``optim.state_dict()`` are mapped by the optimizer's own param order.
+- DTensor values: in local dicts, their ``to_local()`` tensor; in the sharded dict, a
+  record ``{"global_shape", "dtensor": True, "local", "placements", "mesh_shape",
+  "coordinate", "torch_offset"}`` (placements as ``("shard", dim)`` / ``("replicate",)`` /
+  ``repr``; ``torch_offset``: torch's own global offset of the local piece), plus
+  ``"pieces"``: the reference's reading of the live DTensor (``reference.to_pieces``).
+- Each API path runs in its own try block: a path that raises is reported as
+  ``{"error": traceback}`` for that path, and the other paths still run. A path that is
+  skipped on purpose says why in ``{"n/a": reason}``. A load path that could leave ranks
+  waiting in a collective (broadcast from rank 0 after rank 0 rejected the dict) is
+  skipped on every rank when the same dict already failed to load without broadcast.
+- Everything returned is on CPU, detached and cloned, so it pickles.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import reference as ref
+from ..cases import Case
+from ..zoo import build_model, build_optimizer, model_spec
+from .fsdp1 import _guard, named_local, optimizer_keys, train
+
+
+def _is_dtensor(x: Any) -> bool:
+    return hasattr(x, "to_local") and hasattr(x, "placements") and hasattr(x, "device_mesh")
+
+
+def _cpu(x: Any) -> Any:
+    """Detached CPU clones; DTensors become their local tensor."""
+    if _is_dtensor(x):
+        x = x.to_local()
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", copy=True)
+    if isinstance(x, dict):
+        return {k: _cpu(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cpu(v) for v in x)
+    return x
+
+
+def _placement(p) -> tuple:
+    if p.is_shard() and not hasattr(p, "split_factor"):
+        return ("shard", int(p.dim))
+    if p.is_replicate():
+        return ("replicate",)
+    return (repr(p),)
+
+
+def dtensor_record(v) -> dict:
+    """A live DTensor as plain data (module docstring)."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    _, offset = compute_local_shape_and_global_offset(v.shape, v.device_mesh, v.placements)
+    pieces = _guard(ref.to_pieces, v)
+    return {"global_shape": tuple(v.shape), "dtensor": True, "local": _cpu(v.to_local()),
+            "placements": [_placement(p) for p in v.placements],
+            "mesh_shape": tuple(v.device_mesh.shape),
+            "coordinate": tuple(v.device_mesh.get_coordinate()),
+            "torch_offset": tuple(int(o) for o in offset),
+            "pieces": _cpu(pieces)}
+
+
+def param_layout(model: nn.Module) -> list[dict]:
+    """FSDP2's actual per-parameter layout on this rank (what P0 compares with the reference):
+    for each ``named_parameters()`` entry its global shape and, for a DTensor, its local
+    shape, placements and torch's global offset of the local piece."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    out = []
+    for n, p in model.named_parameters():
+        row = {"fqn": n, "shape": tuple(p.shape), "dtensor": _is_dtensor(p)}
+        if row["dtensor"]:
+            _, off = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
+            row.update(local_shape=tuple(p.to_local().shape), offset=tuple(int(o) for o in off),
+                       placements=[_placement(x) for x in p.placements])
+        out.append(row)
+    return out
+
+
+def sharded_record(sharded: dict) -> dict:
+    """A sharded (DTensor-valued) optimizer dict as plain data, FQN-keyed."""
+    state = {k: {n: dtensor_record(v) if _is_dtensor(v) else _cpu(v) for n, v in st.items()}
+             for k, st in sharded.get("state", {}).items()}
+    return {"state": state, "param_groups": _cpu(sharded.get("param_groups", []))}
+
+
+def shard_group_size(case: Case, world_size: int) -> int:
+    """Ranks per shard group at ``world_size``: HYBRID_SHARD 2 (the whole world when odd),
+    NO_SHARD 1 (a ``(ws, 1)`` mesh: every param replicated, FSDP2's way to not shard),
+    otherwise the world size."""
+    if case.strategy == "HYBRID_SHARD":
+        return 2 if world_size % 2 == 0 else world_size
+    if case.strategy == "NO_SHARD":
+        return 1
+    return world_size
+
+
+def _mesh(ctx, case: Case):
+    """The pool's DeviceMesh for the case (cached on the rank: a 2-D mesh creates groups)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    ws = ctx.world_size
+    s = shard_group_size(case, ws)
+    two_d = case.strategy in ("HYBRID_SHARD", "NO_SHARD")
+    shape = (ws // s, s) if two_d else (ws,)
+    key = ("fsdp2-mesh", ctx.device.type, shape)
+    mesh = ctx.cache.get(key)
+    if mesh is None:
+        names = ("replicate", "shard") if two_d else ("shard",)
+        mesh = init_device_mesh(ctx.device.type, shape, mesh_dim_names=names)
+        ctx.cache[key] = mesh
+    return mesh
+
+
+def mesh_shape(ctx, case: Case) -> tuple[int, ...]:
+    return tuple(_mesh(ctx, case).shape)
+
+
+def shard_order(model: nn.Module, plan_fqns) -> list[str]:
+    """Plan submodules deepest first (equal depth: plan order): ``fully_shard`` must see a
+    submodule before any of its ancestors."""
+    names = dict(model.named_modules())
+    fqns = [f for f in dict.fromkeys(plan_fqns) if f]
+    for f in fqns:
+        if f not in names:
+            raise ValueError(f"plan names no submodule {f!r}")
+    return sorted(fqns, key=lambda f: -f.count("."))
+
+
+def wrap_fsdp2(ctx, case: Case, plan: str | None = None) -> nn.Module:
+    """Build the zoo model and ``fully_shard`` it as the case says (module docstring)."""
+    from torch.distributed.fsdp import fully_shard
+
+    spec = model_spec(case.model)
+    model = build_model(case.model, case.seed, case.torch_dtype).to(ctx.device)
+    mesh = _mesh(ctx, case)
+    ignored = {p for f in spec.ignored for p in model.get_submodule(f).parameters()}
+    kw: dict[str, Any] = {"mesh": mesh}
+    if case.strategy == "SHARD_GRAD_OP":
+        kw["reshard_after_forward"] = False
+    if ignored:
+        kw["ignored_params"] = ignored
+    for f in shard_order(model, spec.plans[plan or case.plan]):
+        fully_shard(model.get_submodule(f), **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def _optimizer(case: Case, model: nn.Module):
+    optim = build_optimizer(case.optimizer, list(model.named_parameters()), case.groups)
+    return optim, optimizer_keys(model, optim)
+
+
+def local_state(model: nn.Module, optim, keys: list[str]) -> dict:
+    """The rank's ``optim.state_dict()``: FQN-keyed, DTensors as their local tensors, CPU."""
+    return _cpu(named_local(optim.state_dict(), keys))
+
+
+def _options(**kw):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(**kw)
+
+
+CORE_SAVES = ("full", "sharded")
+EXTRA_SAVES = ("full_rank0", "sharded_offload", "flattened")
+
+
+def save_paths(ctx, model: nn.Module, optim, extras: bool = True) -> dict:
+    """Every ``get_optimizer_state_dict`` variant on this rank (live objects, not yet CPU),
+    each guarded; ``extras=False``: only ``CORE_SAVES``, the others ``{"n/a": ...}``."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    def get(**kw):
+        return _guard(get_optimizer_state_dict, model, optim, options=_options(**kw))
+
+    out = {"full": get(full_state_dict=True), "sharded": get(full_state_dict=False)}
+    if not extras:
+        return {**out, **dict.fromkeys(EXTRA_SAVES, {"n/a": "extras not requested"})}
+    return {
+        **out,
+        "full_rank0": get(full_state_dict=True, cpu_offload=True),
+        "sharded_offload": get(full_state_dict=False, cpu_offload=True),
+        "flattened": get(full_state_dict=True, flatten_optimizer_state_dict=True),
+    }
+
+
+def _agree_all(ctx, ok: bool) -> bool:
+    """True on every rank iff ``ok`` on every rank (one all_reduce)."""
+    import torch.distributed as dist
+
+    t = torch.tensor([0 if ok else 1], dtype=torch.int64, device=ctx.device)
+    dist.all_reduce(t, group=ctx.group)
+    return int(t.item()) == 0
+
+
+def _fresh(ctx, case: Case, plan: str):
+    model = wrap_fsdp2(ctx, case, plan)
+    optim, keys = _optimizer(case, model)
+    return model, optim, keys
+
+
+def load_paths(ctx, case: Case, plan: str, full: dict | None, *, flattened: dict | None = None,
+               sharded: dict | None = None, strict_off: bool = True) -> dict:
+    """Load the given dicts through every ``set_optimizer_state_dict`` path, each into a fresh
+    model and optimizer (the load-side plan, this pool's world size); return each path's
+    local state after loading (a named local dict), or its error.
+
+    ``full``: the FQN-keyed full dict (on every rank; for ``set_full_broadcast`` only rank
+    0's is passed, the others pass ``{}``). ``flattened``: the same, flattened. ``sharded``:
+    the live DTensor dict of a model of the same mesh and plan. ``strict_off``: also run
+    ``set_full_nonstrict`` / ``set_full_broadcast_nonstrict`` (``strict=False``). A
+    broadcast path runs only if its non-broadcast twin loaded on every rank."""
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+    out: dict[str, Any] = {}
+
+    def run(name, osd, **kw):
+        model, optim, keys = _fresh(ctx, case, plan)
+        res = _guard(set_optimizer_state_dict, model, optim, osd, options=_options(**kw))
+        out[name] = res if isinstance(res, dict) and "error" in res else local_state(model, optim, keys)
+
+    if full is not None:
+        variants = [("set_full", {})] + ([("set_full_nonstrict", {"strict": False})] if strict_off else [])
+        for name, extra in variants:
+            run(name, _cpu(full), full_state_dict=True, **extra)
+            bname = name.replace("set_full", "set_full_broadcast")
+            if _agree_all(ctx, "error" not in out[name]):
+                run(bname, _cpu(full) if ctx.rank == 0 else {}, full_state_dict=True,
+                    broadcast_from_rank0=True, **extra)
+            else:
+                out[bname] = {"n/a": f"skipped: {name} rejected this dict on some rank; with "
+                                     "broadcast_from_rank0 the other ranks could wait for rank 0 "
+                                     "forever"}
+    if flattened is not None:
+        run("set_flattened", _cpu(flattened), full_state_dict=True, flatten_optimizer_state_dict=True)
+    if sharded is not None:
+        run("set_sharded", sharded, full_state_dict=False)
+    return out
+
+
+def observe(ctx, case: Case, nonstrict: bool = True, extras: bool = True) -> dict:
+    """Save side: train ``case.steps`` steps, then every FSDP2 save path's output on this rank,
+    and the dicts loaded back at the same world size and plan: rank 0's full and flattened
+    dicts (what a checkpoint written by rank 0 holds) and each rank's own sharded dict.
+    ``nonstrict``: also the ``strict=False`` full-dict paths (they differ from the strict ones
+    only where the checkpoint lacks state a trainable param has on the load side).
+    ``extras``: also ``EXTRA_SAVES`` (rank-0-only and offloaded dicts, the flattened dict)
+    and loading the flattened dict; without them those paths read ``{"n/a": ...}``."""
+    model, optim, keys = _fresh(ctx, case, case.plan)
+    losses = train(ctx, case, model, optim, case.steps)
+    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
+                           "mesh_shape": mesh_shape(ctx, case), "meta": param_layout(model)}
+    out["local"] = local_state(model, optim, keys)
+    saved = save_paths(ctx, model, optim, extras)
+    for name in ("full", "full_rank0", "flattened"):
+        out[name] = _cpu(saved[name])
+    for name in ("sharded", "sharded_offload"):
+        v = saved[name]
+        out[name] = v if "error" in v or "n/a" in v else _guard(sharded_record, v)
+    ok = {k: "error" not in saved[k] and "n/a" not in saved[k]
+          for k in ("full", "flattened", "sharded")}
+    if not _agree_all(ctx, ok["full"] and ok["sharded"] and (ok["flattened"] or not extras)):
+        ok = dict.fromkeys(ok, False)  # every rank must take the same load paths
+    # what a checkpoint holds: rank 0's full dict (ignored params: rank 0's own values)
+    full = _from_rank0(ctx, _cpu(saved["full"])) if ok["full"] else None
+    flat = _from_rank0(ctx, _cpu(saved["flattened"])) if ok["flattened"] and extras else None
+    sharded = saved["sharded"] if ok["sharded"] else None
+    out.update(load_paths(ctx, case, case.plan, full, flattened=flat, sharded=sharded,
+                          strict_off=nonstrict))
+    return out
+
+
+def _from_rank0(ctx, obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank (one object broadcast)."""
+    import torch.distributed as dist
+
+    box = [obj if ctx.rank == 0 else None]
+    dist.broadcast_object_list(box, src=0, group=ctx.group)
+    return box[0]
+
+
+def save_full(ctx, case: Case) -> dict:
+    """Save side only: train ``case.steps`` steps; the rank's local state and its full dict
+    (``get_optimizer_state_dict(full_state_dict=True)``)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    model, optim, keys = _fresh(ctx, case, case.plan)
+    losses = train(ctx, case, model, optim, case.steps)
+    full = _guard(get_optimizer_state_dict, model, optim, options=_options(full_state_dict=True))
+    return {"rank": ctx.rank, "keys": keys, "losses": losses, "mesh_shape": mesh_shape(ctx, case),
+            "local": local_state(model, optim, keys), "full": _cpu(full)}
+
+
+def load_full(ctx, case: Case, full: dict, nonstrict: bool = True) -> dict:
+    """Load side at this pool's world size and the case's load plan: the full dict (saved
+    elsewhere) through every full-dict ``set_optimizer_state_dict`` path (``nonstrict``:
+    the ``strict=False`` ones too)."""
+    model = wrap_fsdp2(ctx, case, case.dst_plan)
+    optim, keys = _optimizer(case, model)
+    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "mesh_shape": mesh_shape(ctx, case),
+                           "meta": param_layout(model)}
+    out.update(load_paths(ctx, case, case.dst_plan, full, strict_off=nonstrict))
+    return out

@@ -1,0 +1,291 @@
+"""The API paths of the conformance run, FSDP2 side (``fully_shard`` +
+``torch.distributed.checkpoint.state_dict``): one save and one load per path, run as a round
+trip over disk, observed on every rank. Same interface, files and recorded keys as
+``sut.paths`` (the FSDP1 side), so the runner, the properties and ``faults`` treat both alike.
+
+Paths (``Case.api``)
+    fsdp2.full     ``get_optimizer_state_dict(full_state_dict=True, cpu_offload=True)`` (rank 0
+                   gets the full dict, the others ``{}``) -> torch.save on rank 0 -> every rank
+                   torch.load(weights_only=True) -> ``set_optimizer_state_dict(full_state_dict=True,
+                   broadcast_from_rank0=True)``: rank 0 passes the dict, the others ``{}``
+    fsdp2.sharded  ``get_optimizer_state_dict()`` (DTensor values) -> ``dcp.save({"model",
+                   "optim"})`` at N -> at M, the documented resume recipe: the template is
+                   ``get_optimizer_state_dict()`` of the fresh model and optimizer, filled in place
+                   by ``dcp.load({"optim": template})``, then ``set_optimizer_state_dict``
+
+Rules
+- Model and wrapping: ``sut.fsdp2.wrap_fsdp2`` (the case's plan on the save side, its load
+  plan on the load side; ``use_orig_params`` means nothing to FSDP2 and is ignored). The
+  optimizer is the zoo's, with the case's groups and implementation; keys are
+  ``named_parameters()`` names in the optimizer's order.
+- The load side loads the model's params from the full file the save side wrote, with
+  ``set_model_state_dict(full_state_dict=True, strict=False)`` (not under test: buffers are
+  not in the file), then the optimizer state through the path (timed), saves again (P7) and
+  trains ``case.resume_steps`` more steps (P6).
+- P9: fsdp2.full also saves with ``cpu_offload=False`` (every rank gets the full dict, on its
+  device) into ``"all_ranks"``; fsdp2.sharded also saves with ``cpu_offload=True`` into
+  ``"offloaded"`` (with ``"offloaded_devices"``).
+- Recorded forms: local dicts FQN-keyed with plain local tensors (``DTensor.to_local()``);
+  a sharded dict's DTensor values as ``{"global_shape", "local", "offsets"}`` (torch's own
+  global offset of the local piece), which ``run_props.assemble_sharded`` tiles.
+- Everything returned is on CPU, cloned. A path that raises is recorded as
+  ``{"error": traceback}`` (DCP's ``CheckpointException`` included), except: on the load side
+  of a fault case (``case.fault``) the exception propagates, and a load that raised on some
+  ranks while the others stay blocked in a collective raises too (``_load_guarded``); then
+  the pool reports which ranks raised and which were left waiting, instead of a hang.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..cases import Case
+from ..zoo import build_optimizer, build_scheduler
+from .fsdp1 import named_local, optimizer_keys, train
+from .fsdp2 import _cpu, _is_dtensor, mesh_shape, param_layout, wrap_fsdp2
+from .paths import (DCP_DIR, FULL_FILE, MODEL_FILE, SCHED_FILE, _atomic_save, _devices,
+                    _timed, is_full_path, rank_file, read_saved, resizable)
+
+__all__ = ["FSDP2_PATHS", "FULL_FILE", "MODEL_FILE", "SCHED_FILE", "DCP_DIR", "is_full_path",
+           "resizable", "rank_file", "save_side", "load_side"]
+
+FSDP2_PATHS = ("fsdp2.full", "fsdp2.sharded")
+# How long a rank whose load call raised waits for the other ranks to return from theirs
+# before it concludes they are blocked in a collective (see ``_load_guarded``).
+STRAND_WAIT_S = 5.0
+
+
+def _guarded(fn, *args, **kwargs) -> tuple[Any, float]:
+    """``sut.paths._guarded``, also for DCP's ``CheckpointException`` (a ``BaseException``)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        return _timed(fn, *args, **kwargs)
+    except (Exception, CheckpointException):  # noqa: BLE001  (recorded: the verdict shows it)
+        return {"error": traceback.format_exc()}, 0.0
+
+
+def _check(api: str) -> None:
+    if api not in FSDP2_PATHS:
+        raise ValueError(f"{api!r} is not an FSDP2 path of sut.fsdp2_paths; known: {FSDP2_PATHS}")
+
+
+def _options(**kw):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(**kw)
+
+
+def _build(ctx, case: Case, load_side: bool):
+    model = wrap_fsdp2(ctx, case, plan=case.dst_plan if load_side else case.plan)
+    optim = build_optimizer(case.optimizer, list(model.named_parameters()), case.groups,
+                            impl=case.impl)
+    sched = build_scheduler(optim) if case.scheduler else None
+    return model, optim, sched, optimizer_keys(model, optim)
+
+
+def local_state(optim, keys: list[str]) -> dict:
+    """The rank's ``optim.state_dict()``: FQN-keyed, DTensors as their local tensors, CPU."""
+    return _cpu(named_local(optim.state_dict(), keys))
+
+
+def full_params(model) -> dict[str, torch.Tensor]:
+    """Every param of the model, unsharded (``full_tensor()``: a collective), by FQN."""
+    out = {}
+    for n, p in model.named_parameters():
+        t = p.full_tensor() if _is_dtensor(p) else p
+        out[n] = t.detach().to("cpu", copy=True)
+    return out
+
+
+def load_params(model, params: dict[str, torch.Tensor]) -> None:
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    set_model_state_dict(model, params, options=_options(full_state_dict=True, strict=False))
+
+
+def save_path(case: Case, model, optim, *, cpu_offload: bool | None = None) -> Any:
+    """The path's save call on this rank (what a trainer calls before writing). The path's
+    own ``cpu_offload`` unless told: fsdp2.full True (the rank-0-only form), fsdp2.sharded
+    False (the default options)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    _check(case.api)
+    if cpu_offload is None:
+        cpu_offload = case.api == "fsdp2.full"
+    if case.api == "fsdp2.full":
+        return get_optimizer_state_dict(
+            model, optim, options=_options(full_state_dict=True, cpu_offload=cpu_offload))
+    return get_optimizer_state_dict(model, optim, options=_options(cpu_offload=cpu_offload))
+
+
+def sharded_to_neutral(sharded: dict) -> dict:
+    """DTensor values -> ``{"global_shape", "local", "offsets"}`` (torch's global offset of
+    the local piece); everything else CPU clones."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    state = {}
+    for fqn, st in sharded.get("state", {}).items():
+        conv = {}
+        for n, v in st.items():
+            if _is_dtensor(v):
+                _, off = compute_local_shape_and_global_offset(v.shape, v.device_mesh,
+                                                               v.placements)
+                conv[n] = {"global_shape": tuple(v.shape), "dtensor": True,
+                           "local": _cpu(v.to_local()),
+                           "offsets": tuple(int(o) for o in off)}
+            else:
+                conv[n] = _cpu(v)
+        state[fqn] = conv
+    return {"state": state, "param_groups": _cpu(sharded.get("param_groups", []))}
+
+
+def _record(case: Case, saved: Any, keys: list[str]) -> Any:
+    """The saved object in the neutral named form sent back to the controller."""
+    if isinstance(saved, dict) and "error" in saved:
+        return saved
+    if case.api == "fsdp2.sharded":
+        return sharded_to_neutral(saved)
+    return _cpu(named_local(saved, keys)) if saved else {}
+
+
+def write_saved(ctx, case: Case, model, saved: Any, workdir: Path) -> float:
+    """Write what the path saved, as a trainer would; returns the seconds it took."""
+    import torch.distributed as dist
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if case.api == "fsdp2.full":
+        if ctx.rank == 0:
+            _atomic_save(saved, workdir / FULL_FILE)
+    else:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        dcp.save({"model": get_model_state_dict(model), "optim": saved},
+                 checkpoint_id=str(workdir / DCP_DIR), process_group=ctx.group)
+    dist.barrier(group=ctx.group)
+    return time.perf_counter() - t0
+
+
+def save_side(ctx, case: Case, workdir: str) -> dict:
+    """Train, save through the path, write it; record everything the properties need."""
+    _check(case.api)
+    workdir = Path(workdir)
+    model, optim, sched, keys = _build(ctx, case, load_side=False)
+    losses = train(ctx, case, model, optim, case.steps, sched=sched)
+    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
+                           "mesh_shape": mesh_shape(ctx, case), "meta": param_layout(model),
+                           "local": local_state(optim, keys)}
+    params = full_params(model)
+    saved, t_save = _guarded(save_path, case, model, optim)
+    out["timings"] = {"save": t_save}
+    out["saved_devices"] = sorted(_devices(saved))
+    out["saved"] = _record(case, saved, keys)
+    if not (isinstance(saved, dict) and "error" in saved):
+        out["timings"]["write"] = write_saved(ctx, case, model, saved, workdir)
+    if ctx.rank == 0:
+        out["params"] = params
+        _atomic_save(params, workdir / MODEL_FILE)
+        if sched is not None:
+            _atomic_save(sched.state_dict(), workdir / SCHED_FILE)
+    # P9: the same save with the flag flipped.
+    if case.api == "fsdp2.full":
+        flipped, _ = _guarded(save_path, case, model, optim, cpu_offload=False)
+        out["all_ranks"] = _record(case, flipped, keys)
+    else:
+        offloaded, _ = _guarded(save_path, case, model, optim, cpu_offload=True)
+        out["offloaded_devices"] = sorted(_devices(offloaded))
+        out["offloaded"] = _record(case, offloaded, keys)
+    return out
+
+
+def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:
+    """The path's load call on this rank (it ends in ``optim.load_state_dict``)."""
+    from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
+                                                         set_optimizer_state_dict)
+
+    _check(case.api)
+    if case.api == "fsdp2.full":
+        set_optimizer_state_dict(
+            model, optim, saved if ctx.rank == 0 else {},
+            options=_options(full_state_dict=True, broadcast_from_rank0=True))
+        return
+    import torch.distributed.checkpoint as dcp
+
+    template = get_optimizer_state_dict(model, optim)
+    dcp.load({"optim": template}, checkpoint_id=str(workdir / DCP_DIR),
+             process_group=ctx.group)
+    set_optimizer_state_dict(model, optim, template)
+
+
+def _load_guarded(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> tuple[Any, float]:
+    """The guarded load call. A rank whose call raised returns its error only once every rank
+    has returned from the call (each drops a marker file in the work directory); if some have
+    not within ``STRAND_WAIT_S`` (they wait in a collective the failed rank never joins:
+    ``broadcast_from_rank0`` after rank 0 rejected the dict), it raises, so the pool reports
+    the error and the stranded ranks instead of a silent hang."""
+    import torch.distributed as dist
+
+    box = [uuid.uuid4().hex if ctx.rank == 0 else None]  # this call's marker names
+    dist.broadcast_object_list(box, src=0, group=ctx.group)
+
+    def marker(r: int) -> Path:
+        return workdir / f".load_returned_{box[0]}_rank{r}"
+
+    res, took = _guarded(load_path, ctx, case, model, optim, saved, workdir)
+    marker(ctx.rank).touch()
+    if not (isinstance(res, dict) and "error" in res) or ctx.world_size == 1:
+        return res, took
+    deadline = time.monotonic() + STRAND_WAIT_S
+    while True:
+        missing = [r for r in range(ctx.world_size) if not marker(r).exists()]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if missing:
+        raise RuntimeError(f"the {case.api} load raised on rank {ctx.rank} while rank(s) "
+                           f"{missing} did not return from it within {STRAND_WAIT_S:.0f} s "
+                           f"(left waiting in a collective):\n{res['error']}")
+    return res, took
+
+
+def load_side(ctx, case: Case, workdir: str) -> dict:
+    """Fresh model and optimizer at the load world size and plan; load, save again, resume."""
+    _check(case.api)
+    workdir = Path(workdir)
+    model, optim, sched, keys = _build(ctx, case, load_side=True)
+    load_params(model, torch.load(workdir / MODEL_FILE, weights_only=True))
+    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "mesh_shape": mesh_shape(ctx, case),
+                           "meta": param_layout(model), "timings": {}}
+    t0 = time.perf_counter()
+    saved, note = read_saved(ctx, case, workdir)
+    out["timings"]["read"] = time.perf_counter() - t0
+    out["weights_only_refused"] = note
+    if ctx.rank == 0 and is_full_path(case.api):
+        out["reread"] = _cpu(named_local(saved, keys)) if saved else {}
+    if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
+        _, out["timings"]["load"] = _timed(load_path, ctx, case, model, optim, saved, workdir)
+        out["loaded"] = local_state(optim, keys)
+        return out
+    res, out["timings"]["load"] = _load_guarded(ctx, case, model, optim, saved, workdir)
+    if isinstance(res, dict) and "error" in res:
+        out["loaded"] = res
+        return out
+    if sched is not None:
+        sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
+    out["loaded"] = local_state(optim, keys)
+    resaved, out["timings"]["resave"] = _guarded(save_path, case, model, optim)
+    out["resaved"] = _record(case, resaved, keys)
+    out["losses"] = train(ctx, case, model, optim, case.resume_steps, start_step=case.steps,
+                          sched=sched)
+    out["final_local"] = local_state(optim, keys)
+    params = full_params(model)
+    if ctx.rank == 0:
+        out["final_params"] = params
+    return out

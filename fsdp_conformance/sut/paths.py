@@ -1,0 +1,353 @@
+"""The API paths of the conformance run, FSDP1 side: one save and one load per path, run
+as a round trip over disk, observed on every rank.
+
+Paths (``Case.api``)
+    fsdp1.legacy_full     ``full_optim_state_dict(rank0_only)`` -> torch.save on rank 0 ->
+                          every rank torch.load(weights_only=True) -> ``shard_full_optim_state_dict``
+    fsdp1.legacy_scatter  same save -> rank 0 loads the file -> ``scatter_full_optim_state_dict``
+    fsdp1.legacy_sharded  ``sharded_optim_state_dict`` -> one torch.save file per rank ->
+                          ``flatten_sharded_optim_state_dict`` (same world size only)
+    fsdp1.full            ``optim_state_dict`` under FULL_STATE_DICT (rank0_only, offload_to_cpu)
+                          -> torch.save on rank 0 -> every rank loads -> ``optim_state_dict_to_load``
+    fsdp1.sharded         ``optim_state_dict`` under SHARDED_STATE_DICT (offload_to_cpu) -> DCP
+                          save at N -> ``load_sharded_optimizer_state_dict`` at M ->
+                          ``optim_state_dict_to_load``
+    fsdp1.rekey           ``full_optim_state_dict`` -> ``rekey_optim_state_dict(PARAM_ID)`` for
+                          the unwrapped model (a checkpoint a plain model can load) ->
+                          torch.save -> every rank: rekey back to PARAM_NAME with the unwrapped
+                          model -> ``shard_full_optim_state_dict``
+
+Rules
+- The save side trains ``case.steps`` steps, saves through the path (timed), writes the
+  file(s) under the case's work directory, and also saves with the flags flipped (P9). The
+  load side (another pool: ``case.dst_world_size``, ``case.dst_plan``) builds a fresh model
+  and optimizer, loads the model's full params (not under test), loads the optimizer state
+  through the path (timed), saves again (P7) and trains ``case.resume_steps`` more steps (P6).
+- Everything returned is on CPU, cloned, in the reference's neutral named form. Ranks only
+  record; the controller decides every verdict.
+- A path that raises is recorded as ``{"error": traceback}`` except on the load side of a
+  fault case (``case.fault``), where the exception propagates so the pool reports which
+  ranks raised and which were left waiting (P15).
+"""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..cases import Case
+from ..zoo import build_optimizer, build_scheduler
+from . import fsdp1
+from .fsdp1 import _cpu, _sharded_to_neutral, clean_name, named_local, optimizer_keys
+
+FSDP1_PATHS = ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded",
+               "fsdp1.full", "fsdp1.sharded", "fsdp1.rekey")
+FULL_FILE = "optim.pt"
+MODEL_FILE = "model.pt"
+SCHED_FILE = "sched.pt"
+DCP_DIR = "dcp"
+
+
+def is_full_path(api: str) -> bool:
+    """Paths whose saved form is one full FQN-keyed dict written by rank 0."""
+    return api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.full", "fsdp1.rekey",
+                   "fsdp2.full")
+
+
+def resizable(api: str) -> bool:
+    """Whether a path can load at a world size or wrapping other than the saving one.
+    ``flatten_sharded_optim_state_dict`` takes the rank's own ShardedTensor shards, which
+    exist only for the saving world size and wrapping."""
+    return api != "fsdp1.legacy_sharded"
+
+
+def rank_file(r: int) -> str:
+    return f"optim_rank{r}.pt"
+
+
+def _build(ctx, case: Case, load_side: bool):
+    model = fsdp1.wrap_fsdp1(ctx, case, plan=case.dst_plan if load_side else case.plan)
+    names = [(grouping_name(n, p), p) for n, p in model.named_parameters()]
+    optim = build_optimizer(case.optimizer, names, case.groups, impl=case.impl)
+    sched = build_scheduler(optim) if case.scheduler else None
+    return model, optim, sched, optimizer_keys(model, optim)
+
+
+def grouping_name(name: str, param) -> str:
+    """The name ``zoo.build_optimizer`` sorts a param into a group by: its clean FQN, or for
+    a FlatParameter the FQNs it holds joined by "|" (so a unit lands in the group its
+    original params are in, as in the single-process run)."""
+    fqns = getattr(param, "_fqns", None)
+    if fqns is None:
+        return clean_name(name)
+    prefix = clean_name(name)[: -len("_flat_param")]
+    return "|".join(prefix + f for f in fqns)
+
+
+def full_params(model) -> dict[str, torch.Tensor]:
+    """Every param of the model, unsharded, by clean FQN (tied params once)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    with FSDP.summon_full_params(model, writeback=False):
+        return {clean_name(n): p.detach().to("cpu", copy=True)
+                for n, p in model.named_parameters()}
+
+
+def load_params(model, params: dict[str, torch.Tensor]) -> None:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    with FSDP.summon_full_params(model, writeback=True), torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(params[clean_name(n)])
+
+
+def _timed(fn, *args, **kwargs) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t0
+
+
+def _guarded(fn, *args, **kwargs) -> tuple[Any, float]:
+    try:
+        return _timed(fn, *args, **kwargs)
+    except Exception:  # noqa: BLE001  (recorded: the verdict shows the traceback)
+        return {"error": traceback.format_exc()}, 0.0
+
+
+def save_path(case: Case, model, optim, *, rank0_only: bool = True,
+              offload: bool = True) -> Any:
+    """The path's save call on this rank (what a trainer calls before writing)."""
+    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import (ShardedOptimStateDictConfig, ShardedStateDictConfig,
+                                        StateDictType)
+
+    api = case.api
+    if api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.rekey"):
+        return FSDP.full_optim_state_dict(model, optim, rank0_only=rank0_only)
+    if api == "fsdp1.legacy_sharded":
+        return FSDP.sharded_optim_state_dict(model, optim)
+    if api == "fsdp1.full":
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT,
+                                  FullStateDictConfig(rank0_only=rank0_only,
+                                                      offload_to_cpu=offload),
+                                  FullOptimStateDictConfig(rank0_only=rank0_only,
+                                                           offload_to_cpu=offload)):
+            return FSDP.optim_state_dict(model, optim)
+    if api == "fsdp1.sharded":
+        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT,
+                                  ShardedStateDictConfig(offload_to_cpu=offload),
+                                  ShardedOptimStateDictConfig(offload_to_cpu=offload)):
+            return FSDP.optim_state_dict(model, optim)
+    raise ValueError(f"{api!r} is not an FSDP1 path of sut.paths; known: {FSDP1_PATHS}")
+
+
+def _model_sharded_sd(model) -> dict:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import StateDictType
+
+    with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+        return model.state_dict()
+
+
+def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, sub: str = "") -> float:
+    """Write what the path saved, as a trainer would; returns the seconds it took."""
+    import torch.distributed as dist
+
+    out = workdir / sub if sub else workdir
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if case.api == "fsdp1.rekey":
+        if ctx.rank == 0:
+            _atomic_save(to_param_ids(case, saved), out / FULL_FILE)
+    elif is_full_path(case.api):
+        if ctx.rank == 0:
+            _atomic_save(saved, out / FULL_FILE)
+    elif case.api == "fsdp1.legacy_sharded":
+        _atomic_save(saved, out / rank_file(ctx.rank))
+    elif case.api == "fsdp1.sharded":
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save({"model": _model_sharded_sd(model), "optim": saved},
+                 checkpoint_id=str(out / DCP_DIR), process_group=ctx.group)
+    dist.barrier(group=ctx.group)
+    return time.perf_counter() - t0
+
+
+def _plain_pair(case: Case):
+    """The unwrapped zoo model and the optimizer a plain trainer builds for it (the zoo's
+    grouping): the ids of a PARAM_ID dict are positions in that optimizer's groups."""
+    from .rekey import plain_model, plain_optimizer
+
+    model = plain_model(case)
+    return model, plain_optimizer(case, model)
+
+
+def to_param_ids(case: Case, full: dict) -> dict:
+    """A full FQN-keyed dict rekeyed to PARAM_ID for the unwrapped model (rekey path)."""
+    from .rekey import _rekey
+
+    return _rekey(full, "id", *_plain_pair(case))
+
+
+def to_param_names(case: Case, ids: dict) -> dict:
+    """A PARAM_ID dict of the unwrapped model rekeyed back to FQNs (rekey path)."""
+    from .rekey import _rekey
+
+    return _rekey(ids, "name", *_plain_pair(case))
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _record(case: Case, saved: Any, rank: int, keys: list[str]) -> Any:
+    """The saved object in the neutral named form sent back to the controller."""
+    if isinstance(saved, dict) and "error" in saved:
+        return saved
+    if case.api in ("fsdp1.sharded", "fsdp1.legacy_sharded"):
+        return _sharded_to_neutral(saved)
+    return _cpu(named_local(saved, keys)) if saved else {}
+
+
+def _devices(obj: Any) -> set[str]:
+    if isinstance(obj, torch.Tensor):
+        return {str(obj.device)}
+    if hasattr(obj, "local_shards"):
+        return {str(s.tensor.device) for s in obj.local_shards()}
+    if hasattr(obj, "to_local"):
+        return {str(obj.to_local().device)}
+    if isinstance(obj, dict):
+        return set().union(*(_devices(v) for v in obj.values())) if obj else set()
+    if isinstance(obj, (list, tuple)):
+        return set().union(*(_devices(v) for v in obj)) if obj else set()
+    return set()
+
+
+def save_side(ctx, case: Case, workdir: str) -> dict:
+    """Train, save through the path, write it; record everything the properties need."""
+    workdir = Path(workdir)
+    model, optim, sched, keys = _build(ctx, case, load_side=False)
+    losses = fsdp1.train(ctx, case, model, optim, case.steps, sched=sched)
+    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
+                           "meta": fsdp1.flat_metadata(model),
+                           "local": _cpu(named_local(optim.state_dict(), keys))}
+    params = full_params(model)
+    saved, t_save = _guarded(save_path, case, model, optim)
+    out["timings"] = {"save": t_save}
+    out["saved_devices"] = sorted(_devices(saved))
+    out["saved"] = _record(case, saved, ctx.rank, keys)
+    if not (isinstance(saved, dict) and "error" in saved):
+        out["timings"]["write"] = write_saved(ctx, case, model, saved, workdir)
+    if ctx.rank == 0 and case.api == "fsdp1.rekey" and "error" not in out["saved"]:
+        out["saved_ids"] = _cpu(_guarded(to_param_ids, case, saved)[0])
+    if ctx.rank == 0:
+        out["params"] = params
+        _atomic_save(params, workdir / MODEL_FILE)
+        if sched is not None:
+            _atomic_save(sched.state_dict(), workdir / SCHED_FILE)
+    # P9: the same save with the flags flipped (all ranks, no offload).
+    if case.api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.full"):
+        flipped, _ = _guarded(save_path, case, model, optim, rank0_only=False, offload=False)
+        out["all_ranks"] = _record(case, flipped, ctx.rank, keys)
+    return out
+
+
+def read_saved(ctx, case: Case, workdir: Path) -> tuple[Any, str]:
+    """Read what the save side wrote, as a resuming trainer would: ``torch.load`` with
+    ``weights_only=True``; if that refuses the file, note why (P8) and read it without."""
+    if case.api == "fsdp1.legacy_scatter" and ctx.rank != 0:
+        return None, ""
+    if is_full_path(case.api):
+        path = workdir / FULL_FILE
+    elif case.api == "fsdp1.legacy_sharded":
+        path = workdir / rank_file(ctx.rank)
+    else:
+        return None, ""
+    try:
+        return torch.load(path, weights_only=True), ""
+    except Exception as exc:  # noqa: BLE001  (a damaged file fails below, with its own error)
+        note = f"torch.load(weights_only=True) refused {path.name}: {type(exc).__name__}: {exc}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, weights_only=False), note
+
+
+def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:
+    """The path's load call on this rank, then ``optim.load_state_dict``."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import StateDictType
+
+    api = case.api
+    if api == "fsdp1.rekey":
+        flat = FSDP.shard_full_optim_state_dict(to_param_names(case, saved), model)
+    elif api == "fsdp1.legacy_full":
+        flat = FSDP.shard_full_optim_state_dict(saved, model)
+    elif api == "fsdp1.legacy_scatter":
+        flat = FSDP.scatter_full_optim_state_dict(saved if ctx.rank == 0 else None, model)
+    elif api == "fsdp1.legacy_sharded":
+        flat = FSDP.flatten_sharded_optim_state_dict(saved, model, optim)
+    elif api == "fsdp1.full":
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+            flat = FSDP.optim_state_dict_to_load(model, optim, saved)
+    elif api == "fsdp1.sharded":
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
+
+        model_sd = _model_sharded_sd(model)
+        loaded = load_sharded_optimizer_state_dict(
+            model_state_dict=model_sd, optimizer_key="optim",
+            storage_reader=FileSystemReader(str(workdir / DCP_DIR)))
+        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+            flat = FSDP.optim_state_dict_to_load(model, optim, loaded["optim"])
+    else:
+        raise ValueError(f"{api!r} is not an FSDP1 path of sut.paths; known: {FSDP1_PATHS}")
+    optim.load_state_dict(flat)
+
+
+def load_side(ctx, case: Case, workdir: str) -> dict:
+    """Fresh model and optimizer at the load world size and plan; load, save again, resume."""
+    workdir = Path(workdir)
+    model, optim, sched, keys = _build(ctx, case, load_side=True)
+    load_params(model, torch.load(workdir / MODEL_FILE, weights_only=True))
+    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "meta": fsdp1.flat_metadata(model),
+                           "timings": {}}
+    t0 = time.perf_counter()
+    saved, note = read_saved(ctx, case, workdir)
+    out["timings"]["read"] = time.perf_counter() - t0
+    out["weights_only_refused"] = note
+    if ctx.rank == 0 and case.api == "fsdp1.rekey":
+        out["reread_ids"] = _cpu(saved)
+        names, _ = _guarded(to_param_names, case, saved)
+        out["reread"] = _cpu(names)
+    elif ctx.rank == 0 and is_full_path(case.api):
+        out["reread"] = _cpu(named_local(saved, keys)) if saved else {}
+    if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
+        _, out["timings"]["load"] = _timed(load_path, ctx, case, model, optim, saved, workdir)
+        out["loaded"] = _cpu(named_local(optim.state_dict(), keys))
+        return out
+    res, out["timings"]["load"] = _guarded(load_path, ctx, case, model, optim, saved, workdir)
+    if isinstance(res, dict) and "error" in res:
+        out["loaded"] = res
+        return out
+    if sched is not None:
+        sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
+    out["loaded"] = _cpu(named_local(optim.state_dict(), keys))
+    resaved, out["timings"]["resave"] = _guarded(save_path, case, model, optim)
+    out["resaved"] = _record(case, resaved, ctx.rank, keys)
+    out["losses"] = fsdp1.train(ctx, case, model, optim, case.resume_steps,
+                                start_step=case.steps, sched=sched)
+    out["final_local"] = _cpu(named_local(optim.state_dict(), keys))
+    params = full_params(model)
+    if ctx.rank == 0:
+        out["final_params"] = params
+    return out

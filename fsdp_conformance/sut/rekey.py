@@ -1,0 +1,184 @@
+"""``FSDP.rekey_optim_state_dict`` (PARAM_ID <-> PARAM_NAME) observed on a rank, in the two
+uses its docstring gives, between an FSDP1 model and a plain (unwrapped) copy of the same
+zoo model.
+
+FSDP -> plain (rank 0, where ``full_optim_state_dict(rank0_only=True)`` puts the full dict)
+    ``full`` (FQN keys) -> ``a_ids`` = rekey(full, PARAM_ID, plain, optim=plain_optim) ->
+    ``plain_optim.load_state_dict(a_ids)`` -> ``a_loaded`` = ``plain_optim.state_dict()`` ->
+    ``a_names`` = rekey(a_loaded, PARAM_NAME). ``a_ids_legacy``: the ``optim_input=None``
+    path (ids = positions in ``plain.parameters()``), run only when the plain optimizer
+    holds the model's params in that order (one group, all params).
+    The plain optimizer mirrors the full dict's param groups (:func:`plain_optimizer_for`):
+    with ``use_orig_params=False`` FSDP's groups hold flat params, so the zoo's name-based
+    grouping of the FSDP optimizer is not the plain model's.
+plain -> FSDP (every rank)
+    a plain model and optimizer (the zoo's grouping) trained ``case.steps`` steps on the
+    full global batches -> ``b_osd`` (int ids) -> ``b_names`` = rekey(b_osd, PARAM_NAME) ->
+    ``b_ids`` = rekey(b_names, PARAM_ID) (the ID -> name -> ID round trip); ``b_reloaded``:
+    a fresh plain optimizer loaded with ``b_ids``, its ``state_dict()``; ``b_shard``:
+    ``shard_full_optim_state_dict(b_names, fsdp_model, optim=fsdp_optim)`` in the neutral
+    named local form.
+
+Rules (as in ``sut.fsdp1``)
+- Every path runs in its own guard: one that raises is ``{"error": traceback}``, the others
+  still run; a path skipped on purpose is ``{"n/a": reason}``.
+- Rekeyed dicts keep their key types (int ids or FQNs: that is what is under test); local
+  dicts of the FSDP model are in the neutral named form. Everything is a CPU clone.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from ..cases import Case
+from ..zoo import OPTIMIZERS, build_model, build_optimizer, loss_of, make_batch
+from .fsdp1 import _cpu, _guard, clean_name, named_local, optimizer_keys, train, wrap_fsdp1
+
+
+def plain_model(case: Case) -> nn.Module:
+    """The case's zoo model, unwrapped, with the case's initial parameters."""
+    return build_model(case.model, case.seed, case.torch_dtype)
+
+
+def plain_optimizer(case: Case, model: nn.Module,
+                    group_fqns: Sequence[Sequence[str]] | None = None) -> torch.optim.Optimizer:
+    """An optimizer of the case's kind on ``model``.
+
+    ``group_fqns=None``: the zoo's grouping (``build_optimizer``). Otherwise one group per
+    entry, holding the params named there, in ``model.named_parameters()`` order (the
+    hyperparameters are the optimizer's defaults: loading a state dict sets them). Params
+    named nowhere are left out; a name the model does not have raises ``KeyError``.
+    """
+    if group_fqns is None:
+        return build_optimizer(case.optimizer, model.named_parameters(), case.groups)
+    cls, kw = OPTIMIZERS[case.optimizer]
+    order = {n: i for i, (n, _) in enumerate(model.named_parameters())}
+    params = dict(model.named_parameters())
+    groups = []
+    for names in group_fqns:
+        unknown = [n for n in names if n not in params]
+        if unknown:
+            raise KeyError(f"param group names {unknown} are not params of the plain "
+                           f"{type(model).__name__} (its params: {list(params)})")
+        groups.append({"params": [params[n] for n in sorted(names, key=order.__getitem__)]})
+    return cls(groups, **kw)
+
+
+def plain_optimizer_for(case: Case, model: nn.Module,
+                        full: dict) -> tuple[torch.optim.Optimizer, str]:
+    """The plain optimizer that should load ``full``: mirroring its param groups, or, when
+    ``full`` names params the plain model does not have, the zoo's grouping (then loading
+    is expected to fail, and that is what gets observed). Returns (optimizer, how)."""
+    try:
+        groups = [list(g["params"]) for g in full["param_groups"]]
+        return plain_optimizer(case, model, groups), "mirror"
+    except KeyError as exc:
+        return plain_optimizer(case, model), f"zoo grouping ({exc})"
+
+
+def uses_model_order(model: nn.Module, optim: torch.optim.Optimizer) -> bool:
+    """True when the optimizer's params are exactly ``model.parameters()`` in that order
+    (what the ``optim_input=None`` path of ``rekey_optim_state_dict`` assumes)."""
+    mine = [p for g in optim.param_groups for p in g["params"]]
+    return len(mine) == len(list(model.parameters())) and all(
+        a is b for a, b in zip(mine, model.parameters()))
+
+
+def train_plain(case: Case, model: nn.Module, optim: torch.optim.Optimizer) -> list[float]:
+    """``case.steps`` steps on the full global batches, in this process only."""
+    losses = []
+    for step in range(case.steps):
+        x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
+        optim.zero_grad(set_to_none=True)
+        loss = loss_of(model, x)
+        loss.backward()
+        optim.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def _rekey(osd: dict, to: str, model: nn.Module, optim: torch.optim.Optimizer | None) -> dict:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import OptimStateKeyType
+
+    kind = OptimStateKeyType.PARAM_ID if to == "id" else OptimStateKeyType.PARAM_NAME
+    return FSDP.rekey_optim_state_dict(osd, kind, model, optim=optim)
+
+
+def _fsdp_to_plain(case: Case, full: dict) -> dict[str, Any]:
+    """FSDP's full dict -> a plain optimizer (rank-local; no collectives)."""
+    model = plain_model(case)
+    optim, how = plain_optimizer_for(case, model, full)
+    out: dict[str, Any] = {"a_groups": how}
+    out["a_same_object"] = _guard(lambda: _rekey(full, "name", model, optim) is full)
+    a_ids = _guard(_rekey, full, "id", model, optim)
+    out["a_ids"] = _cpu(a_ids)
+    if "error" in a_ids:
+        out["a_loaded"] = out["a_names"] = {"n/a": "rekey to PARAM_ID raised"}
+    else:
+        def load():
+            optim.load_state_dict(a_ids)
+            return optim.state_dict()
+
+        loaded = _guard(load)
+        out["a_loaded"] = _cpu(loaded)
+        out["a_names"] = (_cpu(_guard(_rekey, loaded, "name", model, optim))
+                          if "error" not in loaded else {"n/a": "load_state_dict raised"})
+    if uses_model_order(model, optim):
+        out["a_ids_legacy"] = _cpu(_guard(_rekey, full, "id", model, None))
+    else:
+        out["a_ids_legacy"] = {"n/a": "the plain optimizer does not hold model.parameters() in "
+                                      "order (several groups or a param left out): the "
+                                      "optim_input=None path does not apply"}
+    return out
+
+
+def observe(ctx, case: Case) -> dict:
+    """Both uses of ``rekey_optim_state_dict`` on this rank (see the module docstring)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    fsdp = wrap_fsdp1(ctx, case)
+    fsdp_optim = build_optimizer(case.optimizer,
+                                 [(clean_name(n), p) for n, p in fsdp.named_parameters()],
+                                 case.groups)
+    keys = optimizer_keys(fsdp, fsdp_optim)
+    losses = train(ctx, case, fsdp, fsdp_optim, case.steps)
+    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses}
+
+    # FSDP -> plain: the full dict lives on rank 0 only (rank0_only=True, the default)
+    full = _guard(FSDP.full_optim_state_dict, fsdp, fsdp_optim, rank0_only=True)
+    if ctx.rank == 0:
+        out["full"] = _cpu(full)
+        if "error" in full:
+            na = {"n/a": "full_optim_state_dict raised (see 'full')"}
+            out.update({k: na for k in ("a_ids", "a_loaded", "a_names", "a_ids_legacy")})
+        else:
+            out.update(_fsdp_to_plain(case, full))
+
+    # plain -> FSDP: every rank trains the same plain model on the same global batches
+    model = plain_model(case)
+    optim = plain_optimizer(case, model)
+    out["plain_losses"] = train_plain(case, model, optim)
+    b_osd = optim.state_dict()
+    out["b_osd"] = _cpu(b_osd)
+    b_names = _guard(_rekey, b_osd, "name", model, optim)
+    out["b_names"] = _cpu(b_names)
+    if "error" in b_names:
+        na = {"n/a": "rekey to PARAM_NAME raised (see 'b_names')"}
+        out.update(b_ids=na, b_reloaded=na, b_shard=na)
+        return out
+    b_ids = _guard(_rekey, b_names, "id", model, optim)
+    out["b_ids"] = _cpu(b_ids)
+
+    def reload():
+        fresh_model = plain_model(case)
+        fresh = plain_optimizer(case, fresh_model)
+        fresh.load_state_dict(_rekey(b_names, "id", fresh_model, fresh))
+        return fresh.state_dict()
+
+    out["b_reloaded"] = _cpu(_guard(reload))
+    out["b_shard"] = _cpu(_guard(lambda: named_local(
+        FSDP.shard_full_optim_state_dict(b_names, fsdp, optim=fsdp_optim), keys)))
+    return out

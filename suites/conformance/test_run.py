@@ -1,0 +1,182 @@
+"""The conformance run: its matrix, a slice of the quick tier against the installed torch,
+planted bugs that the properties must catch, bad-input (P15) cases, and the CLI."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from fsdp_conformance import matrix
+from fsdp_conformance.cases import Case
+from fsdp_conformance.runner import evaluate, run_cases
+from fsdp_conformance.sut import fsdp2_paths, paths
+from fsdp_conformance.zoo import OPTIMIZERS
+
+from suites.conftest import PYTHON, ROOT, env_for_subprocess
+
+QUICK = matrix.quick(matrix.default_paths())
+
+
+def test_quick_tier_covers_every_path_optimizer_and_world_size_pair():
+    assert len(QUICK) >= 150
+    assert len({c.id for c in QUICK}) == len(QUICK)
+    assert [c.id for c in QUICK] == [c.id for c in matrix.quick(matrix.default_paths())]
+    for api in matrix.default_paths():
+        mine = [c for c in QUICK if c.api == api and not c.fault]
+        assert {c.optimizer for c in mine} == set(OPTIMIZERS), api
+        pairs = {(c.world_size, c.dst_world_size) for c in mine}
+        want = set(itertools.product((1, 2, 3, 4), repeat=2))
+        if not paths.resizable(api):
+            want = {(n, m) for n, m in want if n == m} - {(1, 1)} | {(n, n) for n in (2, 3)}
+        assert want <= pairs, (api, sorted(want - pairs))
+        if api.startswith("fsdp1"):  # FSDP2 has no flat/orig choice
+            assert {c.use_orig_params for c in mine} == {False, True}
+    assert {c.fault for c in QUICK} >= {"missing_fqn", "shape", "truncated_file"}
+
+
+def test_select_keyword_and_world_sizes():
+    sel = matrix.select(QUICK, world_sizes=[2], keyword="fsdp1.full adam not adamw")
+    assert sel and all(c.world_size == 2 == c.dst_world_size for c in sel)
+    assert all("fsdp1.full" in c.id and "adam" in c.id and "adamw" not in c.id for c in sel)
+
+
+# One case per path, in several configurations: the installed torch, as recorded in
+# known.py, must conform (every verdict pass, known or n/a) -- and no known limitation may
+# pass silently ("fixed upstream?" fails here so known.py cannot go stale).
+SLICE = [c for c in QUICK if not c.fault][::9]
+
+
+@pytest.mark.parametrize("case", SLICE, ids=lambda c: c.id)
+def test_quick_slice_conforms(case):
+    [result] = run_cases([case], timeout=120)
+    bad = {p: v for p, v in result.properties.items() if not v.ok or v.fixed_upstream}
+    assert not bad, "\n\n".join(f"{p} {v.status}: {v.detail[:3000]}" for p, v in bad.items())
+    assert result.properties["P1"].status in ("pass", "known")
+    assert result.properties["P6"].status in ("pass", "known", "n/a")
+
+
+def _roundtrip(rank_pool, case, tmp_path, mutate=None):
+    """Save, optionally damage the saved full dict on disk, load; the case's verdicts."""
+    save = rank_pool(case.world_size).run(paths.save_side, case, str(tmp_path), seed=case.seed)
+    if mutate is not None:
+        f = tmp_path / paths.FULL_FILE
+        sd = torch.load(f, weights_only=True)
+        mutate(sd)
+        torch.save(sd, f)
+    load = rank_pool(case.dst_world_size).run(paths.load_side, case, str(tmp_path), seed=case.seed)
+    return evaluate(case, save, load, tmp_path)
+
+
+PLANTED = Case(api="fsdp1.full", optimizer="sgd_momentum", groups=2, scheduler=True,
+               world_size=2, load_world_size=3)
+
+
+def test_clean_roundtrip_passes(rank_pool, tmp_path):
+    v = _roundtrip(rank_pool, PLANTED, tmp_path)
+    for p in ("P0", "P1", "P2", "P3", "P6", "P7", "P8", "P9", "P11"):
+        assert v[p].status == "pass", f"{p}: {v[p].detail}"
+
+
+def _scale_lr(sd):
+    sd["param_groups"][1]["lr"] *= 1.01
+
+
+def _drop_momentum(sd):  # a trainer that keeps the groups but drops the momentum buffers
+    sd["state"].clear()
+
+
+def _drop_initial_lr(sd):
+    del sd["param_groups"][0]["initial_lr"]
+
+
+@pytest.mark.parametrize("mutate,caught", [
+    (_scale_lr, ("P6", "P11")),          # a 1% lr error in one group
+    (_drop_momentum, ("P6",)),           # a dropped momentum buffer
+    (_drop_initial_lr, ("P11",)),        # an extra key lost (LR scheduler's initial_lr)
+], ids=["lr+1%", "momentum-dropped", "initial_lr-dropped"])
+def test_planted_bugs_are_caught(rank_pool, tmp_path, mutate, caught):
+    v = _roundtrip(rank_pool, PLANTED, tmp_path, mutate)
+    for p in caught:
+        assert v[p].status == "fail", f"{p} missed the planted bug: {v[p].status} {v[p].detail}"
+
+
+PLANTED_FSDP2 = dataclasses.replace(PLANTED, api="fsdp2.full")
+
+
+@pytest.mark.parametrize("mutate,caught", [
+    (None, ()),                          # the clean round trip conforms
+    (_scale_lr, ("P6", "P11")),
+    (_drop_momentum, ("P3", "P6")),      # DSD keeps its own zero-grad buffers: P3 sees them
+], ids=["clean", "lr+1%", "momentum-dropped"])
+def test_planted_bugs_are_caught_fsdp2(rank_pool, tmp_path, mutate, caught):
+    """The FSDP2 full path (broadcast_from_rank0) through the same properties."""
+    save = rank_pool(2).run(fsdp2_paths.save_side, PLANTED_FSDP2, str(tmp_path), seed=0)
+    if mutate is not None:
+        f = tmp_path / fsdp2_paths.FULL_FILE
+        sd = torch.load(f, weights_only=True)
+        mutate(sd)
+        torch.save(sd, f)
+    load = rank_pool(3).run(fsdp2_paths.load_side, PLANTED_FSDP2, str(tmp_path), seed=0)
+    v = evaluate(PLANTED_FSDP2, save, load, tmp_path)
+    if mutate is None:
+        for p in ("P0", "P1", "P2", "P3", "P6", "P7", "P8", "P9", "P11"):
+            assert v[p].status == "pass", f"{p}: {v[p].detail}"
+    for p in caught:
+        assert v[p].status == "fail", f"{p} missed the planted bug: {v[p].status} {v[p].detail}"
+
+
+def test_extra_step_is_caught_by_p2(rank_pool, tmp_path):
+    case = dataclasses.replace(PLANTED, optimizer="adam", load_world_size=None)
+    save = rank_pool(2).run(paths.save_side, case, str(tmp_path), seed=0)
+    load = rank_pool(2).run(paths.load_side, case, str(tmp_path), seed=0)
+    for st in save[0]["saved"]["state"].values():
+        st["step"] = st["step"] + 1
+    v = evaluate(case, save, load, tmp_path)
+    assert v["P2"].status == "fail" and "step" in v["P2"].detail
+
+
+@pytest.mark.parametrize("fault,status", [("extra_fqn", "pass"), ("missing_fqn", "known"),
+                                          ("truncated_file", "known")])
+def test_bad_input_cases(fault, status):
+    [r] = run_cases([Case(api="fsdp1.full", optimizer="adam", world_size=2, fault=fault)],
+                    fault_timeout=30)
+    v = r.properties["P15"]
+    assert v.status == status, v.detail
+    assert all(r.properties[p].status == "n/a" for p in r.properties if p != "P15")
+
+
+def test_stranded_ranks_become_a_verdict_not_a_hang():
+    [r] = run_cases([Case(api="fsdp1.legacy_scatter", optimizer="adam", world_size=2,
+                          fault="truncated_file")], fault_timeout=20)
+    v = r.properties["P15"]
+    assert v.status == "known" and "left waiting" in v.detail, v.detail
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([PYTHON, "-m", "fsdp_conformance", *args], cwd=ROOT,
+                          env=env_for_subprocess(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_run_writes_reports(tmp_path):
+    case = "fsdp1.full/adam/mlp.nested/flat/ws1->3/fp64"
+    assert case in {c.id for c in QUICK}
+    out = tmp_path / "r.json"
+    p = _cli("run", "-k", case, "--json", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.loads(out.read_text())
+    assert report["schema"] == "fsdp-conformance/run/1" and report["ok"] is True
+    assert [c["id"] for c in report["cases"]] == [case]
+    assert Path(str(out)[:-5] + ".md").read_text().startswith("#")
+    assert "P15" in report["cases"][0]["properties"]
+
+
+def test_cli_usage_errors():
+    assert _cli("run", "--world-sizes", "0", "--list").returncode == 2
+    p = _cli("run", "-k", "no-such-case", "--list")
+    assert p.returncode == 2 and "no case" in p.stderr

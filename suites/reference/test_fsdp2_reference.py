@@ -1,0 +1,145 @@
+"""The reference's FSDP2 layout (ignored params, HSDP), shard/gather, and its reading of
+DTensor-like values (duck-typed: no torch.distributed here), on hand-computed examples."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fsdp_conformance.compare import assert_state_dicts_equal
+from fsdp_conformance.reference import (
+    LayoutError,
+    ShapeMismatch,
+    dtensor_box,
+    flatten_sharded,
+    fsdp2_gather,
+    fsdp2_layout,
+    fsdp2_shard,
+    layout_from_spec,
+    shard_full,
+    sharded_to_pieces,
+    to_pieces,
+)
+
+
+class Shard:
+    def __init__(self, dim):
+        self.dim = dim
+
+    def is_shard(self):
+        return True
+
+    def is_replicate(self):
+        return False
+
+
+class StridedShard(Shard):
+    split_factor = 2
+
+
+class Replicate:
+    def is_shard(self):
+        return False
+
+    def is_replicate(self):
+        return True
+
+
+class Mesh:
+    def __init__(self, shape, coord):
+        self.shape, self._coord = tuple(shape), tuple(coord)
+
+    def get_coordinate(self):
+        return self._coord
+
+
+class FakeDTensor:
+    """What the reference may use of a DTensor: shape, placements, device_mesh, to_local()."""
+
+    def __init__(self, full, mesh, placements):
+        self.shape, self.device_mesh, self.placements = full.shape, mesh, placements
+        offsets, local = dtensor_box(full.shape, mesh, placements)
+        box = tuple(slice(o, o + n) for o, n in zip(offsets, local))
+        self._local = full[box].clone()
+
+    def to_local(self):
+        return self._local
+
+
+def test_dtensor_box_shard0_chunk_semantics():
+    rows = [dtensor_box((5, 3), Mesh((4,), (r,)), [Shard(0)]) for r in range(4)]
+    assert rows == [((0, 0), (2, 3)), ((2, 0), (2, 3)), ((4, 0), (1, 3)), ((5, 0), (0, 3))]
+
+
+def test_dtensor_box_hsdp_and_nested_shards():
+    # HSDP (Replicate(), Shard(0)) on a (2, 2) mesh: rank g at (g // 2, g % 2)
+    got = [dtensor_box((5,), Mesh((2, 2), (g // 2, g % 2)), [Replicate(), Shard(0)])
+           for g in range(4)]
+    assert got == [((0,), (3,)), ((3,), (2,)), ((0,), (3,)), ((3,), (2,))]
+    # (Shard(0), Shard(0)): chunk of a chunk, in mesh-dim order
+    got = [dtensor_box((5,), Mesh((2, 2), (g // 2, g % 2)), [Shard(0), Shard(0)]) for g in range(4)]
+    assert got == [((0,), (2,)), ((2,), (1,)), ((3,), (1,)), ((4,), (1,))]
+
+
+def test_dtensor_box_rejects_strided_and_mismatched():
+    with pytest.raises(NotImplementedError):
+        dtensor_box((4,), Mesh((2,), (0,)), [StridedShard(0)])
+    with pytest.raises(ShapeMismatch):
+        dtensor_box((4,), Mesh((2, 2), (0, 1)), [Shard(0)])
+
+
+def test_to_pieces_column_shard_splits_into_runs():
+    full = torch.arange(12.0).view(3, 4)
+    v = FakeDTensor(full, Mesh((2,), (1,)), [Shard(1)])  # columns 2, 3
+    pcs = to_pieces(v)
+    assert [(s, o, t.tolist()) for s, o, t in pcs] == [
+        ((3, 4), 2, [2.0, 3.0]), ((3, 4), 6, [6.0, 7.0]), ((3, 4), 10, [10.0, 11.0])]
+    assert to_pieces(torch.tensor(1.0)) is None
+    empty = FakeDTensor(torch.zeros(2, 3), Mesh((4,), (3,)), [Shard(0)])
+    assert to_pieces(empty) == []
+
+
+@pytest.mark.parametrize("ws", [2, 3, 4])
+def test_flatten_sharded_from_dtensors_equals_shard_full(ws):
+    """Row-chunked DTensors of every rank -> a flat FSDP1 unit's local shard (use_orig_params
+    False and True): the reference's duck-typed DTensor path equals shard_full."""
+    g = torch.Generator().manual_seed(0)
+    shapes = {"a.weight": (5, 3), "a.bias": (5,), "b.weight": (2, 5)}
+    full = {"state": {f: {"exp_avg": torch.randn(s, generator=g, dtype=torch.float64),
+                          "step": torch.tensor(3.0)} for f, s in shapes.items()},
+            "param_groups": [{"lr": 0.1, "params": list(shapes)}]}
+    for orig in (False, True):
+        layout = layout_from_spec([("", list(shapes.items()))], ws, use_orig_params=orig)
+        sharded = [{"state": {f: {"exp_avg": FakeDTensor(st["exp_avg"], Mesh((ws,), (r,)), [Shard(0)]),
+                                  "step": st["step"]} for f, st in full["state"].items()},
+                    "param_groups": full["param_groups"]} for r in range(ws)]
+        neutral = [sharded_to_pieces(d) for d in sharded]
+        for r in range(ws):
+            want = shard_full(layout, full, r)
+            assert_state_dicts_equal(want, flatten_sharded(layout, sharded, r))
+            assert_state_dicts_equal(want, flatten_sharded(layout, neutral, r))
+
+
+def test_fsdp2_layout_ignored_and_hsdp():
+    L = fsdp2_layout([("w", (5, 3)), ("side.w", ()), ("b", (2,))], 4, ignored=("side",),
+                     shard_world_size=2)
+    w, side = L.param("w"), L.param("side.w")
+    assert not side.sharded and side.local_shape(3) == ()
+    assert [w.rows(g) for g in range(4)] == [(0, 3), (3, 5), (0, 3), (3, 5)]
+    assert L.plain_params == (side,) and list(L.first_replica()) == [0, 1]
+    with pytest.raises(LayoutError, match="0-dim"):
+        fsdp2_layout([("s", ())], 2)
+    with pytest.raises(LayoutError, match="divide"):
+        fsdp2_layout([("w", (4,))], 4, shard_world_size=3)
+
+
+def test_fsdp2_shard_gather_round_trip_with_plain_param_and_hsdp():
+    L = fsdp2_layout([("w", (5, 3)), ("side.w", (2, 2)), ("b", (2,))], 4, ignored=("side",),
+                     shard_world_size=2)
+    g = torch.Generator().manual_seed(1)
+    full = {"state": {f: {"m": torch.randn(s, generator=g), "step": torch.tensor(2.0)}
+                      for f, s in [("w", (5, 3)), ("side.w", (2, 2)), ("b", (2,))]},
+            "param_groups": [{"lr": 0.5, "betas": (0.9, 0.99), "params": ["w", "side.w", "b"]}]}
+    locals_ = [fsdp2_shard(L, full, r) for r in range(4)]
+    assert locals_[1]["state"]["w"]["m"].shape == (2, 3)
+    assert torch.equal(locals_[3]["state"]["side.w"]["m"], full["state"]["side.w"]["m"])
+    assert_state_dicts_equal(full, fsdp2_gather(L, locals_))

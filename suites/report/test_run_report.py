@@ -1,0 +1,177 @@
+"""The run report: schema, summary counts, ok flag, Markdown and terminal rendering, JSON
+round trip, schema check, atomic writing. Synthetic results (real Cases, real Verdicts);
+no rank pool."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from fsdp_conformance.cases import Case
+from fsdp_conformance.known import KNOWN
+from fsdp_conformance.properties.verdict import Verdict, error, fail, na, passed
+from fsdp_conformance.report.run_report import (SCHEMA, CaseResult, ReportFormatError,
+                                                build_report, load_report, render_markdown,
+                                                render_table, summary_rows, write_run_report)
+
+KEY = KNOWN[0].key
+FAIL_DETAIL = "state['fc1.weight']['exp_avg'][3:5] differs on rank 1: 0.25 != 0.5"
+
+
+def _build(results, **kw):
+    args = dict(tier="quick", backend="gloo", seed=0, world_sizes=[2, 1], wall_time_s=12.5,
+                argv=["fsdp-conformance", "run"],
+                tolerances={"fp64": {"rtol": 1e-12, "atol": 1e-14}})
+    args.update(kw)
+    return build_report(results, **args)
+
+
+def _results() -> list[CaseResult]:
+    """Four cases on two paths: all pass; one fail; one known + fixed upstream; n/a."""
+    a = Case(api="fsdp1.full")
+    b = Case(api="fsdp1.full", optimizer="sgd", world_size=1)
+    c = Case(api="fsdp2.sharded", use_orig_params=True, world_size=3)
+    d = Case(api="fsdp2.sharded", optimizer="adagrad")
+    return [
+        CaseResult(b, {"P0": passed(), "P1": passed(), "P10": passed()}, {"save": 0.1, "total": 0.3}),
+        CaseResult(a, {"P0": passed(), "P1": fail(FAIL_DETAIL), "P2": passed()},
+                   {"save": 0.2, "load": 0.1, "total": 0.5}),
+        CaseResult(c, {"P0": passed(), "P1": Verdict("known", "exp_avg == exp_avg_sq", KEY),
+                       "P4": Verdict("pass", "", KEY)}, {"total": 1.0}),
+        CaseResult(d, {"P0": passed(), "P1": na("no full dict on this path"),
+                       "P4": na("no full dict on this path"), "P5": na("rekey: FSDP1 only")}, {}),
+    ]
+
+
+def test_schema_cases_and_summary_counts():
+    r = _build(_results(), selection="fsdp1")
+    assert r["schema"] == SCHEMA == "fsdp-conformance/run/1"
+    assert r["backend"] == "gloo" and r["tier"] == "quick" and r["seed"] == 0
+    assert r["world_sizes"] == [1, 2] and r["selection"] == "fsdp1"
+    assert r["tolerances"]["fp64"]["rtol"] == 1e-12
+    assert "node" in r["machine_info"] and r["torch_version"]
+    assert r["started"] < r["finished"]
+    ids = [c["id"] for c in r["cases"]]
+    assert ids == sorted(ids) and len(ids) == 4
+    first = next(c for c in r["cases"] if c["id"] == Case(api="fsdp1.full").id)
+    assert first["api"] == "fsdp1.full" and first["optimizer"] == "adam"
+    assert first["world_size"] == 2 and first["timings"]["load"] == 0.1
+    assert first["properties"]["P1"] == {"status": "fail", "detail": FAIL_DETAIL}
+
+    s = r["summary"]
+    assert s["cases"] == 4
+    assert s["by_status"] == {"pass": 8, "fail": 1, "known": 1, "n/a": 3, "error": 0}
+    assert s["by_path"]["fsdp1.full"]["P0"] == {"pass": 2}
+    assert s["by_path"]["fsdp1.full"]["P1"] == {"pass": 1, "fail": 1}
+    assert s["by_path"]["fsdp2.sharded"]["P4"] == {"pass": 1, "n/a": 1}
+    assert list(s["by_path"]["fsdp1.full"]) == ["P0", "P1", "P2", "P10"]  # numeric order
+    assert s["failing_cases"] == [Case(api="fsdp1.full").id]
+    assert s["known"] == {KEY: 1}
+    assert r["ok"] is False
+
+
+def test_fixed_upstream_listed():
+    r = _build(_results())
+    cid = Case(api="fsdp2.sharded", use_orig_params=True, world_size=3).id
+    assert r["summary"]["fixed_upstream"] == [[cid, "P4", KEY]]
+    assert r["cases"][[c["id"] for c in r["cases"]].index(cid)]["properties"]["P4"][
+        "fixed_upstream"] is True
+    md = render_markdown(r)
+    assert f"- `{cid}` P4: {KEY}" in md.split("## Fixed upstream?")[1]
+
+
+def test_ok_flag():
+    case = Case(api="fsdp1.full")
+    assert _build([CaseResult(case, {"P0": passed(), "P1": na("x"),
+                                     "P3": Verdict("known", "d", KEY)})])["ok"] is True
+    assert _build([CaseResult(case, {"P0": passed(), "P1": fail("diff")})])["ok"] is False
+    r = _build([CaseResult(case, {"P0": passed(), "P1": error("RankTimeout: ...")})])
+    assert r["ok"] is False and r["summary"]["failing_cases"] == [case.id]
+
+
+def test_summary_rows_matrix():
+    header, rows = summary_rows(_build(_results()))
+    assert header == ["path", "cases", "P0", "P1", "P2", "P4", "P5", "P10"]
+    assert [row[0] for row in rows] == ["fsdp1.full", "fsdp2.sharded"]
+    full = dict(zip(header, rows[0]))
+    assert full["cases"] == "2" and full["P0"] == "2✓" and full["P1"] == "1✓ 1✗"
+    assert full["P4"] == ""  # not run on this path
+    sharded = dict(zip(header, rows[1]))
+    assert sharded["P1"] == "1k 1–" and sharded["P4"] == "1✓ 1–"
+
+
+def test_markdown_failures_known_na_tolerances():
+    r = _build(_results())
+    md = render_markdown(r)
+    cid = Case(api="fsdp1.full").id
+    assert md.startswith(f"# fsdp-conformance run: torch {r['torch_version']}, gloo, tier quick")
+    assert "FAILED" in md and "| path | cases | P0 |" in md and "Legend:" in md
+    failures = md.split("## Failures (1)")[1].split("## Known torch limitations")[0]
+    assert cid in failures and FAIL_DETAIL in failures
+    assert f"fsdp-conformance run -k '{cid}'" in failures
+    known = md.split("## Known torch limitations")[1].split("## Fixed upstream?")[0]
+    assert f"**{KEY}**: 1 case (P1)" in known
+    assert KNOWN[0].reason in known and KNOWN[0].upstream in known
+    na_part = md.split("## Not applicable")[1].split("## Tolerances")[0]
+    assert "| no full dict on this path | 2 | P1, P4 |" in na_part
+    assert "| rekey: FSDP1 only | 1 | P5 |" in na_part
+    assert "| fp64 | 1e-12 | 1e-14 |" in md.split("## Tolerances")[1]
+
+
+def test_markdown_fence_survives_backticks_in_detail():
+    detail = "```\nnested fence\n```"
+    md = render_markdown(_build([CaseResult(Case(), {"P1": fail(detail)})]))
+    assert "````\n" + detail + "\n````" in md
+
+
+def test_render_table_terminal():
+    buf = io.StringIO()
+    render_table(_build(_results()), Console(file=buf, width=200, color_system=None))
+    out = buf.getvalue()
+    assert "fsdp1.full" in out and "1✓ 1✗" in out
+    assert Case(api="fsdp1.full").id in out and FAIL_DETAIL in out
+    assert "Fixed upstream?" in out and KEY in out and "FAILED" in out
+
+
+def test_json_round_trip(tmp_path):
+    r = _build(_results())
+    jp, mp = write_run_report(r, tmp_path / "a" / "run.json", tmp_path / "b" / "run.md")
+    assert load_report(jp) == json.loads(json.dumps(r))
+    assert mp.read_text(encoding="utf-8") == render_markdown(r)
+    assert render_markdown(load_report(jp)) == render_markdown(r)
+
+
+def test_minor_schema_version_accepted(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({**_build([]), "schema": "fsdp-conformance/run/1.3"}))
+    assert load_report(p)["schema"] == "fsdp-conformance/run/1.3"
+
+
+@pytest.mark.parametrize("payload", [
+    {"schema": "fsdp-conformance/bench-harness/1"},
+    {"schema": "fsdp-conformance/run/2"},
+    {"no": "schema"},
+    [1, 2],
+])
+def test_wrong_schema_names_file(tmp_path, payload):
+    p = tmp_path / "other.json"
+    p.write_text(json.dumps(payload))
+    with pytest.raises(ReportFormatError, match=r"other\.json.*expected schema "
+                                                r"'fsdp-conformance/run/1'"):
+        load_report(p)
+
+
+def test_invalid_json_names_file(tmp_path):
+    p = tmp_path / "broken.json"
+    p.write_text('{"schema": "fsdp-conformance/run/1", ')
+    with pytest.raises(ReportFormatError, match=r"broken\.json: not valid JSON"):
+        load_report(p)
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path):
+    r = _build(_results())
+    write_run_report(r, tmp_path / "run.json", tmp_path / "run.md")
+    write_run_report(r, tmp_path / "run.json", tmp_path / "run.md")  # overwrite in place
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.md"]
