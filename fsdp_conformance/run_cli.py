@@ -120,6 +120,7 @@ def main(args: argparse.Namespace) -> int:
                           tolerances={k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()})
     md = args.md or os.path.splitext(args.json)[0] + ".md"
     write_run_report(report, args.json, md)
-    render_table(report, Console())
+    # a log (CI) is not a terminal: rich would wrap the matrix at 80 columns
+    render_table(report, Console() if sys.stdout.isatty() else Console(width=200))
     print(f"{len(results)} cases in {wall:.0f} s; report: {args.json}, {md}")
     return 0 if report["ok"] else 1

@@ -155,6 +155,17 @@ def evaluate(case: Case, save_obs: list[dict], load_obs: list[dict], workdir: Pa
     return {p: v[p] for p in PROPS}
 
 
+def _failed(case: Case, v: Verdict) -> dict[str, Verdict]:
+    """Verdicts of a normal case whose save or load could not run: ``v`` for every property
+    the case would have checked, the usual n/a for the others."""
+    out = _all(v)
+    if case.api != "fsdp1.rekey":
+        out["P5"] = na("this path does not rekey")
+    out["P15"] = na("not a bad-input case (P15 has its own cases: .../fault:<kind>)")
+    out.update({p: na(why) for p, why in NOT_BUILT.items()})
+    return out
+
+
 def _rank_error_verdict(exc: RankError, what: str) -> Verdict:
     return error(f"{what}: {exc}")
 
@@ -172,20 +183,15 @@ def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
             save_obs = get_pool(case.world_size, backend).run(
                 sut.save_side, case, str(workdir), timeout=timeout, seed=case.seed)
         except RankError as exc:
-            return CaseResult(case, _apply_known(case, _all(_rank_error_verdict(exc, "save side failed"))),
+            return CaseResult(case, _apply_known(case, _failed(case, _rank_error_verdict(exc, "save side failed"))),
                               {"total": time.perf_counter() - t0})
         timings["save"] = max(o["timings"].get("save", 0.0) for o in save_obs)
         failed = [o for o in save_obs if rp._err(o.get("saved"))]
         if failed and not case.fault:  # nothing was written: there is nothing to load
             v = error(f"torch raised in the {case.api} save call on rank {failed[0]['rank']}, "
                       f"so nothing could be loaded:\n{rp._err(failed[0]['saved'])}")
-            verdicts = {**_all(v), "P5": na("this path does not rekey") if case.api !=
-                        "fsdp1.rekey" else v,
-                        "P15": na("not a bad-input case (P15 has its own cases: "
-                                  ".../fault:<kind>)"),
-                        **{p: na(why) for p, why in NOT_BUILT.items()}}
             timings["total"] = time.perf_counter() - t0
-            return CaseResult(case, _apply_known(case, verdicts), timings)
+            return CaseResult(case, _apply_known(case, _failed(case, v)), timings)
         if case.fault:
             from .faults import apply_fault, p15_verdict
 
@@ -212,7 +218,7 @@ def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
                 sut.load_side, case, str(workdir), timeout=timeout, seed=case.seed)
         except RankError as exc:
             kind = "hung" if isinstance(exc, RankTimeout) else "failed"
-            return CaseResult(case, _apply_known(case, _all(_rank_error_verdict(exc, f"load side {kind}"))),
+            return CaseResult(case, _apply_known(case, _failed(case, _rank_error_verdict(exc, f"load side {kind}"))),
                               {**timings, "total": time.perf_counter() - t0})
         timings["load"] = max(o["timings"].get("load", 0.0) for o in load_obs)
         try:

@@ -225,7 +225,8 @@ def render_table(report: dict, console=None) -> None:
                        f"tier {report['tier']}, {report['wall_time_s']:.1f} s", style="bold"))
     table = Table()
     for col in header:
-        table.add_column(col, justify="left" if col == "path" else "right")
+        table.add_column(col, justify="left" if col == "path" else "right",
+                         no_wrap=col == "path")
     for api, ncases, *_ in rows:
         cells = [Text(api), Text(ncases)]
         for p in header[2:]:

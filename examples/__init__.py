@@ -1,0 +1,1 @@
+"""Examples of testing your own model with the fsdp-conformance pytest plugin."""
