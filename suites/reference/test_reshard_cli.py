@@ -212,8 +212,6 @@ def test_missing_rank_file_and_wrong_world_size(saved, tmp_path):
 
 # -- the command line, once, in a fresh interpreter ----------------------------------------
 def test_cli_subprocess(saved, tmp_path):
-    if saved["uop"]:
-        pytest.skip("one subprocess run is enough")
     out = tmp_path / "out"
     cmd = [PYTHON, "-m", "fsdp_conformance", "reshard", str(saved["root"] / "ids"),
            "--out", str(out), "--model", "mlp", "--plan", "nested", "--dst-plan", "block",
