@@ -216,6 +216,8 @@ def test_cli_subprocess(saved, tmp_path):
     cmd = [PYTHON, "-m", "fsdp_conformance", "reshard", str(saved["root"] / "ids"),
            "--out", str(out), "--model", "mlp", "--plan", "nested", "--dst-plan", "block",
            "--dst-world-size", "2", "--dst-use-orig-params", "true"]
+    if saved["uop"]:
+        cmd.append("--use-orig-params")
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env_for_subprocess(),
                        timeout=120)
     assert p.returncode == 0, p.stderr
