@@ -122,7 +122,15 @@ def p15_verdict(case: Case, what: dict[str, Any], outcome: Any) -> Verdict:
         return fail(f"{desc}: loaded silently on every rank: no error was raised")
     raised = [f for f in outcome.failures if f.kind.startswith("exception")]
     stuck = [f for f in outcome.failures if f.kind in ("stuck-after-error", "hung")]
+    died = [f for f in outcome.failures if f.kind == "died"]
     msgs = "\n".join(f"rank {f.rank}: {_last_line(f.detail)}" for f in raised)
+    if died:
+        return fail(f"{desc}: rank(s) {[f.rank for f in died]} died while loading "
+                    f"({died[0].detail.strip()[:200]}):\n{msgs}")
+    quiet = sorted(set(range(case.dst_world_size)) - {f.rank for f in outcome.failures})
+    if quiet:
+        return fail(f"{desc}: rank(s) {[f.rank for f in raised]} raised but rank(s) {quiet} "
+                    f"loaded silently:\n{msgs}")
     if stuck:
         return fail(f"{desc}: rank(s) {[f.rank for f in raised]} raised but rank(s) "
                     f"{[f.rank for f in stuck]} were left waiting in a collective:\n{msgs}")

@@ -31,6 +31,11 @@ class KnownLimitation:
     def primary(self, prop: str) -> bool:
         return prop in self.props
 
+    def matches(self, detail: str) -> bool:
+        """Whether a failure's detail is this entry's: any of the ``" || "``-separated
+        parts of ``symptom`` occurs in it (an entry without a symptom matches any detail)."""
+        return not self.symptom or any(part in detail for part in self.symptom.split(" || "))
+
 
 ALL_PROPS = tuple(f"P{i}" for i in range(16))
 # APIs whose save gathers a full dict with FSDP1's _optim_utils (the aliasing below).
@@ -93,7 +98,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "https://github.com/pytorch/pytorch/issues/110540 (same class)"),
     KnownLimitation(
         "adagrad-eager-state-empty-piece", ("P3",),
-        lambda c: _fsdp1(c) and c.use_orig_params and c.optimizer == "adagrad" and c.world_size > 1,
+        lambda c: _fsdp1(c) and c.use_orig_params and c.optimizer == "adagrad" and _sharded(c)
+        and c.dst_world_size == c.world_size and c.dst_plan == c.plan,  # P3's own-state check
         "2.13",
         "Adagrad creates state eagerly for every param, so with use_orig_params=True a rank "
         "holding none of a param still has {'step': 0, 'sum': empty} for it; the sharded dict "
@@ -266,7 +272,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "A full optimizer dict with state and a param-group entry for a param the model does "
         "not have loads without a word: _split_optim_state_dict walks the optimizer's own "
         "params only (state_dict.py:1011-1045), so unknown FQNs are dropped silently, even with "
-        "strict=True."),
+        "strict=True.",
+        symptom='loaded silently'),
     KnownLimitation(
         "dsd-full-load-casts-dtype", ("P15",),
         lambda c: c.api == "fsdp2.full" and c.fault == "dtype",
@@ -274,7 +281,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "A state tensor of another dtype (float16 in a float64 model) loads silently: "
         "_distribute_tensors copies the broadcast tensor into the local shard with copy_ "
         "(_state_dict_utils.py:636), which casts, so the resumed state is rounded to float16 "
-        "with no error or warning."),
+        "with no error or warning.",
+        symptom='loaded silently'),
     KnownLimitation(
         "dsd-shape-error-unnamed", ("P15",),
         lambda c: c.api == "fsdp2.full" and c.fault == "shape",
@@ -282,7 +290,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "A state tensor of the wrong shape is rejected on every rank with 'The size of tensor a "
         "(7) must match the size of tensor b (45) at non-singleton dimension 1', raised by "
         "copy_ in _distribute_tensors (_state_dict_utils.py:636): it names neither the param "
-        "nor the state key."),
+        "nor the state key.",
+        symptom='does not name'),
     KnownLimitation(
         "dcp-template-dummy-state-missing-key", ("P3",),
         lambda c: c.api == "fsdp2.sharded" and c.model == "unused" and c.steps > 0
@@ -330,7 +339,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "Flipped bytes in a DCP data file surface as 'UnicodeDecodeError: 'utf-8' codec can't "
         "decode byte ...' from the weights-only unpickler (_weights_only_unpickler.py:232) that "
         "FileSystemReader runs on each stored tensor (filesystem.py:899): it names neither the "
-        "file nor the damage, and DCP files carry no checksum to say so."),
+        "file nor the damage, and DCP files carry no checksum to say so.",
+        symptom='UnicodeDecodeError'),
     # --- found by the conformance run (sut/paths.py round trips) -------------------------
     KnownLimitation(
         "sharded-tensor-not-weights-only", ("P8",),
@@ -349,7 +359,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "2.13",
         "Per-rank files of sharded_optim_state_dict under HYBRID_SHARD cannot be loaded at all: "
         "unpickling a ShardedTensor compares its shard group with the default group and "
-        "raises 'Local world size at save time was 2, but at load time was 4'."),
+        "raises 'Local world size at save time was 2, but at load time was 4'.",
+        symptom='Local rank at save time || Local world size at save time'),
     KnownLimitation(
         "dcp-drops-empty-optimizer-state", ("P3", "P8"),
         lambda c: c.api == "fsdp1.sharded" and (c.steps == 0 or c.optimizer == "sgd"),
@@ -359,7 +370,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "load_sharded_optimizer_state_dict returns a dict without 'state' and "
         "optim_state_dict_to_load raises '`optim_state_dict` must have the keys \"state\"' "
         "(_optim_utils.py:443).",
-        also=("P4", "P6", "P7", "P10", "P11")),
+        also=("P4", "P6", "P7", "P10", "P11"),
+        symptom='must have the keys "state" || state: missing'),
     KnownLimitation(
         "sharded-ignored-module-state-stays-sharded", ALL_PROPS,
         lambda c: c.api == "fsdp1.sharded" and c.model == "buffers",
@@ -368,7 +380,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "of params in ignored modules as ShardedTensor objects; the next optimizer step raises "
         "in Adam's lerp_ ('torch function lerp_ ... ShardedTensor'). Ignored-modules class of "
         "pytorch#112515.",
-        "https://github.com/pytorch/pytorch/issues/112515 (ignored-modules class)"),
+        "https://github.com/pytorch/pytorch/issues/112515 (ignored-modules class)",
+        symptom="torch function 'lerp_'"),
     KnownLimitation(
         "orig-params-unused-param-zero-grad-state", ("P2",),
         lambda c: _fsdp1(c) and c.model == "unused" and c.plan == "root"
@@ -381,6 +394,16 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "no state for it (params-without-grads class, DESIGN.md bug class 3).",
         also=("P6", "P10")),
     KnownLimitation(
+        "unused-param-zero-grad-state-after-load", ("P6",),
+        lambda c: _fsdp1(c) and c.model == "unused" and c.plan != "root" and c.dst_plan == "root"
+        and c.optimizer in _LAZY_STATE and (c.dst_world_size > 1 or not c.use_orig_params),
+        "2.13",
+        "The load-side form of orig-params-unused-param-zero-grad-state: saved with the unused "
+        "param in its own unit (no state), loaded where it shares a FlatParameter with used "
+        "params, the first step after resuming creates state for it (a zero gradient), which "
+        "uninterrupted non-FSDP training never has.",
+        symptom="unexpected; expected <absent>"),
+    KnownLimitation(
         "orig-params-unused-param-resave-raises", ("P7",),
         lambda c: c.use_orig_params and c.model == "unused" and c.dst_plan == "root"
         and c.plan != "root" and c.api in _FULL_GATHER_APIS + ("fsdp1.sharded",),
@@ -391,7 +414,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "optimizer state' (_optim_utils.py:1804): pytorch#110540 exempted frozen params from "
         "this check, not params that simply have no state yet.",
         "https://github.com/pytorch/pytorch/pull/110540 (frozen params only)",
-        also=("P4", "P6", "P10")),
+        also=("P4", "P6", "P10"),
+        symptom='is not in the optimizer state'),
     KnownLimitation(
         "torch-load-skips-crc", ("P15",),
         lambda c: c.fault == "corrupt_file" and c.api in _FULL_GATHER_APIS + ("fsdp2.full",),
@@ -399,20 +423,23 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "torch.save writes a CRC32 per record but torch.load does not check it (built with "
         "MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS), so flipped bytes inside tensor data load "
         "silently as wrong values.",
-        "https://github.com/pytorch/pytorch/issues/126952"),
+        "https://github.com/pytorch/pytorch/issues/126952",
+        symptom='loaded silently'),
     KnownLimitation(
         "torch-load-truncated-oserror", ("P15",),
         lambda c: c.fault == "truncated_file" and c.api in ("fsdp1.full", "fsdp1.legacy_full",
                                                              "fsdp1.rekey", "fsdp2.full"),
         "2.13",
         "torch.load of a truncated file raises 'OSError: [Errno 22] Invalid argument', which "
-        "names neither the file nor the problem (DCP's reader says 'archive is corrupted')."),
+        "names neither the file nor the problem (DCP's reader says 'archive is corrupted').",
+        symptom='names neither'),
     KnownLimitation(
         "fsdp1-missing-param-loads-silently", ("P15",),
         lambda c: c.fault == "missing_fqn" and c.api in ("fsdp1.full", "fsdp1.legacy_full"),
         "2.13",
         "A full optimizer dict that lacks a param (no state, absent from every param group) "
-        "loads without a word: the param silently restarts with no optimizer state."),
+        "loads without a word: the param silently restarts with no optimizer state.",
+        symptom='loaded silently'),
     KnownLimitation(
         "fsdp1-shape-error-unnamed", ("P15",),
         lambda c: c.fault in ("shape", "wrong_model") and c.api in _FULL_GATHER_APIS,
@@ -420,21 +447,24 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "A state tensor of the wrong shape (or another model's checkpoint) is rejected with "
         "'Tensor optimizer state does not have same shape as its parameter: torch.Size([9]) "
         "torch.Size([2, 5])', which names neither the param nor the state key "
-        "(_optim_utils.py:753)."),
+        "(_optim_utils.py:753).",
+        symptom='does not name'),
     KnownLimitation(
         "fsdp1-mixed-keys-attributeerror", ("P15",),
         lambda c: c.fault == "mixed_keys" and c.api in _FULL_GATHER_APIS,
         "2.13",
         "A full dict keyed by FQNs with one int key fails with an internal "
         "\"AttributeError: 'int' object has no attribute 'unflat_param_names'\" instead of "
-        "saying that the keys mix names and ids."),
+        "saying that the keys mix names and ids.",
+        symptom='unflat_param_names'),
     KnownLimitation(
         "scatter-missing-param-typeerror", ("P15",),
         lambda c: c.fault == "missing_fqn" and c.api == "fsdp1.legacy_scatter",
         "2.13",
         "scatter_full_optim_state_dict with a param missing from the full dict fails on the "
         "other ranks with an internal \"TypeError: _PosDimTensorInfo.__new__() missing 1 "
-        "required positional argument: 'dtype'\"."),
+        "required positional argument: 'dtype'\".",
+        symptom='_PosDimTensorInfo'),
     KnownLimitation(
         "dcp-sharded-optim-load-ignores-hybrid-groups", ("P3",),
         lambda c: c.api == "fsdp1.sharded" and c.strategy == "HYBRID_SHARD",
@@ -473,14 +503,16 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "2.13",
         "With per-rank files, the rank whose file is damaged raises in torch.load while the "
         "others enter flatten_sharded_optim_state_dict's collectives and wait for it until the "
-        "process-group timeout (a hang on a real job; DESIGN.md bug class 9)."),
+        "process-group timeout (a hang on a real job; DESIGN.md bug class 9).",
+        symptom='left waiting'),
     KnownLimitation(
         "scatter-rank0-error-strands-others", ("P15",),
         lambda c: c.fault == "truncated_file" and c.api == "fsdp1.legacy_scatter",
         "2.13",
         "With scatter_full_optim_state_dict only rank 0 reads the file; when that fails the "
         "other ranks wait in the broadcast until the process-group timeout (a hang on a real "
-        "job; DESIGN.md bug class 9). The harness shows their stacks and rebuilds the pool."),
+        "job; DESIGN.md bug class 9). The harness shows their stacks and rebuilds the pool.",
+        symptom='left waiting'),
 )
 
 

@@ -109,7 +109,8 @@ def main(args: argparse.Namespace) -> int:
                       f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
         try:
-            results = run_cases(cases, backend=args.backend, timeout=args.timeout,
+            results = run_cases(cases, backend=backend, timeout=args.timeout,
+                                fault_timeout=max(30.0, args.timeout / 4),
                                 on_result=on_result)
         finally:
             close_pools()

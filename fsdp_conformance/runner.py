@@ -55,14 +55,19 @@ def _sut(api: str):
 
 
 def _apply_known(case: Case, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
-    """Known limitations applied per property (module docstring); then every other
-    property that failed with the very same detail (one root cause: the save or the load
-    raised, say) is "known" under the same entry."""
+    """Known limitations applied per property (module docstring). A "fail" is known when
+    an entry applies and its symptom (if any) is in the detail; an "error" (an exception,
+    a dead or stuck rank) only when an entry's symptom names it, so a new crash is never
+    hidden behind an entry about wrong values; a failure of the suite itself never is.
+    Then every other property that failed with the very same detail (one root cause: the
+    save or the load raised) is "known" under the entry of the primary property."""
     out = {}
     for prop, v in verdicts.items():
+        suite_bug = v.detail.startswith(SUITE_FAILED)
         k = next((e for e in known_all(case, prop)
-                  if v.status == "pass" or not e.symptom or e.symptom in v.detail), None)
-        if k is not None and v.status in ("fail", "error"):
+                  if v.status == "pass" or (v.status == "fail" and e.matches(v.detail))
+                  or (v.status == "error" and e.symptom and e.matches(v.detail))), None)
+        if k is not None and v.status in ("fail", "error") and not suite_bug:
             v = Verdict("known", f"{k.reason}\nupstream: {k.upstream}\n\n{v.detail}", k.key)
         elif k is not None and v.status == "pass" and k.primary(prop):
             v = Verdict("pass", f"fixed upstream? known limitation {k.key!r} did not "
@@ -80,6 +85,9 @@ def _apply_known(case: Case, verdicts: dict[str, Verdict]) -> dict[str, Verdict]
         if k is not None and v.status in ("fail", "error") and not primary[p]:
             out[p] = Verdict("known", k.detail, k.known)
     return out
+
+
+SUITE_FAILED = "the suite failed"
 
 
 def _all(v: Verdict, props: Sequence[str] = PROPS) -> dict[str, Verdict]:
@@ -209,7 +217,7 @@ def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
             try:
                 v15 = p15_verdict(case, what, outcome)
             except Exception:  # noqa: BLE001  (a bug of the suite: say so, keep going)
-                v15 = error("the suite failed while judging this case:\n" + traceback.format_exc())
+                v15 = error(f"{SUITE_FAILED} while judging this case:\n" + traceback.format_exc())
             verdicts = {**_all(na("fault case: only P15 is checked")), "P15": v15}
             timings["total"] = time.perf_counter() - t0
             return CaseResult(case, _apply_known(case, verdicts), timings)
@@ -224,8 +232,8 @@ def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
         try:
             verdicts = evaluate(case, save_obs, load_obs, workdir)
         except Exception:  # noqa: BLE001  (a bug of the suite: say so, keep going)
-            verdicts = _all(error("the suite failed while evaluating this case:\n"
-                                  + traceback.format_exc()))
+            verdicts = _failed(case, error(f"{SUITE_FAILED} while evaluating this case:\n"
+                                           + traceback.format_exc()))
         timings["total"] = time.perf_counter() - t0
         return CaseResult(case, _apply_known(case, verdicts), timings)
     finally:

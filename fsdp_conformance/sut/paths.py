@@ -275,11 +275,18 @@ def read_saved(ctx, case: Case, workdir: Path) -> tuple[Any, str]:
         return None, ""
     try:
         return torch.load(path, weights_only=True), ""
-    except Exception as exc:  # noqa: BLE001  (a damaged file fails below, with its own error)
+    except Exception as exc:  # noqa: BLE001
+        if case.fault and not _weights_only_refusal(exc):
+            raise  # a damaged file: its own error is what P15 judges
         note = f"torch.load(weights_only=True) refused {path.name}: {type(exc).__name__}: {exc}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return torch.load(path, weights_only=False), note
+
+
+def _weights_only_refusal(exc: Exception) -> bool:
+    """torch.load(weights_only=True) refusing a type it does not allow (not damage)."""
+    return "Weights only load failed" in str(exc) and "Unsupported global" in str(exc)
 
 
 def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:

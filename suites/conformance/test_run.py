@@ -180,3 +180,48 @@ def test_cli_usage_errors():
     assert _cli("run", "--world-sizes", "0", "--list").returncode == 2
     p = _cli("run", "-k", "no-such-case", "--list")
     assert p.returncode == 2 and "no case" in p.stderr
+
+
+# -- how known limitations are applied (no rank pool needed) --------------------------------
+ALIASED = Case(api="fsdp1.full", optimizer="adam", use_orig_params=True, world_size=2)
+
+
+def test_known_entry_covers_its_wrong_values_but_not_a_new_crash():
+    from fsdp_conformance.properties.verdict import error, fail
+    from fsdp_conformance.runner import _apply_known, _failed
+
+    v = _apply_known(ALIASED, {"P1": fail("exp_avg differs")})
+    assert v["P1"].status == "known" and v["P1"].known == "orig-params-full-osd-aliasing"
+    crash = _apply_known(ALIASED, _failed(ALIASED, error("load side failed: brand-new crash")))
+    assert {x.status for p, x in crash.items() if p not in ("P5", "P12", "P13", "P14", "P15")} \
+        == {"error"}
+    ours = _apply_known(ALIASED, _failed(ALIASED, error("the suite failed while evaluating")))
+    assert "known" not in {x.status for x in ours.values()}
+
+
+def test_known_crash_is_matched_by_its_symptom_and_carries_downstream():
+    from fsdp_conformance.properties.verdict import error
+    from fsdp_conformance.runner import _apply_known, _failed
+
+    case = Case(api="fsdp1.sharded", optimizer="sgd", world_size=2)
+    msg = 'load failed: ValueError: `optim_state_dict` must have the keys "state"to be valid'
+    v = _apply_known(case, _failed(case, error(msg)))
+    assert v["P3"].known == "dcp-drops-empty-optimizer-state"
+    assert v["P0"].status == "known" and v["P11"].status == "known"  # same root cause
+
+
+def test_p15_fails_when_a_rank_loads_silently_or_dies():
+    from fsdp_conformance.faults import p15_verdict
+    from fsdp_conformance.harness.errors import RankError, RankFailure
+
+    case = Case(api="fsdp1.full", optimizer="adam", world_size=2, fault="truncated_file")
+    what = {"kind": "truncated_file", "file": "optim.pt", "names": []}
+    one = RankError("x", [RankFailure(0, "exception RuntimeError", "RuntimeError: archive is corrupted")])
+    v = p15_verdict(case, what, one)
+    assert v.status == "fail" and "loaded silently" in v.detail and "[1]" in v.detail
+    dead = RankError("x", [RankFailure(0, "exception RuntimeError", "RuntimeError: corrupt"),
+                           RankFailure(1, "died", "killed by SIGSEGV")])
+    assert "died" in p15_verdict(case, what, dead).detail
+    both = RankError("x", [RankFailure(r, "exception RuntimeError", "RuntimeError: archive is corrupted")
+                           for r in (0, 1)])
+    assert p15_verdict(case, what, both).status == "pass"
