@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+
+# Modules that each add one sub-command: ``add_parser(sub)`` registers it (its parser's
+# names in ``COMMANDS``) and ``main(args) -> int`` runs it (``args.command`` says which).
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -14,6 +19,8 @@ def _parser() -> argparse.ArgumentParser:
     from .run_cli import add_parser as add_run
 
     add_run(sub)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"fsdp_conformance.{name}").add_parser(sub)
     bench = sub.add_parser("bench", help="run a benchmark and write reports/bench-<name>.json")
     bench.add_argument("name", choices=["harness", "reference"], help="which benchmark")
     bench.add_argument("--out", default=None, help="JSON path (default reports/bench-<name>.json)")
@@ -118,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
                                    quick=args.quick)
     if args.command == "reshard":
         return _reshard(args)
+    for name in COMMAND_MODULES:
+        mod = importlib.import_module(f"fsdp_conformance.{name}")
+        if args.command in getattr(mod, "COMMANDS", ()):
+            return mod.main(args)
     return 2
 
 
