@@ -2,10 +2,13 @@
 conformance suite for optimizer-state checkpointing under PyTorch FSDP."""
 from .harness import (RankContext, RankDied, RankError, RankPool, RankTimeout, attach,
                       close_pools, get_pool)
+from .report.diff import Comparison, Thresholds, compare_files
+from .report.html import render_html
 
 __version__ = "0.1.0"
 
 __all__ = [
     "RankContext", "RankDied", "RankError", "RankPool", "RankTimeout", "attach",
     "close_pools", "get_pool", "__version__",
+    "Comparison", "Thresholds", "compare_files", "render_html",
 ]

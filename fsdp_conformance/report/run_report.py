@@ -192,14 +192,16 @@ def rerun_command(case_id: str) -> str:
     return "fsdp-conformance run -k '" + case_id.replace("'", "'\"'\"'") + "'"
 
 
-def _headline(report: dict) -> str:
+def headline(report: dict) -> str:
+    """One line: OK/FAILED, cases, verdicts per status, fixed-upstream count."""
     s = report["summary"]
     counts = ", ".join(f"{s['by_status'][k]} {k}" for k in STATUSES)
     return (f"{'OK' if report['ok'] else 'FAILED'}: {s['cases']} cases; {counts}; "
             f"{len(s['fixed_upstream'])} fixed upstream?")
 
 
-def _machine(report: dict) -> str:
+def machine_line(report: dict) -> str:
+    """The machine in one line: node (arch, CPUs, GPUs)."""
     m = report.get("machine_info", {})
     gpus = ", ".join(m.get("cuda_devices") or []) or "no GPU"
     return f"{m.get('node', '?')} ({m.get('machine', '?')}, {m.get('cpu_count', '?')} CPUs, {gpus})"
@@ -257,7 +259,7 @@ def render_table(report: dict, console=None) -> None:
                            "reproduces; retire it from fsdp_conformance/known.py", style="bold yellow"))
         for cid, p, key in fixed:
             console.print(Text(f"  {cid}  {p}  {key}", style="yellow"))
-    console.print(Text(_headline(report), style="bold green" if report["ok"] else "bold red"))
+    console.print(Text(headline(report), style="bold green" if report["ok"] else "bold red"))
 
 
 def _fence(text: str) -> str:
@@ -270,18 +272,29 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def known_limitations(report: dict) -> list[tuple[str, int, list[str], Any]]:
+    """(key, number of cases, properties it is "known" on, its ``KnownLimitation`` or None
+    when ``fsdp_conformance/known.py`` no longer records it) per key of
+    ``summary.known``, in key order."""
+    from ..known import KNOWN
+
+    by_key = {k.key: k for k in KNOWN}
+    return [(key, n, sorted({p for c in report["cases"] for p, v in c["properties"].items()
+                             if v["status"] == "known" and v.get("known") == key}, key=prop_key),
+             by_key.get(key))
+            for key, n in report["summary"]["known"].items()]
+
+
 def render_markdown(report: dict) -> str:
     """The report for humans: title and run facts, the matrix with its legend, Failures
     (detail and rerun command each), Known torch limitations, Fixed upstream?, Not
     applicable (distinct reasons with counts), Tolerances."""
-    from ..known import KNOWN
-
     s = report["summary"]
     out = [f"# fsdp-conformance run: torch {report['torch_version']}, {report['backend']}, "
            f"tier {report['tier']}", ""]
-    out += [f"**{_headline(report)}**", ""]
+    out += [f"**{headline(report)}**", ""]
     out += [f"- wall time: {report['wall_time_s']:.1f} s ({report['started']} -> {report['finished']})",
-            f"- machine: {_machine(report)}",
+            f"- machine: {machine_line(report)}",
             f"- world sizes: {', '.join(map(str, report['world_sizes']))}; seed {report['seed']}",
             f"- selection: {report['selection'] or 'all cases of the tier'}",
             f"- command: `{' '.join(report['argv'])}`", ""]
@@ -303,14 +316,10 @@ def render_markdown(report: dict) -> str:
         out += [f"### `{cid}` {p}: {v['status']}", "", fence, body, fence, "",
                 f"Rerun: `{rerun_command(cid)}`", ""]
 
-    by_key = {k.key: k for k in KNOWN}
     out += ["## Known torch limitations", ""]
     if not s["known"]:
         out += ["None seen in this run.", ""]
-    for key, n in s["known"].items():
-        k = by_key.get(key)
-        props = sorted({p for c in report["cases"] for p, v in c["properties"].items()
-                        if v["status"] == "known" and v.get("known") == key}, key=prop_key)
+    for key, n, props, k in known_limitations(report):
         out.append(f"- **{key}**: {n} case{'s' if n != 1 else ''} ({', '.join(props)})")
         if k is None:
             out.append("  (no longer recorded in fsdp_conformance/known.py)")

@@ -1,0 +1,127 @@
+"""``fsdp-conformance report`` (render a run report as Markdown and HTML) and
+``fsdp-conformance compare`` (what changed between two reports; the upgrade gate).
+
+Exit codes: 0 ok (``compare``: no regression), 1 ``compare`` found a regression, 2 usage
+error (unreadable input, a file of another schema, a run report against a benchmark report,
+a threshold below 1, an output path that is one of the inputs).
+
+Outputs are written atomically; an output path equal to an input (the same file, through
+any link) is refused, so a report is never written over by its own rendering.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .diff import (RUN_SCHEMA, Thresholds, compare_files, load_any, render_markdown,
+                   render_rich, render_text)
+from .io import write_json_atomic, write_text_atomic
+from .run_report import ReportFormatError
+
+COMMANDS = ("report", "compare")
+
+
+class UsageError(ValueError):
+    """Bad arguments: exit code 2."""
+
+
+def add_parser(sub) -> None:
+    r = sub.add_parser(
+        "report", help="render a run report as Markdown and a self-contained HTML page",
+        description="Render PATH.json (a run report, schema fsdp-conformance/run/1) as Markdown "
+                    "and as one self-contained HTML page (summary matrix, failures with their "
+                    "diffs, known limitations, timing and memory plots). Outputs default to "
+                    "PATH with .md / .html; an output equal to the input is refused. Exit codes: "
+                    "0 written, 2 usage error.")
+    r.add_argument("path", help="run report JSON")
+    r.add_argument("--md", default=None, help="Markdown output (default: PATH with .md)")
+    r.add_argument("--html", default=None, help="HTML output (default: PATH with .html)")
+
+    c = sub.add_parser(
+        "compare", help="compare two run (or two benchmark) reports; exit 1 on any regression",
+        description="What changed from BASE to NEW: verdicts newly failing / newly passing, "
+                    "known limitations fixed or new, cases missing, timings (floor-normalised, "
+                    "beyond the noise of both runs) and peak memory beyond the thresholds. "
+                    "Exit codes: 0 no regression, 1 regression, 2 usage error.")
+    c.add_argument("base", help="BASE report (run or benchmark JSON)")
+    c.add_argument("new", help="NEW report, of the same kind as BASE")
+    c.add_argument("--max-slowdown", type=float, default=1.5,
+                   help="time ratio NEW/BASE (to the floor) beyond the noise that is a "
+                        "regression (default 1.5)")
+    c.add_argument("--max-memory-growth", type=float, default=1.2,
+                   help="per-rank peak memory ratio NEW/BASE that is a regression (default 1.2)")
+    c.add_argument("--md", default=None, help="also write the comparison as Markdown")
+    c.add_argument("--json", default=None, help="also write the comparison as JSON")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+def check_outputs(inputs: list[str], outputs: dict[str, str]) -> dict[str, Path]:
+    """The outputs as paths; UsageError naming the option when one is an input, a
+    directory, or the same path as another output."""
+    paths = {opt: Path(p) for opt, p in outputs.items()}
+    for opt, p in paths.items():
+        for i in inputs:
+            if _same_file(p, Path(i)):
+                raise UsageError(f"{opt} {p}: is the input {i}; refusing to write over it "
+                                 "(choose another output path)")
+        if p.is_dir():
+            raise UsageError(f"{opt} {p}: is a directory; expected a file path")
+    seen: dict[Path, str] = {}
+    for opt, p in paths.items():
+        key = p.resolve()
+        if key in seen:
+            raise UsageError(f"{opt} {p}: same path as {seen[key]}")
+        seen[key] = opt
+    return paths
+
+
+def _report(args) -> int:
+    from .html import render_html
+    from .run_report import headline, render_markdown as run_markdown
+
+    src = Path(args.path)
+    kind, report = load_any(src)
+    if kind != "run":
+        raise UsageError(f"{src}: is a benchmark report; `report` renders a run report "
+                         f"(schema {RUN_SCHEMA!r})")
+    outs = check_outputs([args.path], {"--md": args.md or str(src.with_suffix(".md")),
+                                       "--html": args.html or str(src.with_suffix(".html"))})
+    md = write_text_atomic(outs["--md"], run_markdown(report))
+    page = write_text_atomic(outs["--html"], render_html(report))
+    print(headline(report))
+    print(f"wrote {md}\nwrote {page}")
+    return 0
+
+
+def _compare(args) -> int:
+    try:
+        th = Thresholds(args.max_slowdown, args.max_memory_growth)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    outs = check_outputs([args.base, args.new],
+                         {k: v for k, v in (("--md", args.md), ("--json", args.json)) if v})
+    cmp = compare_files(args.base, args.new, th)
+    if sys.stdout.isatty():
+        render_rich(cmp)
+    else:
+        sys.stdout.write(render_text(cmp))
+    if "--md" in outs:
+        write_text_atomic(outs["--md"], render_markdown(cmp))
+    if "--json" in outs:
+        write_json_atomic(outs["--json"], cmp.to_json())
+    return 1 if cmp.regressed else 0
+
+
+def main(args) -> int:
+    try:
+        return _report(args) if args.command == "report" else _compare(args)
+    except (UsageError, ReportFormatError) as e:
+        print(f"fsdp-conformance {args.command}: error: {e}", file=sys.stderr)
+        return 2
