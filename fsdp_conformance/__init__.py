@@ -4,6 +4,8 @@ from .harness import (RankContext, RankDied, RankError, RankPool, RankTimeout, a
                       close_pools, get_pool)
 from .report.diff import Comparison, Thresholds, compare_files
 from .report.html import render_html
+from .fixtures import FixtureError, golden_cases
+from .fixtures import generate as generate_fixtures
 
 __version__ = "0.1.0"
 
@@ -11,4 +13,5 @@ __all__ = [
     "RankContext", "RankDied", "RankError", "RankPool", "RankTimeout", "attach",
     "close_pools", "get_pool", "__version__",
     "Comparison", "Thresholds", "compare_files", "render_html",
+    "FixtureError", "generate_fixtures", "golden_cases",
 ]

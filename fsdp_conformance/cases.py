@@ -45,6 +45,11 @@ class Case:
     scheduler: bool = False
     impl: str = "default"
     fault: str = ""
+    # Golden-fixture case (P12 only): "<torch version>/<fixture name>" of a checkpoint stored
+    # under ``fixtures`` (a directory; "" = the repository's fixtures/), loaded through
+    # ``api`` at ``dst_world_size``. "" = a normal case.
+    golden: str = ""
+    fixtures: str = ""
 
     def __post_init__(self) -> None:
         if self.api not in APIS and not (self.api.startswith(CUSTOM_PREFIX)
@@ -60,6 +65,10 @@ class Case:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {self.world_size}")
+        if self.golden and (self.golden.count("/") != 1 or self.fault
+                            or not all(self.golden.split("/"))):
+            raise ValueError(f"golden must be '<torch version>/<fixture name>' (and fault empty), "
+                             f"got golden={self.golden!r}, fault={self.fault!r}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -97,7 +106,8 @@ class Case:
         steps = "" if (self.steps, self.resume_steps) == (2, 2) else f"/steps{self.steps}+{self.resume_steps}"
         return (f"{self.api}/{opt}/{self.model}.{self.plan}/{orig}{strat}/{ws}/{self.dtype}"
                 + steps + (f"/seed{self.seed}" if self.seed else "")
-                + (f"/fault:{self.fault}" if self.fault else ""))
+                + (f"/fault:{self.fault}" if self.fault else "")
+                + (f"/golden:{self.golden}" if self.golden else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -174,10 +174,12 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "the first positive-dim tensor of the local optimizer state and asserts it found one "
         "(state_dict.py:1146-1157, 'Expected device to be set'); a stateless optimizer has none. "
         "The sharded path (full_state_dict=False) loads it. In the run (fsdp2.full) the "
-        "load fails on every rank, so the resume (P6) and the re-save (P7) cannot happen.",
+        "load fails on every rank, so the resume (P6) and the re-save (P7) cannot happen. "
+        "Golden fixtures (P12): a stored SGD full dict, from FSDP1 or FSDP2, does not load "
+        "through fsdp2.full at any world size 1-4 (same assertion).",
         "not yet reported upstream (found by this suite; stateless-optimizer class of "
         "https://github.com/pytorch/pytorch/issues/111499 and #133415)",
-        also=("P6", "P7"),
+        also=("P6", "P7", "P12"),
         symptom="Expected device to be set"),
     KnownLimitation(
         "dsd-strict-param-without-grad", ("P3:set_full", "P3:set_sharded", "P3"),
@@ -221,8 +223,10 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "_unflatten_state_dict / _set_element, which rebuild int path items as lists "
         "(:791-829), called from state_dict.py:1158-1181. The optimizer still steps, but its "
         "param_groups no longer equal the saved ones (P11) and a re-save differs (P7); in the "
-        "run the resumed optimizer's param_groups differ from uninterrupted training's (P6).",
-        also=("P6", "P7"),
+        "run the resumed optimizer's param_groups differ from uninterrupted training's (P6). "
+        "Golden fixtures (P12): every stored Adam/AdamW full dict (FSDP1 or FSDP2) loaded "
+        "through fsdp2.full comes back with list betas.",
+        also=("P6", "P7", "P12"),
         symptom="got list"),
     # --- found by the conformance run, FSDP2 paths (sut/fsdp2_paths.py) -------------------
     KnownLimitation(
@@ -369,8 +373,10 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "SHARDED + DCP does not load: DCP stores no entry for the empty 'state' dict, so "
         "load_sharded_optimizer_state_dict returns a dict without 'state' and "
         "optim_state_dict_to_load raises '`optim_state_dict` must have the keys \"state\"' "
-        "(_optim_utils.py:443).",
-        also=("P4", "P6", "P7", "P10", "P11"),
+        "(_optim_utils.py:443). Golden fixtures (P12): a stored SGD DCP checkpoint (written "
+        "by fsdp1.sharded or fsdp2.sharded) does not load through fsdp1.sharded at any world "
+        "size 1-4 (same error); fsdp2.sharded loads both.",
+        also=("P4", "P6", "P7", "P10", "P11", "P12"),
         symptom='must have the keys "state" || state: missing'),
     KnownLimitation(
         "sharded-ignored-module-state-stays-sharded", ALL_PROPS,

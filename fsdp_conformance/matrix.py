@@ -10,6 +10,8 @@ Rules
 - full: everything quick has, plus the product of paths x optimizers x world-size pairs x
   use_orig_params (mlp), every zoo model x use_orig_params x four world-size pairs x three
   optimizer kinds, every implementation and every dtype.
+- Golden fixtures (P12, ``fixtures.golden``): full has every stored fixture through every
+  load path that reads it at every world size; quick one case per fixture.
 - Only world sizes the caller allows are kept (``world_sizes``); paths that cannot change
   world size or wrapping (``sut.paths.resizable``) keep their same-size cases only.
 - Order is deterministic; ids are unique.
@@ -53,7 +55,7 @@ def _ok_groups(c: Case) -> bool:
         c.plan == "nested" and c.dst_plan == "nested" and c.model == "mlp")
 
 
-def quick(paths: Sequence[str]) -> list[Case]:
+def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
     cases: list[Case] = []
     for api in paths:
         for i, (n, m) in enumerate(WS_PAIRS):
@@ -87,11 +89,12 @@ def quick(paths: Sequence[str]) -> list[Case]:
         cases.append(Case(api=api, optimizer="adam", model="frozen", world_size=3,
                           use_orig_params=True))
     cases += faults(paths)
+    cases += golden(paths, fixtures, "quick")
     return _dedupe(c for c in cases if _ok_groups(c))
 
 
-def full(paths: Sequence[str]) -> list[Case]:
-    cases = list(quick(paths))
+def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
+    cases = list(quick(paths, fixtures))
     for api, opt, (n, m), orig in itertools.product(paths, OPTS, WS_PAIRS, (False, True)):
         if not resizable(api) and n != m:
             continue
@@ -110,7 +113,16 @@ def full(paths: Sequence[str]) -> list[Case]:
         cases.append(Case(api=api, optimizer=opt, impl=impl, world_size=2, use_orig_params=True))
     for api, dtype, opt in itertools.product(paths, ("fp32", "bf16"), OPTS):
         cases.append(Case(api=api, optimizer=opt, dtype=dtype, world_size=2))
+    cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if _ok_groups(c))
+
+
+def golden(paths: Sequence[str], fixtures: str | None, tier: str) -> list[Case]:
+    """P12 cases: the stored fixtures under ``fixtures`` (default: the repository's
+    fixtures/) through the load paths among ``paths`` (``fixtures.golden.golden_cases``)."""
+    from .fixtures.golden import golden_cases
+
+    return golden_cases(fixtures, tier=tier, paths=paths)
 
 
 def faults(paths: Sequence[str]) -> list[Case]:

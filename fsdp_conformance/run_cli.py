@@ -28,6 +28,9 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds a save or load may take on the ranks before it is a hang")
     p.add_argument("--list", action="store_true", help="list the selected case ids and exit")
+    p.add_argument("--fixtures", default=None, metavar="DIR",
+                   help="golden fixtures root for P12: every <DIR>/<torch version>/ is loaded "
+                        "(default: the repository's fixtures/)")
 
 
 def _world_sizes(arg: str | None, backend: str) -> list[int]:
@@ -74,8 +77,13 @@ def main(args: argparse.Namespace) -> int:
         return int(exc.code)
     if not world_sizes:
         return _usage("no world size fits this machine")
-    cases = matrix.select(matrix.TIERS[args.tier](matrix.default_paths()),
-                          world_sizes=world_sizes, keyword=args.keyword)
+    from .fixtures.manifest import FixtureError
+
+    try:
+        tier_cases = matrix.TIERS[args.tier](matrix.default_paths(), fixtures=args.fixtures)
+    except FixtureError as exc:
+        return _usage(f"--fixtures: {exc}")
+    cases = matrix.select(tier_cases, world_sizes=world_sizes, keyword=args.keyword)
     if args.seed:
         cases = [dataclasses.replace(c, seed=args.seed) for c in cases]
     if not cases:

@@ -48,7 +48,7 @@ def test_select_keyword_and_world_sizes():
 # One case per path, in several configurations: the installed torch, as recorded in
 # known.py, must conform (every verdict pass, known or n/a) -- and no known limitation may
 # pass silently ("fixed upstream?" fails here so known.py cannot go stale).
-SLICE = [c for c in QUICK if not c.fault][::9]
+SLICE = [c for c in QUICK if not c.fault and not c.golden][::9]  # golden: suites/fixtures
 
 
 @pytest.mark.parametrize("case", SLICE, ids=lambda c: c.id)
