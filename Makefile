@@ -5,9 +5,12 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 RUN_ARGS ?=
+# The upgrade gate's candidate torch (default: requirements/gate-candidate.txt) and options.
+CANDIDATE ?= $(shell grep -v '^\#' requirements/gate-candidate.txt | head -1)
+GATE_ARGS ?=
 export TORCH_SPEC
 
-.PHONY: setup run test bench-harness bench-reference clean
+.PHONY: setup run test gate bench bench-harness bench-reference clean
 
 setup:
 	@scripts/setup-env $(VENV)
@@ -17,6 +20,12 @@ run: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+gate: setup
+	$(VENV)/bin/fsdp-conformance gate --candidate "$(CANDIDATE)" $(GATE_ARGS)
+
+bench: setup
+	$(VENV)/bin/fsdp-conformance bench scaling
 
 bench-harness: setup
 	$(VENV)/bin/fsdp-conformance bench harness

@@ -1,0 +1,291 @@
+"""``fsdp-conformance gate``: is it safe to upgrade torch? One command that answers with an
+exit code.
+
+Steps (each one a subprocess with its own log file and time limit):
+1. environments: the baseline is this interpreter's torch unless ``--baseline`` names
+   another; the candidate (and a named baseline) get their own virtual environment, built
+   by the set-up's own script (``scripts/setup-env``: torch first, then this package), kept
+   under ``--venvs`` and reused while its torch spec and pyproject.toml are unchanged;
+2. the baseline writes fresh golden fixtures (``fixtures generate``) into the gate's
+   directory;
+3. baseline and candidate each run the conformance run (same tier, selection and seed) with
+   those fixtures as their P12 fixtures, so both reports hold the same cases and the
+   candidate is asked to load exactly what the baseline wrote;
+4. both run the scaling benchmark (``--bench quick`` by default, ``full`` or ``none``);
+5. ``compare`` of the two run reports and of the two benchmark reports, with the gate's
+   thresholds; the gate's exit code is 1 when either comparison finds a regression.
+
+Rules
+- The gate never writes outside its own new directory (``--out``, which must not exist),
+  except the environments under ``--venvs``.
+- A step that fails to produce its report stops the gate with exit code 2 and names the
+  step and its log; a step that produces its report but exits 1 (failures found) goes on:
+  failures are what ``compare`` classifies.
+- Every step has a time limit; a step past it is killed and the gate stops (exit 2).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .report.io import write_json_atomic, write_text_atomic
+
+COMMANDS = ("gate",)
+REPO = Path(__file__).resolve().parents[1]
+SETUP_ENV = REPO / "scripts" / "setup-env"
+_SPEC = re.compile(r"^torch(==|>=|<=|~=)?[0-9][0-9A-Za-z.+\-]*$")
+
+
+class GateError(RuntimeError):
+    """The gate could not reach a verdict (a step failed to run); exit code 2."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One torch under test: its pip spec (None: this interpreter) and its python."""
+
+    name: str  # "baseline" | "candidate"
+    spec: str | None
+    python: str
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """What to gate. A side given as a ``*_python`` interpreter is used as it is (no
+    environment is built for it); the baseline defaults to this interpreter."""
+
+    candidate: str | None = None
+    baseline: str | None = None
+    candidate_python: str | None = None
+    baseline_python: str | None = None
+    out: Path = Path("reports/gate")
+    venvs: Path = REPO / ".gate-venvs"
+    tier: str = "quick"
+    keyword: str | None = None
+    world_sizes: str | None = None
+    bench: str = "quick"  # quick | full | none
+    max_slowdown: float = 1.5
+    max_memory_growth: float = 1.2
+    step_timeout: float = 3 * 3600.0
+    run_args: tuple[str, ...] = field(default_factory=tuple)
+
+
+def check_spec(spec: str) -> str:
+    """A torch requirement the gate can build: ``torch==X.Y.Z`` (or another comparison)."""
+    s = spec.replace(" ", "")
+    if not _SPEC.match(s):
+        raise ValueError(f"a torch spec looks like 'torch==2.15.0', got {spec!r}")
+    return s
+
+
+def venv_dir(venvs: Path, spec: str) -> Path:
+    """Where the environment for ``spec`` lives: one directory per spec."""
+    return venvs / re.sub(r"[^0-9A-Za-z.]+", "-", spec).strip("-")
+
+
+def _log(msg: str) -> None:
+    print(f"[gate {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_step(name: str, argv: Sequence[str], log: Path, *, timeout: float,
+             env: dict | None = None, ok_codes: Sequence[int] = (0,)) -> int:
+    """Run one step, its output into ``log``; return its exit code. Exit codes outside
+    ``ok_codes`` (and a timeout) raise :class:`GateError` naming the step and the log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    _log(f"{name}: {shlex.join(argv)}  (log: {log})")
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        f.write(f"$ {shlex.join(argv)}\n")
+        f.flush()
+        proc = subprocess.Popen(list(argv), stdout=f, stderr=subprocess.STDOUT, cwd=REPO,
+                                env={**os.environ, **(env or {}), "FSDPC_PROGRESS": "0"},
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise GateError(f"step {name!r} ran past its limit of {timeout:.0f} s and was "
+                            f"killed; its output is in {log}") from None
+    _log(f"{name}: exit {rc} after {time.monotonic() - t0:.0f} s")
+    if rc not in ok_codes:
+        tail = "".join(log.read_text(errors="replace").splitlines(True)[-15:])
+        raise GateError(f"step {name!r} exited {rc} (expected {list(ok_codes)}); "
+                        f"last lines of {log}:\n{tail}")
+    return rc
+
+
+def ensure_env(spec: str, venvs: Path, logs: Path, timeout: float) -> str:
+    """Build (or reuse) the environment for ``spec`` with scripts/setup-env; its python."""
+    if not SETUP_ENV.exists():
+        raise GateError(f"the gate builds environments with {SETUP_ENV}, which is not here: "
+                        f"run the gate from a source checkout of fsdp-conformance")
+    d = venv_dir(venvs, spec)
+    log = logs / f"setup-{d.name}.log"
+    try:
+        run_step(f"environment {spec}", [str(SETUP_ENV), str(d)], log, timeout=timeout,
+                 env={"TORCH_SPEC": spec})
+    except GateError as e:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "(constraint)" in text:
+            raise GateError(f"pip refused {spec} because of a pip constraint on this machine "
+                            f"(see the 'constraint' lines in {log}); lift the constraint (on "
+                            f"this machine kind: rm -r /etc/xdg/pip) and run the gate again") from e
+        raise
+    return str(d / "bin" / "python")
+
+
+def torch_version(python: str) -> str:
+    out = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise GateError(f"{python} cannot import torch:\n{out.stderr[-2000:]}")
+    return out.stdout.strip()
+
+
+def _cli(python: str, *args: str) -> list[str]:
+    return [python, "-m", "fsdp_conformance.cli", *args]
+
+
+def gate(cfg: GateConfig) -> int:
+    """Run every step (module docstring); return the exit code (0 safe, 1 regression)."""
+    out = Path(cfg.out)
+    if out.exists():
+        raise GateError(f"{out} exists: the gate writes a new directory and never over an "
+                        f"earlier gate's results; pass another --out")
+    out.mkdir(parents=True)
+    logs = out / "logs"
+    t0 = time.monotonic()
+    def python(spec: str | None, given: str | None) -> str:
+        if given:
+            return given
+        return ensure_env(spec, cfg.venvs, logs, cfg.step_timeout) if spec else sys.executable
+
+    if not (cfg.candidate or cfg.candidate_python):
+        raise GateError("name the candidate: a torch spec (--candidate) or an interpreter "
+                        "that has it (--candidate-python)")
+    sides = [Side("baseline", cfg.baseline, python(cfg.baseline, cfg.baseline_python)),
+             Side("candidate", cfg.candidate, python(cfg.candidate, cfg.candidate_python))]
+    versions = {s.name: torch_version(s.python) for s in sides}
+    _log(f"baseline torch {versions['baseline']}, candidate torch {versions['candidate']}")
+    fixtures = out / "fixtures"
+    base = sides[0]
+    run_step("baseline: fixtures generate", _cli(base.python, "fixtures", "generate", "--out",
+                                                   str(fixtures)),
+             logs / "baseline-fixtures.log", timeout=cfg.step_timeout)
+    select = ["--tier", cfg.tier, "--fixtures", str(fixtures), *cfg.run_args]
+    if cfg.keyword:
+        select += ["-k", cfg.keyword]
+    if cfg.world_sizes:
+        select += ["--world-sizes", cfg.world_sizes]
+    codes = {}
+    for s in sides:
+        codes[f"{s.name} run"] = run_step(
+            f"{s.name}: conformance run", _cli(s.python, "run", *select, "--json",
+                                               str(out / s.name / "run.json")),
+            logs / f"{s.name}-run.log", timeout=cfg.step_timeout, ok_codes=(0, 1))
+        if cfg.bench != "none":
+            bench = ["--quick"] if cfg.bench == "quick" else []
+            codes[f"{s.name} bench"] = run_step(
+                f"{s.name}: scaling benchmark", _cli(s.python, "bench", "scaling", *bench,
+                                                     "--out", str(out / s.name / "bench.json")),
+                logs / f"{s.name}-bench.log", timeout=cfg.step_timeout, ok_codes=(0, 1))
+    thresholds = ["--max-slowdown", str(cfg.max_slowdown),
+                  "--max-memory-growth", str(cfg.max_memory_growth)]
+    kinds = ["run"] + (["bench"] if cfg.bench != "none" else [])
+    verdicts = {}
+    for kind in kinds:
+        verdicts[kind] = run_step(
+            f"compare {kind} reports",
+            _cli(sys.executable, "compare", str(out / "baseline" / f"{kind}.json"),
+                 str(out / "candidate" / f"{kind}.json"), *thresholds,
+                 "--md", str(out / f"compare-{kind}.md"), "--json", str(out / f"compare-{kind}.json")),
+            logs / f"compare-{kind}.log", timeout=600, ok_codes=(0, 1))
+    rc = 1 if any(verdicts.values()) else 0
+    summary = {
+        "schema": "fsdp-conformance/gate/1",
+        **{s.name: {"spec": s.spec, "python": s.python, "torch": versions[s.name]}
+           for s in sides},
+        "tier": cfg.tier, "bench": cfg.bench,
+        "thresholds": {"max_slowdown": cfg.max_slowdown, "max_memory_growth": cfg.max_memory_growth},
+        "step_exit_codes": codes,
+        "compare_exit_codes": verdicts,
+        "verdict": "regression" if rc else "no regression",
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
+    write_json_atomic(out / "gate.json", summary)
+    md = [f"# Gate: torch {versions['baseline']} -> {versions['candidate']}", "",
+          f"**{summary['verdict'].upper()}** (tier {cfg.tier}, bench {cfg.bench}, "
+          f"{summary['wall_s']:.0f} s)", ""]
+    for kind in kinds:
+        md += [f"## {kind} reports", "", (out / f"compare-{kind}.md").read_text()
+               if (out / f"compare-{kind}.md").exists() else "(no comparison written)", ""]
+    write_text_atomic(out / "gate.md", "\n".join(md))
+    _log(f"{summary['verdict']}: {out / 'gate.md'}")
+    return rc
+
+
+def add_parser(sub) -> None:
+    g = sub.add_parser(
+        "gate", help="compare a candidate torch against a baseline: conformance, golden "
+                     "fixtures, benchmarks; exit 1 on any regression",
+        description=__doc__.split("\n\n")[0] + " Builds an environment per torch with "
+                    "scripts/setup-env, runs both, loads the baseline's fresh fixtures in the "
+                    "candidate and compares. Exit codes: 0 no regression, 1 regression, 2 the "
+                    "gate could not run (usage, environment, a step without its report).")
+    who = g.add_mutually_exclusive_group(required=True)
+    who.add_argument("--candidate", help="pip spec of the torch to adopt, e.g. torch==2.15.0")
+    who.add_argument("--candidate-python", default=None,
+                     help="or: an interpreter that already has the candidate torch and this "
+                          "package (no environment is built)")
+    base = g.add_mutually_exclusive_group()
+    base.add_argument("--baseline", default=None,
+                      help="pip spec of the torch in use (default: this interpreter's torch)")
+    base.add_argument("--baseline-python", default=None,
+                      help="or: an interpreter that has the baseline torch and this package")
+    g.add_argument("--out", default=None,
+                   help="new directory for the gate's reports (default reports/gate-<candidate>-<time>)")
+    g.add_argument("--venvs", default=str(REPO / ".gate-venvs"),
+                   help="where environments are built and reused (default .gate-venvs/)")
+    g.add_argument("--tier", choices=["quick", "full"], default="quick")
+    g.add_argument("-k", dest="keyword", default=None, help="case selection, as in `run -k`")
+    g.add_argument("--world-sizes", default=None, help="as in `run --world-sizes`")
+    g.add_argument("--bench", choices=["quick", "full", "none"], default="quick",
+                   help="scaling benchmark in both environments (default quick)")
+    g.add_argument("--max-slowdown", type=float, default=1.5)
+    g.add_argument("--max-memory-growth", type=float, default=1.2)
+    g.add_argument("--step-timeout", type=float, default=3 * 3600.0,
+                   help="seconds any one step may take (default 3 h)")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        cand = check_spec(args.candidate) if args.candidate else None
+        base = check_spec(args.baseline) if args.baseline else None
+        for flag, py in (("--candidate-python", args.candidate_python),
+                         ("--baseline-python", args.baseline_python)):
+            if py is not None and not os.access(py, os.X_OK):
+                raise ValueError(f"{flag} {py!r} is not an executable interpreter")
+    except ValueError as e:
+        print(f"fsdp-conformance gate: error: {e}", file=sys.stderr)
+        return 2
+    slug = re.sub(r"[^0-9A-Za-z.]+", "-", cand or "python").strip("-")
+    out = Path(args.out) if args.out else REPO / "reports" / f"gate-{slug}-{time.strftime('%Y%m%d-%H%M%S')}"
+    cfg = GateConfig(candidate=cand, baseline=base, candidate_python=args.candidate_python,
+                     baseline_python=args.baseline_python, out=out, venvs=Path(args.venvs),
+                     tier=args.tier, keyword=args.keyword, world_sizes=args.world_sizes,
+                     bench=args.bench, max_slowdown=args.max_slowdown,
+                     max_memory_growth=args.max_memory_growth, step_timeout=args.step_timeout)
+    try:
+        return gate(cfg)
+    except GateError as e:
+        print(f"fsdp-conformance gate: error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,73 @@
+"""The gate's own mechanics (fsdp_conformance/gate.py): specs, its directory rule, step
+limits and errors, the pip-constraint diagnosis. The end-to-end gate is in test_gate_e2e.py."""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from fsdp_conformance import gate
+from fsdp_conformance.cli import main
+
+
+@pytest.mark.parametrize("spec", ["torch==2.15.0", "torch>=2.14", "torch == 2.13.0"])
+def test_check_spec_accepts_torch_requirements(spec):
+    assert gate.check_spec(spec).startswith("torch")
+
+
+@pytest.mark.parametrize("spec", ["numpy==1.0", "torch", "torch==", "torch==2.15.0; rm -rf /"])
+def test_check_spec_rejects_anything_else(spec):
+    with pytest.raises(ValueError, match="torch==2.15.0"):
+        gate.check_spec(spec)
+
+
+def test_cli_usage_errors_exit_2(capsys, tmp_path):
+    assert main(["gate", "--candidate", "numpy==1"]) == 2
+    assert "torch spec" in capsys.readouterr().err
+    assert main(["gate", "--candidate-python", str(tmp_path / "nope")]) == 2
+    assert "not an executable interpreter" in capsys.readouterr().err
+
+
+def test_never_writes_into_an_existing_directory(tmp_path, capsys):
+    out = tmp_path / "earlier-gate"
+    out.mkdir()
+    (out / "gate.md").write_text("earlier results")
+    rc = main(["gate", "--candidate-python", sys.executable, "--out", str(out), "--bench", "none"])
+    assert rc == 2
+    assert "exists" in capsys.readouterr().err
+    assert (out / "gate.md").read_text() == "earlier results"
+
+
+def test_step_past_its_limit_is_killed_and_named(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(gate.GateError, match=r"step 'sleeper' ran past its limit of 1 s"):
+        gate.run_step("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"],
+                      tmp_path / "sleep.log", timeout=1)
+    assert time.monotonic() - t0 < 30
+
+
+def test_failed_step_names_its_log_and_shows_its_end(tmp_path):
+    with pytest.raises(gate.GateError) as e:
+        gate.run_step("bad", [sys.executable, "-c", "print('the reason'); raise SystemExit(3)"],
+                      tmp_path / "bad.log", timeout=60)
+    assert "exited 3" in str(e.value) and "the reason" in str(e.value)
+    assert str(tmp_path / "bad.log") in str(e.value)
+    assert gate.run_step("finds failures", [sys.executable, "-c", "raise SystemExit(1)"],
+                         tmp_path / "one.log", timeout=60, ok_codes=(0, 1)) == 1
+
+
+def test_pip_constraint_is_diagnosed(tmp_path, monkeypatch):
+    fake = tmp_path / "setup-env"
+    fake.write_text("#!/bin/sh\necho 'The user requested (constraint) torch<=2.14.1'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(gate, "SETUP_ENV", fake)
+    with pytest.raises(gate.GateError, match="pip constraint"):
+        gate.ensure_env("torch==2.15.0", tmp_path / "venvs", tmp_path / "logs", timeout=60)
+
+
+def test_one_environment_per_spec(tmp_path):
+    a = gate.venv_dir(tmp_path, "torch==2.15.0")
+    assert a == gate.venv_dir(tmp_path, "torch==2.15.0")
+    assert a != gate.venv_dir(tmp_path, "torch==2.14.1")
+    assert a.parent == tmp_path
