@@ -8,7 +8,7 @@ import sys
 
 # Modules that each add one sub-command: ``add_parser(sub)`` registers it (its parser's
 # names in ``COMMANDS``) and ``main(args) -> int`` runs it (``args.command`` says which).
-COMMAND_MODULES: tuple[str, ...] = ("gate", "fixtures.cli", "report.cli")
+COMMAND_MODULES: tuple[str, ...] = ("gate", "fixtures.cli", "report.cli", "bench.cli")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -21,10 +21,6 @@ def _parser() -> argparse.ArgumentParser:
     add_run(sub)
     for name in COMMAND_MODULES:
         importlib.import_module(f"fsdp_conformance.{name}").add_parser(sub)
-    bench = sub.add_parser("bench", help="run a benchmark and write reports/bench-<name>.json")
-    bench.add_argument("name", choices=["harness", "reference"], help="which benchmark")
-    bench.add_argument("--out", default=None, help="JSON path (default reports/bench-<name>.json)")
-    bench.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     _add_reshard(sub)
     return p
 
@@ -113,16 +109,6 @@ def main(argv: list[str] | None = None) -> int:
         from .run_cli import main as run_main
 
         return run_main(args)
-    if args.command == "bench":
-        if args.name == "harness":
-            from .bench.harness import main as bench_harness
-
-            return bench_harness(out=args.out or "reports/bench-harness.json", quick=args.quick)
-        if args.name == "reference":
-            from .bench.reference import main as bench_reference
-
-            return bench_reference(out=args.out or "reports/bench-reference.json",
-                                   quick=args.quick)
     if args.command == "reshard":
         return _reshard(args)
     for name in COMMAND_MODULES:
