@@ -12,6 +12,8 @@ the zoo's own matrix never sees them). Registration is per process: code that ru
 registers there too (``fsdp_conformance.roundtrip`` ships the spec with every call)."""
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -163,11 +165,48 @@ def register_model(name: str, factory: Callable[[], nn.Module], input_fn=None,
     return spec
 
 
+class ScaledMLP(nn.Module):
+    """About ``n`` parameters in four layers of uneven widths (``layers.0`` .. ``layers.3``),
+    for timing and memory: the state size is what varies, the structure does not."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        h = max(4, round(math.sqrt(max(n, 64) / 1.6)))
+        dims = (8, h, h + 1, (3 * h) // 5 + 1, 3)
+        self.layers = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(dims, dims[1:])])
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x) if i == 0 else layer(torch.tanh(x))
+        return x
+
+
+SCALED_PREFIX = "scaled"
+
+
+def scaled_name(n: int) -> str:
+    """The zoo name of a :class:`ScaledMLP` of about ``n`` parameters: ``scaled<n>``."""
+    return f"{SCALED_PREFIX}{int(n)}"
+
+
+def _scaled_spec(name: str) -> ModelSpec | None:
+    """``scaled<n>`` (n >= 1): plans root, nested (each layer its own unit) and block (the
+    two middle layers together)."""
+    m = re.fullmatch(SCALED_PREFIX + r"([1-9][0-9]*)", name)
+    if m is None:
+        return None
+    n = int(m.group(1))
+    return ModelSpec(name, lambda: ScaledMLP(n), _floats((8,)),
+                     {"root": (), "nested": tuple(f"layers.{i}" for i in range(4)),
+                      "block": ("layers.1", "layers.2")})
+
+
 def model_spec(name: str) -> ModelSpec:
-    spec = MODELS.get(name) or REGISTERED.get(name)
+    spec = MODELS.get(name) or REGISTERED.get(name) or _scaled_spec(name)
     if spec is None:
         extra = f"; registered: {sorted(REGISTERED)}" if REGISTERED else ""
-        raise ValueError(f"unknown zoo model {name!r}; known: {sorted(MODELS)}{extra}")
+        raise ValueError(f"unknown zoo model {name!r}; known: {sorted(MODELS)}, "
+                         f"{SCALED_PREFIX}<n params>{extra}")
     return spec
 
 
