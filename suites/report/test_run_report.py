@@ -175,3 +175,17 @@ def test_atomic_write_leaves_no_temp_files(tmp_path):
     write_run_report(r, tmp_path / "run.json", tmp_path / "run.md")
     write_run_report(r, tmp_path / "run.json", tmp_path / "run.md")  # overwrite in place
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.md"]
+
+
+def test_reports_are_readable_like_any_user_file(tmp_path):
+    """mkstemp makes 0600 files; a report must get the usual 0666 minus the umask."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        write_run_report(_build(_results()), tmp_path / "run.json", tmp_path / "run.md")
+    finally:
+        os.umask(old)
+    for name in ("run.json", "run.md"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
