@@ -312,7 +312,8 @@ def rank_loader(files: Sequence[Path], layout: ref.ModelLayout) -> tuple[Callabl
 class DcpFull:
     """A DCP checkpoint's optimizer dict, read per param (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike, key: str | None = None):
+    def __init__(self, path: str | os.PathLike, key: str | None = None,
+                 option: str = "--dcp-key"):
         from torch.distributed.checkpoint import FileSystemReader
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -344,8 +345,9 @@ class DcpFull:
             if not found:
                 raise UsageError("no optimizer state ('state'/'param_groups') in this DCP checkpoint; "
                                  f"its keys start {sorted(md.state_dict_metadata)[:6]}", path=self.path)
-            raise UsageError(f"--dcp-key {key!r} selects {len(sel)} of the optimizer dicts found "
+            raise UsageError(f"{option} {key!r} selects {len(sel)} of the optimizer dicts found "
                              f"({names}); pass one of them", path=self.path)
+        self.metadata = md  # torch.distributed.checkpoint Metadata (shapes, dtypes, chunks)
         self.prefix = sel[0]
         entry = found[self.prefix]
         self._state_keys = {clean_name(f): v for f, v in entry["state"].items()}
@@ -354,6 +356,10 @@ class DcpFull:
 
     def fqns(self) -> list[str]:
         return list(self._state_keys)
+
+    def entries(self) -> dict[str, list[tuple[str, str, int]]]:
+        """``{fqn: [(DCP flat key, state name, ndim or -1 for a non-tensor), ...]}``."""
+        return {f: list(v) for f, v in self._state_keys.items()}
 
     def per_element(self) -> set[str]:
         """State names stored as a positive-dim tensor for some param."""
