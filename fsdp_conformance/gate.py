@@ -224,13 +224,40 @@ def gate(cfg: GateConfig) -> int:
     write_json_atomic(out / "gate.json", summary)
     md = [f"# Gate: torch {versions['baseline']} -> {versions['candidate']}", "",
           f"**{summary['verdict'].upper()}** (tier {cfg.tier}, bench {cfg.bench}, "
-          f"{summary['wall_s']:.0f} s)", ""]
+          f"{summary['wall_s']:.0f} s)", "", "## The two runs", ""]
+    md += [run_line(s.name, out / s.name / "run.json") for s in sides] + [""]
     for kind in kinds:
-        md += [f"## {kind} reports", "", (out / f"compare-{kind}.md").read_text()
-               if (out / f"compare-{kind}.md").exists() else "(no comparison written)", ""]
+        cmp_md = out / f"compare-{kind}.md"
+        md += [f"## Comparison of the {kind} reports", "",
+               demote(cmp_md.read_text()) if cmp_md.exists() else "(no comparison written)", ""]
     write_text_atomic(out / "gate.md", "\n".join(md))
     _log(f"{summary['verdict']}: {out / 'gate.md'}")
     return rc
+
+
+def run_line(name: str, path: Path) -> str:
+    """One Markdown bullet: a side's run headline, its golden (P12) verdicts and how many
+    known limitations it still shows."""
+    from collections import Counter
+
+    from .report.run_report import headline, load_report
+
+    try:
+        rep = load_report(path)
+    except Exception as exc:  # noqa: BLE001  (the gate already stopped if a run wrote none)
+        return f"- {name}: report unreadable: {exc}"
+    golden = Counter(c["properties"]["P12"]["status"] for c in rep["cases"]
+                     if c.get("golden"))
+    p12 = ", ".join(f"{n} {k}" for k, n in sorted(golden.items())) or "none"
+    return (f"- {name} (torch {rep['torch_version']}): {headline(rep)}; golden fixtures "
+            f"(P12): {p12}; {len(rep['summary']['known'])} known torch limitations seen "
+            f"(listed in {path.with_suffix('.md')})")
+
+
+def demote(markdown: str) -> str:
+    """Every heading one level down (an embedded report under the gate's own headings)."""
+    return "\n".join("#" + line if line.startswith("#") else line
+                      for line in markdown.splitlines())
 
 
 def add_parser(sub) -> None:

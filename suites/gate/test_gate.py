@@ -71,3 +71,9 @@ def test_one_environment_per_spec(tmp_path):
     assert a == gate.venv_dir(tmp_path, "torch==2.15.0")
     assert a != gate.venv_dir(tmp_path, "torch==2.14.1")
     assert a.parent == tmp_path
+
+
+def test_demote_pushes_every_heading_one_level_down():
+    from fsdp_conformance.gate import demote
+
+    assert demote("# A\ntext #1\n## B") == "## A\ntext #1\n### B"
