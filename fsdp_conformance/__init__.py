@@ -6,6 +6,10 @@ from .report.diff import Comparison, Thresholds, compare_files
 from .report.html import render_html
 from .fixtures import FixtureError, golden_cases
 from .fixtures import generate as generate_fixtures
+from .inspect_ckpt import Finding as InspectFinding
+from .inspect_ckpt import Summary as CheckpointSummary
+from .inspect_ckpt import inspect_path
+from .inspect_cli import render_text as render_inspect
 
 __version__ = "0.1.0"
 
@@ -14,4 +18,5 @@ __all__ = [
     "close_pools", "get_pool", "__version__",
     "Comparison", "Thresholds", "compare_files", "render_html",
     "FixtureError", "generate_fixtures", "golden_cases",
+    "CheckpointSummary", "InspectFinding", "inspect_path", "render_inspect",
 ]

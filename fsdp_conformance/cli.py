@@ -8,7 +8,8 @@ import sys
 
 # Modules that each add one sub-command: ``add_parser(sub)`` registers it (its parser's
 # names in ``COMMANDS``) and ``main(args) -> int`` runs it (``args.command`` says which).
-COMMAND_MODULES: tuple[str, ...] = ("gate", "fixtures.cli", "report.cli", "bench.cli", "inspect_cli")
+COMMAND_MODULES: tuple[str, ...] = ("gate", "fixtures.cli", "report.cli", "bench.cli",
+                                    "inspect_cli")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -251,7 +251,8 @@ def _torch_load(path: Path, rank: int | None = None) -> Any:
     try:
         return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception as e:  # noqa: BLE001  (truncated, corrupt, not a torch file, unsafe pickle)
-        raise UsageError(f"cannot read{'' if rank is None else f' rank {rank}'}'s optimizer state: "
+        who = "the optimizer state" if rank is None else f"rank {rank}'s optimizer state"
+        raise UsageError(f"cannot read {who}: "
                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                          path=path, rank=rank) from e
 
