@@ -20,6 +20,10 @@ IMPLS = ("default", "forloop", "foreach", "fused")
 # Bad inputs a load path must reject with a clear error (P15); "" = a normal case.
 FAULTS = ("", "missing_fqn", "extra_fqn", "shape", "dtype", "mixed_keys", "wrong_model",
           "truncated_file", "corrupt_file")
+# Test-only faults planted into a bounds case's measured calls (measure.py), never set by the
+# matrix: "slow" sleeps twice the call's own time after it (3x slower), "copy" keeps a clone
+# of the call's output (save: the returned dict; load: the optimizer state) alive.
+INJECTIONS = ("", "slow", "copy")
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,11 @@ class Case:
     # ``api`` at ``dst_world_size``. "" = a normal case.
     golden: str = ""
     fixtures: str = ""
+    # Bounds case (P13/P14 only): measure the path's save and load (time against its floor,
+    # peak memory per rank) at ``world_size`` instead of the round trip; ``inject`` plants a
+    # slowdown or an extra copy (INJECTIONS; the self-tests of suites/bounds only).
+    bounds: bool = False
+    inject: str = ""
 
     def __post_init__(self) -> None:
         if self.api not in APIS and not (self.api.startswith(CUSTOM_PREFIX)
@@ -69,6 +78,23 @@ class Case:
                             or not all(self.golden.split("/"))):
             raise ValueError(f"golden must be '<torch version>/<fixture name>' (and fault empty), "
                              f"got golden={self.golden!r}, fault={self.fault!r}")
+
+        if self.inject not in INJECTIONS:
+            raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
+        if self.inject and not self.bounds:
+            raise ValueError(f"inject={self.inject!r} is planted into measured calls: it needs "
+                             f"bounds=True")
+        if self.bounds:
+            if self.api not in PATHS:
+                raise ValueError(f"a bounds case measures one API path: api must be one of "
+                                 f"{PATHS}, got {self.api!r}")
+            if self.fault or self.golden:
+                raise ValueError(f"a bounds case has no fault and no golden fixture, got "
+                                 f"fault={self.fault!r}, golden={self.golden!r}")
+            if self.dst_world_size != self.world_size or self.dst_plan != self.plan:
+                raise ValueError(f"a bounds case loads where it saves: got world size "
+                                 f"{self.world_size}->{self.dst_world_size}, plan "
+                                 f"{self.plan!r}->{self.dst_plan!r}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -107,7 +133,9 @@ class Case:
         return (f"{self.api}/{opt}/{self.model}.{self.plan}/{orig}{strat}/{ws}/{self.dtype}"
                 + steps + (f"/seed{self.seed}" if self.seed else "")
                 + (f"/fault:{self.fault}" if self.fault else "")
-                + (f"/golden:{self.golden}" if self.golden else ""))
+                + (f"/golden:{self.golden}" if self.golden else "")
+                + ("/bounds" if self.bounds else "")
+                + (f"/inject:{self.inject}" if self.inject else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

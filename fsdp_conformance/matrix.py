@@ -12,6 +12,10 @@ Rules
   optimizer kinds, every implementation and every dtype.
 - Golden fixtures (P12, ``fixtures.golden``): full has every stored fixture through every
   load path that reads it at every world size; quick one case per fixture.
+- Bounds cases (P13/P14, ``bounds``): both tiers, one per path at each world size 1-4: Adam,
+  fp32, the nested plan of ``bounds.BOUNDS_MODEL`` (4 MB of state: times of milliseconds to
+  hundreds of ms, far above the timer's resolution), calibrated in
+  fsdp_conformance/data/bounds.json.
 - Only world sizes the caller allows are kept (``world_sizes``); paths that cannot change
   world size or wrapping (``sut.paths.resizable``) keep their same-size cases only.
 - Order is deterministic; ids are unique.
@@ -90,6 +94,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                           use_orig_params=True))
     cases += faults(paths)
     cases += golden(paths, fixtures, "quick")
+    cases += bounds(paths)
     return _dedupe(c for c in cases if _ok_groups(c))
 
 
@@ -123,6 +128,15 @@ def golden(paths: Sequence[str], fixtures: str | None, tier: str) -> list[Case]:
     from .fixtures.golden import golden_cases
 
     return golden_cases(fixtures, tier=tier, paths=paths)
+
+
+def bounds(paths: Sequence[str]) -> list[Case]:
+    """P13/P14 cases: every path measured at world sizes 1-4 (module rules)."""
+    from .bounds import BOUNDS_MODEL
+
+    return [Case(api=api, model=BOUNDS_MODEL, plan="nested", optimizer="adam", dtype="fp32",
+                 world_size=ws, steps=1, bounds=True)
+            for api in paths for ws in (1, 2, 3, 4)]
 
 
 def faults(paths: Sequence[str]) -> list[Case]:

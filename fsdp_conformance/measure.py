@@ -19,10 +19,16 @@ Rules
 - The save's output is written once, outside the timed region, to the work directory (disk
   time is no path's cost and no floor's; see floors.py); the load reads it back untimed.
 - Everything returned is plain numbers (picklable, JSON-ready).
+- Injection (``case.inject``, test-only, never set by the matrix; see suites/bounds): the
+  measured call of both phases is wrapped: "slow" sleeps twice the call's own elapsed time
+  after it (the call becomes 3x slower, on every rank); "copy" keeps a clone of the call's
+  output alive until the next call (save: the returned dict; load: the optimizer's state),
+  i.e. an extra copy the path should not keep.
 """
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +103,37 @@ def _phase(group, fn, repeats: int, api: str, phase: str, state_bytes: int,
             "peak_method": peak.peak_method, "device_peak_bytes": peak.device_peak_bytes}
 
 
+def _clone(obj: Any) -> Any:
+    """A deep copy of ``obj`` with every tensor cloned (DTensors as their local tensor)."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.to_local() if hasattr(obj, "to_local") else obj
+        return t.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clone(v) for v in obj]
+    return obj
+
+
+def _injected(kind: str, fn, output):
+    """``fn`` with the test-only injection ``kind`` (module rules); ``output()`` gives what
+    the call produced. ``kind`` "" returns ``fn`` itself."""
+    if not kind:
+        return fn
+    kept: list[Any] = []
+
+    def call() -> None:
+        t0 = time.perf_counter()
+        fn()
+        if kind == "slow":
+            time.sleep(2 * (time.perf_counter() - t0))
+        elif kind == "copy":
+            kept[:] = [_clone(output())]
+        else:
+            raise ValueError(f"unknown injection {kind!r}")
+    return call
+
+
 def measure_side(ctx, case: Case, workdir: str, repeats: int) -> dict:
     """On every rank: build, train, then measure the path's save and load (module rules)."""
     pin_malloc()
@@ -118,15 +155,18 @@ def measure_side(ctx, case: Case, workdir: str, repeats: int) -> dict:
 
     out: dict[str, Any] = {"rank": ctx.rank, "state_bytes": state_bytes,
                            "unit_bytes": _unit_bytes(case, optim, state_bytes)}
-    out["save"] = _phase(group, save, repeats, case.api, "save", state_bytes, ctx.world_size,
+    save_call = _injected(case.inject, save, lambda: holder[0])
+    out["save"] = _phase(group, save_call, repeats, case.api, "save", state_bytes, ctx.world_size,
                          reset=drop)
     sut.write_saved(ctx, case, model, holder[0], workdir_p)
     holder[0] = None
     del model, optim
     model, optim, _, _ = sut._build(ctx, case, load_side=True)
     saved, _ = sut.read_saved(ctx, case, workdir_p)
-    out["load"] = _phase(group, lambda: sut.load_path(ctx, case, model, optim, saved, workdir_p),
-                         repeats, case.api, "load", state_bytes, ctx.world_size)
+    load = _injected(case.inject,
+                     lambda: sut.load_path(ctx, case, model, optim, saved, workdir_p),
+                     lambda: optim.state)
+    out["load"] = _phase(group, load, repeats, case.api, "load", state_bytes, ctx.world_size)
     return out
 
 

@@ -9,12 +9,19 @@ Rules
 - Fault cases (``case.fault``) only check P15: the controller damages the saved files
   between save and load, then the load must fail on every rank with an error that names
   the problem, within ``fault_timeout`` seconds.
+- Bounds cases (``case.bounds``) only check P13 and P14 (bounds.py): the path's save and
+  load are measured (``measure.measure_case``, BOUNDS_REPEATS repeats) and judged against the
+  calibration file; after every case has run, the scaling fit of each path and phase over
+  the run's bounds cases folds into P13 of the path's largest-world-size case. Every other
+  case has P13/P14 n/a, pointing at the bounds cases.
 - Known torch limitations (``known.py``) turn a failing verdict into "known" and mark a
   passing one as "fixed upstream?".
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import os
 import shutil
 import tempfile
 import time
@@ -41,9 +48,10 @@ from .sut import paths as fsdp1_paths
 PROPS = tuple(f"P{i}" for i in range(16))
 NOT_BUILT = {
     "P12": "not a golden-fixture case (P12 has its own cases: .../golden:<torch version>/<fixture>)",
-    "P13": "timing bounds are not measured by this version yet",
-    "P14": "memory bounds are not measured by this version yet",
+    "P13": "not a bounds case (P13 is checked by the bounds cases: .../bounds)",
+    "P14": "not a bounds case (P14 is checked by the bounds cases: .../bounds)",
 }
+BOUNDS_ONLY = "bounds case: only P13/P14"
 
 
 def _sut(api: str):
@@ -178,9 +186,64 @@ def _rank_error_verdict(exc: RankError, what: str) -> Verdict:
     return error(f"{what}: {exc}")
 
 
+def run_bounds_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
+                    calibration: str | os.PathLike | None = None) -> CaseResult:
+    """Measure a bounds case and judge P13/P14 (module rules); every other property n/a."""
+    from . import bounds
+    from .measure import measure_case
+
+    workdir = rundir / hashlib.sha1(case.id.encode()).hexdigest()[:16]
+    t0 = time.perf_counter()
+    verdicts = _all(na(BOUNDS_ONLY))
+    meas: dict = {}
+    try:
+        cal = bounds.load_calibration(calibration)
+        meas = measure_case(case, workdir, repeats=bounds.BOUNDS_REPEATS, backend=backend,
+                            timeout=timeout)
+        meas, verdicts["P13"], verdicts["P14"] = bounds.verdicts(case, meas, cal)
+    except bounds.CalibrationError as exc:
+        verdicts["P13"] = verdicts["P14"] = error(str(exc))
+    except RankError as exc:
+        verdicts["P13"] = verdicts["P14"] = _rank_error_verdict(exc, "measuring the path failed")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    timings = {p: meas[p]["time_s"] for p in ("save", "load") if p in meas}
+    timings["total"] = time.perf_counter() - t0
+    return CaseResult(case, _apply_known(case, verdicts), timings, meas)
+
+
+def apply_scaling(results: Sequence[CaseResult],
+                  calibration: str | os.PathLike | None = None) -> list[CaseResult]:
+    """``results`` with each path's scaling fit (bounds.scaling_block over the bounds cases)
+    folded into P13 of its largest-world-size bounds case of the fitted model."""
+    from . import bounds
+    from .report.run_report import measured_entries
+
+    try:
+        cal = bounds.load_calibration(calibration)
+    except bounds.CalibrationError:
+        cal = None
+    block = bounds.scaling_block(measured_entries(results), cal)
+    out = list(results)
+    for key, s in block.items():
+        api = key.rsplit("/", 1)[0]
+        idx = [i for i, r in enumerate(out) if r.case.bounds and r.case.api == api
+               and r.case.model == bounds.BOUNDS_MODEL and r.measurements]
+        if not idx:
+            continue
+        i = max(idx, key=lambda j: out[j].case.world_size)
+        p13 = bounds.scaling_verdict(out[i].properties["P13"], s)
+        out[i] = dataclasses.replace(out[i], properties={**out[i].properties, "P13": p13})
+    return out
+
+
 def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
-             fault_timeout: float) -> CaseResult:
-    """Save, (damage,) load, evaluate one case; never raises for a torch or rank failure."""
+             fault_timeout: float, calibration: str | os.PathLike | None = None) -> CaseResult:
+    """Save, (damage,) load, evaluate one case; never raises for a torch or rank failure.
+    A bounds case is measured instead (``run_bounds_case``; ``calibration``: its file)."""
+    if case.bounds:
+        return run_bounds_case(case, rundir, backend=backend, timeout=timeout,
+                               calibration=calibration)
     if case.golden:  # P12: load a stored fixture instead of saving (fixtures/golden.py)
         from .fixtures.golden import run_golden_case
 
@@ -246,17 +309,22 @@ def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
 
 def run_cases(cases: Sequence[Case], *, backend: str | None = None, timeout: float = 120.0,
               fault_timeout: float = 30.0,
-              on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
-    """Run every case in order; ``on_result`` sees each result as it lands (progress)."""
+              on_result: Callable[[CaseResult], None] | None = None,
+              calibration: str | os.PathLike | None = None) -> list[CaseResult]:
+    """Run every case in order; ``on_result`` sees each result as it lands (progress); the
+    scaling fits are folded in at the end (``apply_scaling``; ``calibration``: the bounds
+    calibration file, default the packaged one)."""
     results = []
     rundir = Path(tempfile.mkdtemp(prefix="fsdpc-run-"))
     try:
         for case in cases:
             r = run_case(case, rundir, backend=backend, timeout=timeout,
-                         fault_timeout=fault_timeout)
+                         fault_timeout=fault_timeout, calibration=calibration)
             results.append(r)
             if on_result is not None:
                 on_result(r)
     finally:
         shutil.rmtree(rundir, ignore_errors=True)
+    if any(r.measurements for r in results):
+        results = apply_scaling(results, calibration)
     return results

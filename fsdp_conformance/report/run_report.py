@@ -8,6 +8,9 @@ Rules:
   ``summary.known``, which counts *cases* per known-limitation key.
 - Everything here renders from the JSON dict alone, so a report loaded from disk renders
   exactly like a fresh one.
+- Bounds cases carry ``measurements`` ({save, load}: time, floor, ratio, bounds, peaks per
+  rank; bounds.py), and a run with any has a top-level ``scaling`` block (per path/phase:
+  the world-size fit of time and floor); both as report/diff.py reads them.
 """
 from __future__ import annotations
 
@@ -37,11 +40,13 @@ DETAIL_LINES_TERM = 4  # lines shown in the terminal
 
 @dataclass(frozen=True)
 class CaseResult:
-    """One case of a run: its verdict per property ("P0".."P15") and its timings (seconds)."""
+    """One case of a run: its verdict per property ("P0".."P15"), its timings (seconds) and,
+    for a bounds case, its measurements ({phase: measurement}, bounds.annotate)."""
 
     case: Case
     properties: dict[str, Verdict]
     timings: dict[str, float] = field(default_factory=dict)
+    measurements: dict[str, dict] = field(default_factory=dict)
 
 
 class ReportFormatError(ValueError):
@@ -59,9 +64,18 @@ def _now() -> datetime:
 
 
 def _case_entry(r: CaseResult) -> dict:
-    return {"id": r.case.id, **r.case.to_dict(),
-            "properties": {p: r.properties[p].to_json() for p in sorted(r.properties, key=prop_key)},
-            "timings": {k: float(v) for k, v in r.timings.items()}}
+    out = {"id": r.case.id, **r.case.to_dict(),
+           "properties": {p: r.properties[p].to_json() for p in sorted(r.properties, key=prop_key)},
+           "timings": {k: float(v) for k, v in r.timings.items()}}
+    if r.measurements:
+        out["measurements"] = r.measurements
+    return out
+
+
+def measured_entries(results: Iterable[CaseResult]) -> list[dict]:
+    """Report-form entries (api, model, world_size, measurements) of the measured results."""
+    return [{"api": r.case.api, "model": r.case.model, "world_size": r.case.world_size,
+             "measurements": r.measurements} for r in results if r.measurements]
 
 
 def summarize(cases: list[dict]) -> dict:
@@ -102,12 +116,24 @@ def summarize(cases: list[dict]) -> dict:
 def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed: int,
                  world_sizes: Iterable[int], wall_time_s: float, argv: list[str],
                  selection: str | None = None,
-                 tolerances: dict[str, dict[str, float]] | None = None) -> dict:
+                 tolerances: dict[str, dict[str, float]] | None = None,
+                 calibration: str | os.PathLike | None = None) -> dict:
     """The run report as a JSON-ready dict; cases sorted by id. ``started`` is ``finished``
-    (now, UTC) minus ``wall_time_s``; ``ok`` is false iff any verdict is fail or error."""
+    (now, UTC) minus ``wall_time_s``; ``ok`` is false iff any verdict is fail or error.
+    ``scaling`` (only when some case has measurements) is bounds.scaling_block under the
+    bounds ``calibration`` file the run used (default: the packaged one)."""
     import torch
 
     cases = sorted((_case_entry(r) for r in results), key=lambda c: c["id"])
+    extra = {}
+    if any(c.get("measurements") for c in cases):
+        from .. import bounds
+
+        try:
+            cal = bounds.load_calibration(calibration)
+        except bounds.CalibrationError:
+            cal = None
+        extra["scaling"] = bounds.scaling_block(cases, cal)
     summary = summarize(cases)
     finished = _now()
     started = finished - timedelta(seconds=float(wall_time_s))
@@ -127,6 +153,7 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
         "tolerances": dict(tolerances or {}),
         "ok": summary["by_status"]["fail"] == 0 and summary["by_status"]["error"] == 0,
         "summary": summary,
+        **extra,
         "cases": cases,
     }
 
@@ -285,6 +312,44 @@ def known_limitations(report: dict) -> list[tuple[str, int, list[str], Any]]:
             for key, n in report["summary"]["known"].items()]
 
 
+def bounds_markdown(report: dict) -> list[str]:
+    """The "Timing and memory bounds" section: per bounds case and phase the time against its
+    floor and P13 bound and the worst rank's peak against its P14 bound, then the scaling
+    fits; nothing when the run has no measurements."""
+    rows = [(c["api"], c["world_size"], phase, m) for c in report["cases"]
+            for phase, m in sorted((c.get("measurements") or {}).items(), reverse=True)]
+    scaling = report.get("scaling") or {}
+    if not rows and not scaling:
+        return []
+    out = ["## Timing and memory bounds", "",
+           "P13: time (min over repeats, slowest rank) <= a x floor + c; P14: peak memory per "
+           "rank <= factor x (DESIGN bound) + fixed (fsdp_conformance/bounds.py). Above 1 in "
+           "a /bound column exceeds the bound.", "",
+           "| path | ws | phase | time ms | floor ms | time/floor | bound ms | time/bound "
+           "| max peak MB | peak/bound |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for api, ws, phase, m in rows:
+        tb = m.get("time_bound_s")
+        pk = [(p / b, p) for p, b in zip(m.get("peak_bytes") or [], m.get("mem_bound_bytes") or [])
+              if b]
+        ratio, t = m.get("ratio"), m["time_s"]
+        cells = [api, str(ws), phase, f"{t * 1e3:.2f}", f"{m['floor_s'] * 1e3:.2f}",
+                 f"{ratio:.1f}" if ratio else "", f"{tb * 1e3:.2f}" if tb else "",
+                 f"{t / tb:.2f}" if tb else "", f"{max(m.get('peak_bytes') or [0]) / 1e6:.2f}",
+                 f"{max(pk)[0]:.2f}" if pk else ""]
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    if scaling:
+        out += ["Scaling with world size (time ~ ws^exponent against its floor's):", "",
+                "| path/phase | world sizes | exponent | floor exponent | status |",
+                "|---|---|---:|---:|---|"]
+        for key, s in sorted(scaling.items()):
+            out.append(f"| {key} | {', '.join(map(str, s.get('world_sizes', [])))} "
+                       f"| {s.get('exponent', 0.0):.2f} | {s.get('floor_exponent', 0.0):.2f} "
+                       f"| {s.get('status', '')} |")
+        out.append("")
+    return out
+
+
 def render_markdown(report: dict) -> str:
     """The report for humans: title and run facts, the matrix with its legend, Failures
     (detail and rerun command each), Known torch limitations, Fixed upstream?, Not
@@ -349,6 +414,8 @@ def render_markdown(report: dict) -> str:
             out.append(f"| {_md_cell(' '.join(reason.split()))} | {sum(props.values())} | "
                        f"{', '.join(sorted(props, key=prop_key))} |")
         out.append("")
+
+    out += bounds_markdown(report)
 
     out += ["## Tolerances", ""]
     tol = report.get("tolerances") or {}

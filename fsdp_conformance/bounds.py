@@ -1,0 +1,401 @@
+"""Timing and memory bounds of the API paths: P13 (time, scaling) and P14 (peak memory), as
+checked on the run's bounds cases (``Case.bounds``; measured by ``measure.measure_case``).
+
+Rules
+- P13 time, per bounds case and phase (save, load): pass when
+  ``time_s <= a * floor_s + c``, where ``time_s`` is the minimum over repeats of the slowest
+  rank (timing.py), ``floor_s`` the floor's (floors.py: the raw collective and copy of the same
+  bytes, same run, same group), and ``(a, c)`` come from the calibration file for the key
+  ``"<path>/<phase>/ws<world size>/<model>"``. The case passes P13 when both phases pass.
+- Calibration (``fit_time``), per key, from the N calibration runs' (floor_i, time_i):
+  ``a = min_i time_i / floor_i`` (the part of the cost that moves with the floor: when machine
+  load slows the floor, the bound moves with it, never faster than the fastest observed
+  ratio); ``c = max_i (TIME_MARGIN * time_i - a * floor_i)`` (every calibration point lies
+  TIME_MARGIN times under the bound). TIME_MARGIN = 1.6: the spread of the minimum-of-3 times
+  between runs on this 2-core machine under a load of ~2 stays under 1.5x (measured: see
+  reports/bounds-stability.md), and 1.6 stays well under 3, so a path made 3x slower than its
+  calibrated runs exceeds its bound. (a, c) are per world size: with 2 cores, world sizes 3
+  and 4 oversubscribe the CPUs and per-rank overheads of the sharded paths do not follow
+  their copy floors, so one line over all world sizes would be loose at the small ones.
+- P13 scaling, per (path, phase) over the run's bounds cases of the quick tier's state size
+  (``BOUNDS_MODEL``) at 2 or more world sizes: ``exponent`` = fit_exponent(world sizes,
+  times), ``floor_exponent`` likewise for the floors; the status is "fail" when
+  ``exponent - floor_exponent > allowed_excess``, with ``allowed_excess`` = the largest
+  excess seen over the calibration runs + SCALING_DELTA (0.5: a quadratic number of
+  collectives adds about +1 over 1-4 ranks; run-to-run noise of the excess is below 0.3
+  here). A failing fit fails P13 of that path's largest-world-size case, detail with both
+  exponents.
+- P14 memory, per rank and phase: pass when ``peak_bytes[r] <= factor * base_r + fixed``.
+  ``base_r`` is the DESIGN.md bound: a rank that ends up holding the full dict (rank 0 of a
+  full-dict save: ``sut.paths.is_full_path``; the run's saves are all rank0_only) holds full
+  state + one unit; every other rank (and every rank of a load: its input is already
+  resident, it builds its own shard) holds its shard (state / world size) + one unit, "one
+  unit" being ``unit_bytes`` (the largest unit's state, unsharded). Calibration, per
+  (path, phase, role) with role "rank0" or "other": ``factor = max(1, MEM_MARGIN * max_i
+  peak_i / base_i)`` (never below the DESIGN bound), ``fixed = MEM_FIXED_BYTES`` (1 MiB:
+  the interpreter's heap and page rounding move an exact peak by tens to hundreds of KiB).
+  MEM_MARGIN = 1.2: peaks are exact (kernel high-water mark), well under 2, so a path that
+  keeps an extra copy of what it holds (peak doubled) exceeds its bound wherever the bound
+  is the calibrated one (where it is the DESIGN bound with factor 1, a doubled peak fails
+  when it exceeds that bound).
+- A key missing from the calibration file is an error naming the file, the key and the
+  command that writes it (``fsdp-conformance bounds calibrate``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .cases import Case
+from .properties.verdict import Verdict, error, fail, na, passed
+from .timing import fit_exponent
+
+SCHEMA = "fsdp-conformance/bounds-calibration/1"
+PHASES = ("save", "load")
+TIME_MARGIN = 1.6
+MEM_MARGIN = 1.2
+MEM_FIXED_BYTES = 1 << 20
+SCALING_DELTA = 0.5
+BOUNDS_REPEATS = 3
+BOUNDS_SIZE = 500_000  # params of the quick tier's bounds model: 4 MB of fp32 Adam state
+BOUNDS_MODEL = f"scaled{BOUNDS_SIZE}"
+DEFAULT_CALIBRATION = Path(__file__).resolve().parent / "data" / "bounds.json"
+CALIBRATE_COMMAND = "fsdp-conformance bounds calibrate"
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be used: unreadable, another schema, a key missing."""
+
+
+def time_key(api: str, phase: str, world_size: int, model: str) -> str:
+    return f"{api}/{phase}/ws{world_size}/{model}"
+
+
+def mem_key(api: str, phase: str, rank: int) -> str:
+    return f"{api}/{phase}/{'rank0' if rank == 0 else 'other'}"
+
+
+@dataclass(frozen=True)
+class TimeBound:
+    """``time <= a * floor + c`` (seconds)."""
+
+    a: float
+    c: float
+
+    def bound(self, floor_s: float) -> float:
+        return self.a * floor_s + self.c
+
+
+@dataclass(frozen=True)
+class MemBound:
+    """``peak <= factor * base + fixed_bytes`` (bytes)."""
+
+    factor: float
+    fixed_bytes: int
+
+    def bound(self, base_bytes: int) -> int:
+        return int(self.factor * base_bytes + self.fixed_bytes)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration file's bounds (module rules); ``source`` names the file in messages."""
+
+    source: str
+    time: dict[str, TimeBound]
+    memory: dict[str, MemBound]
+    allowed_excess: dict[str, float]
+
+    def time_bound(self, key: str) -> TimeBound:
+        return self._get(self.time, key, "time")
+
+    def mem_bound(self, key: str) -> MemBound:
+        return self._get(self.memory, key, "memory")
+
+    def _get(self, table: dict, key: str, section: str) -> Any:
+        try:
+            return table[key]
+        except KeyError:
+            raise CalibrationError(
+                f"{self.source}: no {section} calibration for {key!r} (it has "
+                f"{len(table)} {section} keys); run `{CALIBRATE_COMMAND}` for the tier whose "
+                f"bounds cases you run") from None
+
+
+def _num(d: Any, key: str, where: str) -> float:
+    v = d.get(key) if isinstance(d, dict) else None
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v or v < 0:
+        raise CalibrationError(f"{where}: {key!r} must be a non-negative number, got {v!r}")
+    return float(v)
+
+
+def parse_calibration(data: Any, source: str) -> Calibration:
+    """A :class:`Calibration` from a calibration file's JSON; CalibrationError naming the
+    source and the bad key otherwise."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise CalibrationError(f"{source}: not a bounds calibration: expected schema "
+                               f"{SCHEMA!r}, got {got!r}")
+    for section in ("time", "memory", "scaling"):
+        if not isinstance(data.get(section), dict):
+            raise CalibrationError(f"{source}: {section!r} must be an object of keys")
+    time = {k: TimeBound(_num(v, "a", f"{source}: time[{k!r}]"),
+                         _num(v, "c", f"{source}: time[{k!r}]"))
+            for k, v in data["time"].items()}
+    memory = {}
+    for k, v in data["memory"].items():
+        where = f"{source}: memory[{k!r}]"
+        factor = _num(v, "factor", where)
+        if factor < 1:
+            raise CalibrationError(f"{where}: 'factor' must be >= 1 (the DESIGN bound is the "
+                                   f"least), got {factor}")
+        memory[k] = MemBound(factor, int(_num(v, "fixed_bytes", where)))
+    excess = {k: float(v["allowed_excess"]) for k, v in data["scaling"].items()
+              if isinstance(v, dict) and isinstance(v.get("allowed_excess"), (int, float))}
+    if len(excess) != len(data["scaling"]):
+        raise CalibrationError(f"{source}: every scaling entry needs a numeric 'allowed_excess'")
+    return Calibration(source, time, memory, excess)
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, mtime: float) -> Calibration:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise CalibrationError(f"{path}: cannot read the bounds calibration ({e}); write it "
+                               f"with `{CALIBRATE_COMMAND}`") from None
+    return parse_calibration(data, path)
+
+
+def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
+    """The calibration at ``path`` (default: the packaged fsdp_conformance/data/bounds.json)."""
+    p = Path(path) if path is not None else DEFAULT_CALIBRATION
+    try:
+        mtime = p.stat().st_mtime
+    except OSError as e:
+        raise CalibrationError(f"{p}: cannot read the bounds calibration ({e.strerror}); write "
+                               f"it with `{CALIBRATE_COMMAND}`") from None
+    return _load(str(p), mtime)
+
+
+# --- the fits (calibration) -------------------------------------------------------------
+
+def fit_time(points: Sequence[tuple[float, float]], margin: float = TIME_MARGIN) -> TimeBound:
+    """(a, c) from calibration points (floor_s, time_s) (module rules)."""
+    pts = [(f, t) for f, t in points if f > 0 and t > 0]
+    if not pts:
+        raise ValueError(f"need positive (floor, time) points to fit a time bound, got {list(points)}")
+    a = min(t / f for f, t in pts)
+    c = max(0.0, max(margin * t - a * f for f, t in pts))
+    return TimeBound(a, c)
+
+
+def fit_memory(ratios: Iterable[float], margin: float = MEM_MARGIN) -> MemBound:
+    """(factor, fixed) from observed peak / base ratios (module rules)."""
+    return MemBound(max(1.0, margin * max(ratios, default=0.0)), MEM_FIXED_BYTES)
+
+
+# --- P14 bases ----------------------------------------------------------------------------
+
+def holds_full(api: str, phase: str, rank: int) -> bool:
+    """Whether ``rank`` ends the call holding the full dict (rank 0 of a full-dict save)."""
+    from .sut.paths import is_full_path
+
+    return phase == "save" and rank == 0 and is_full_path(api)
+
+
+def mem_base(api: str, phase: str, rank: int, m: dict) -> tuple[int, str]:
+    """The DESIGN bound of ``rank`` for measurement ``m`` and what it is made of."""
+    state, unit, ws = int(m["state_bytes"]), int(m["unit_bytes"]), int(m["world_size"])
+    if holds_full(api, phase, rank):
+        return state + unit, f"full state {_mb(state)} + one unit {_mb(unit)}"
+    shard = -(-state // ws)
+    return shard + unit, f"shard {_mb(shard)} (state / {ws}) + one unit {_mb(unit)}"
+
+
+def _mb(b: float) -> str:
+    return f"{b / 1e6:.2f} MB"
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.2f} ms"
+
+
+# --- the verdicts -------------------------------------------------------------------------
+
+def annotate(case: Case, meas: dict, cal: Calibration) -> dict:
+    """``meas`` ({phase: measurement}) with ratio, time_bound_s and mem_bound_bytes added
+    (contract of report/diff.py); raises CalibrationError for a missing key."""
+    out = {}
+    for phase in PHASES:
+        m = dict(meas[phase])
+        tb = cal.time_bound(time_key(case.api, phase, case.world_size, case.model))
+        m["ratio"] = m["time_s"] / m["floor_s"] if m["floor_s"] > 0 else None
+        m["time_bound_s"] = tb.bound(m["floor_s"])
+        m["time_a"], m["time_c_s"] = tb.a, tb.c
+        bounds, made_of = [], []
+        for r in range(len(m["peak_bytes"])):
+            mb = cal.mem_bound(mem_key(case.api, phase, r))
+            base, what = mem_base(case.api, phase, r, m)
+            bounds.append(mb.bound(base))
+            made_of.append(f"{mb.factor:.2f} x ({what}) + {_mb(mb.fixed_bytes)}")
+        m["mem_bound_bytes"] = bounds
+        m["mem_bound_made_of"] = made_of
+        out[phase] = m
+    return out
+
+
+def p13_time(case: Case, meas: dict) -> Verdict:
+    """P13 (time part) from annotated measurements: both phases within their bound."""
+    lines, bad = [], False
+    for phase in PHASES:
+        m = meas[phase]
+        ok = m["time_s"] <= m["time_bound_s"]
+        bad |= not ok
+        ratio = f"{m['ratio']:.1f}" if m.get("ratio") is not None else "n/a"
+        lines.append(
+            f"{case.api} {phase}: time {_ms(m['time_s'])} {'<=' if ok else '>'} bound "
+            f"{_ms(m['time_bound_s'])} = a {m['time_a']:.3g} x floor {_ms(m['floor_s'])} + c "
+            f"{_ms(m['time_c_s'])} (time/floor {ratio}, time/bound "
+            f"{m['time_s'] / m['time_bound_s']:.2f}); floor ops: {m['floor']}; repeats "
+            f"{', '.join(_ms(t) for t in m['times_s'])}")
+    detail = "\n".join(lines)
+    return fail(detail) if bad else passed(detail)
+
+
+def p14_memory(case: Case, meas: dict) -> Verdict:
+    """P14 from annotated measurements: every rank's peak within its bound in both phases."""
+    lines, bad = [], False
+    for phase in PHASES:
+        m = meas[phase]
+        for r, (peak, bound) in enumerate(zip(m["peak_bytes"], m["mem_bound_bytes"])):
+            ok = peak <= bound
+            bad |= not ok
+            lines.append(f"{case.api} {phase} rank {r}: peak {_mb(peak)} {'<=' if ok else '>'} "
+                         f"bound {_mb(bound)} = {m['mem_bound_made_of'][r]} "
+                         f"(peak/bound {peak / bound:.2f}; {m['peak_method']})")
+    detail = "\n".join(lines)
+    return fail(detail) if bad else passed(detail)
+
+
+def verdicts(case: Case, meas: dict, cal: Calibration) -> tuple[dict, Verdict, Verdict]:
+    """(annotated measurements, P13, P14) of a bounds case; a calibration key missing makes
+    both verdicts errors naming it (the measurements come back unannotated)."""
+    try:
+        ann = annotate(case, meas, cal)
+    except CalibrationError as e:
+        return meas, error(str(e)), error(str(e))
+    return ann, p13_time(case, ann), p14_memory(case, ann)
+
+
+# --- scaling ------------------------------------------------------------------------------
+
+def scaling_points(entries: Iterable[dict]) -> dict[str, tuple[list[int], list[float], list[float]]]:
+    """{"<path>/<phase>": (world sizes, times, floors)} over case entries (report form: api,
+    model, world_size, measurements) of BOUNDS_MODEL, sorted by world size."""
+    pts: dict[str, dict[int, tuple[float, float]]] = {}
+    for c in entries:
+        meas = c.get("measurements") or {}
+        if c.get("model") != BOUNDS_MODEL or not meas:
+            continue
+        for phase in PHASES:
+            m = meas.get(phase)
+            if m:
+                pts.setdefault(f"{c['api']}/{phase}", {})[int(m["world_size"])] = (
+                    float(m["time_s"]), float(m["floor_s"]))
+    return {k: (sorted(v), [v[w][0] for w in sorted(v)], [v[w][1] for w in sorted(v)])
+            for k, v in sorted(pts.items())}
+
+
+def excess_exponent(ws: Sequence[int], times: Sequence[float], floors: Sequence[float]) -> tuple[float, float]:
+    """(exponent of time, exponent of floor) against world size."""
+    return fit_exponent(ws, times), fit_exponent(ws, floors)
+
+
+def scaling_block(entries: Iterable[dict], cal: Calibration | None) -> dict[str, dict]:
+    """The run report's ``scaling`` block (contract of report/diff.py) from case entries."""
+    out = {}
+    for key, (ws, times, floors) in scaling_points(entries).items():
+        s: dict[str, Any] = {"world_sizes": ws, "times_s": times, "floor_times_s": floors}
+        if len(ws) < 2:
+            out[key] = {**s, "exponent": 0.0, "floor_exponent": 0.0, "status": "n/a",
+                        "detail": f"measured at one world size only ({ws})"}
+            continue
+        exp, fexp = excess_exponent(ws, times, floors)
+        s.update(exponent=exp, floor_exponent=fexp)
+        try:
+            allowed = cal.allowed_excess[key] if cal is not None else None
+        except KeyError:
+            allowed = None
+        if allowed is None:
+            src = cal.source if cal is not None else "no calibration"
+            s.update(status="error", detail=f"{src}: no scaling calibration for {key!r}; run "
+                                            f"`{CALIBRATE_COMMAND}`")
+        else:
+            ok = exp - fexp <= allowed
+            s.update(status="pass" if ok else "fail", allowed_excess=allowed,
+                     detail=(f"{key}: time grows as ws^{exp:.2f}, its floor as ws^{fexp:.2f}: "
+                             f"excess {exp - fexp:+.2f} {'<=' if ok else '>'} allowed "
+                             f"{allowed:+.2f} (calibrated excess + {SCALING_DELTA}) over world "
+                             f"sizes {ws}"))
+        out[key] = s
+    return out
+
+
+def scaling_verdict(p13: Verdict, s: dict) -> Verdict:
+    """P13 of a path's largest-world-size case with its scaling fit ``s`` folded in."""
+    if s.get("status") == "fail":
+        return fail(f"scaling: {s['detail']}\n\n{p13.detail}")
+    if s.get("status") == "error" and p13.status == "pass":
+        return error(s["detail"])
+    return p13
+
+
+__all__ = ["BOUNDS_MODEL", "BOUNDS_REPEATS", "Calibration", "CalibrationError", "MemBound",
+           "TimeBound", "annotate", "fit_memory", "fit_time", "load_calibration", "mem_base",
+           "p13_time", "p14_memory", "parse_calibration", "scaling_block", "verdicts"]
+
+
+# --- calibration --------------------------------------------------------------------------
+
+def calibration_data(runs: Sequence[Sequence[tuple[Case, dict]]], **facts: Any) -> dict:
+    """The calibration file's JSON from N runs of bounds cases, each run a list of (case,
+    raw measurements of ``measure.measure_case``): the fits of the module rules, with every
+    observed point kept beside its fit. ``facts`` (torch version, machine, command) are
+    copied in."""
+    time_pts: dict[str, list[tuple[float, float]]] = {}
+    ratios: dict[str, list[float]] = {}
+    excess: dict[str, list[float]] = {}
+    for run in runs:
+        entries = []
+        for case, meas in run:
+            entries.append({"api": case.api, "model": case.model, "measurements": meas})
+            for phase in PHASES:
+                m = meas[phase]
+                time_pts.setdefault(time_key(case.api, phase, case.world_size, case.model),
+                                    []).append((m["floor_s"], m["time_s"]))
+                for r, peak in enumerate(m["peak_bytes"]):
+                    base, _ = mem_base(case.api, phase, r, m)
+                    ratios.setdefault(mem_key(case.api, phase, r), []).append(peak / base)
+        for key, (ws, times, floors) in scaling_points(entries).items():
+            if len(ws) >= 2:
+                exp, fexp = excess_exponent(ws, times, floors)
+                excess.setdefault(key, []).append(exp - fexp)
+    time = {}
+    for k, pts in sorted(time_pts.items()):
+        tb = fit_time(pts)
+        time[k] = {"a": tb.a, "c": tb.c, "points": [[f, t] for f, t in pts]}
+    memory = {}
+    for k, rs in sorted(ratios.items()):
+        mb = fit_memory(rs)
+        memory[k] = {"factor": mb.factor, "fixed_bytes": mb.fixed_bytes, "max_ratio": max(rs)}
+    scaling = {k: {"max_excess": max(v), "allowed_excess": max(v) + SCALING_DELTA,
+                   "excess": v} for k, v in sorted(excess.items())}
+    return {"schema": SCHEMA, **facts, "runs": len(runs),
+            "rules": {"time_margin": TIME_MARGIN, "mem_margin": MEM_MARGIN,
+                      "mem_fixed_bytes": MEM_FIXED_BYTES, "scaling_delta": SCALING_DELTA},
+            "time": time, "memory": memory, "scaling": scaling}

@@ -1,0 +1,206 @@
+"""``fsdp-conformance bounds``: calibrate the P13/P14 bounds and prove they hold.
+
+- ``bounds calibrate [--runs N] [--out PATH] [--tier quick|full] [--world-sizes 1,2,3,4]``:
+  measures the tier's bounds cases N times (``measure.measure_case``) and writes the
+  calibration file (bounds.calibration_data: the fits of bounds.py's rules with every observed
+  point), atomically; default the packaged fsdp_conformance/data/bounds.json.
+- ``bounds stability [--runs N] [--calibration PATH] [--out reports/bounds-stability.json]``:
+  runs the tier's bounds cases N times in a row through the conformance runner (P13 with the
+  scaling fits, P14) and writes JSON and Markdown: per run whether every P13/P14 verdict
+  passed, and per path/phase the worst time/bound and peak/bound over all runs, plus how
+  often a 3x slower time and a doubled peak would have exceeded the bound.
+
+Exit codes: 0 written (stability: every run passed), 1 some stability run failed, 2 usage
+error (bad world sizes, unreadable calibration).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+COMMANDS = ("bounds",)
+STABILITY_SCHEMA = "fsdp-conformance/bounds-stability/1"
+
+
+def add_parser(sub) -> None:
+    b = sub.add_parser("bounds", help="calibrate the timing/memory bounds (P13/P14) or prove "
+                                      "they hold N runs in a row",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bsub = b.add_subparsers(dest="bounds_command", required=True)
+    for name, help_ in (("calibrate", "measure the bounds cases N times and fit the bounds"),
+                        ("stability", "run the bounds cases N times against the calibration")):
+        p = bsub.add_parser(name, help=help_)
+        p.add_argument("--runs", type=int, default=5 if name == "calibrate" else 20,
+                       help="how many runs of every bounds case")
+        p.add_argument("--tier", choices=["quick", "full"], default="quick")
+        p.add_argument("--world-sizes", default="1,2,3,4", help="comma-separated")
+        p.add_argument("--backend", choices=["gloo", "nccl"], default=None)
+        p.add_argument("--timeout", type=float, default=300.0,
+                       help="seconds one case may take on the ranks")
+    bsub.choices["calibrate"].add_argument(
+        "--out", default=None, help="calibration file (default: the packaged "
+                                    "fsdp_conformance/data/bounds.json)")
+    st = bsub.choices["stability"]
+    st.add_argument("--calibration", default=None,
+                    help="calibration file (default: the packaged one)")
+    st.add_argument("--out", default="reports/bounds-stability.json",
+                    help="JSON output; the Markdown goes beside it (.md)")
+
+
+def _cases(args) -> list:
+    from . import matrix
+
+    try:
+        ws = sorted({int(x) for x in args.world_sizes.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"--world-sizes must be comma-separated integers, got "
+                         f"{args.world_sizes!r}") from None
+    if not ws or ws[0] < 1:
+        raise ValueError(f"--world-sizes must be positive, got {args.world_sizes!r}")
+    if args.runs < 1:
+        raise ValueError(f"--runs must be >= 1, got {args.runs}")
+    cases = [c for c in matrix.TIERS[args.tier](matrix.default_paths()) if c.bounds]
+    return matrix.select(cases, world_sizes=ws)
+
+
+def _facts(args, cases) -> dict:
+    import torch
+
+    from .report.io import machine_info
+
+    return {"torch_version": torch.__version__, "machine_info": machine_info(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": "fsdp-conformance " + " ".join(sys.argv[1:]),
+            "tier": args.tier, "cases": [c.id for c in cases]}
+
+
+def calibrate(args) -> int:
+    import tempfile
+
+    from .bounds import BOUNDS_REPEATS, DEFAULT_CALIBRATION, calibration_data
+    from .harness import close_pools
+    from .measure import measure_case
+    from .report.io import write_json_atomic
+
+    cases = _cases(args)
+    runs = []
+    t0 = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="fsdpc-cal-") as tmp:
+            for i in range(args.runs):
+                run = []
+                for c in cases:
+                    run.append((c, measure_case(c, Path(tmp) / f"{i}", repeats=BOUNDS_REPEATS,
+                                                backend=args.backend, timeout=args.timeout)))
+                runs.append(run)
+                print(f"[calibrate] run {i + 1}/{args.runs}: {len(cases)} cases, "
+                      f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    finally:
+        close_pools()
+    out = Path(args.out) if args.out else DEFAULT_CALIBRATION
+    data = calibration_data(runs, **_facts(args, cases), repeats=BOUNDS_REPEATS)
+    write_json_atomic(out, data)
+    print(f"wrote {out}: {len(data['time'])} time keys, {len(data['memory'])} memory keys, "
+          f"{len(data['scaling'])} scaling keys from {args.runs} runs")
+    return 0
+
+
+def stability_summary(runs: list[list], calibration: str) -> dict:
+    """The stability report from N runs' CaseResults (module docstring)."""
+    per_run, worst = [], {}
+    for i, results in enumerate(runs):
+        bad = [f"{r.case.id} {p}: {r.properties[p].detail.splitlines()[0] if r.properties[p].detail else ''}"
+               for r in results for p in ("P13", "P14") if r.properties[p].status != "pass"]
+        per_run.append({"run": i + 1, "passed": not bad, "cases": len(results),
+                        "failures": bad})
+        for r in results:
+            for phase, m in r.measurements.items():
+                w = worst.setdefault(f"{r.case.api}/{phase}", {
+                    "time_over_bound": 0.0, "peak_over_bound": 0.0, "measurements": 0,
+                    "slow3x_exceeds": 0, "peak2x_exceeds": 0, "peak2x_checked": 0})
+                if not m.get("time_bound_s"):
+                    continue
+                w["measurements"] += 1
+                w["time_over_bound"] = max(w["time_over_bound"], m["time_s"] / m["time_bound_s"])
+                w["slow3x_exceeds"] += 3 * m["time_s"] > m["time_bound_s"]
+                for peak, bound in zip(m["peak_bytes"], m["mem_bound_bytes"]):
+                    w["peak_over_bound"] = max(w["peak_over_bound"], peak / bound)
+                    w["peak2x_checked"] += 1
+                    w["peak2x_exceeds"] += 2 * peak > bound
+    return {"schema": STABILITY_SCHEMA, "calibration": calibration, "runs": len(runs),
+            "runs_passed": sum(r["passed"] for r in per_run),
+            "all_passed": all(r["passed"] for r in per_run), "per_run": per_run,
+            "worst": dict(sorted(worst.items()))}
+
+
+def stability_markdown(s: dict) -> str:
+    out = ["# Bounds stability (P13, P14)", "",
+           f"**{s['runs_passed']} of {s['runs']} runs passed** (every P13 and P14 verdict of "
+           f"every bounds case, scaling fits included); calibration `{s['calibration']}`.", "",
+           f"- command: `{s.get('command', '')}`", f"- torch {s.get('torch_version', '?')}, "
+           f"{s.get('created', '')}, {s.get('wall_time_s', 0):.0f} s in all, "
+           f"load average at start {s.get('loadavg_start', '?')}", "",
+           "| run | passed | cases | failures |", "|---:|---|---:|---|"]
+    for r in s["per_run"]:
+        fails = "; ".join(r["failures"]).replace("|", "\\|")[:300]
+        out.append(f"| {r['run']} | {'yes' if r['passed'] else 'NO'} | {r['cases']} | {fails} |")
+    out += ["", "Worst over all runs (above 1 exceeds the bound); the last two columns: of the "
+            "measurements, how many a 3x slower time / a doubled peak would have failed:", "",
+            "| path/phase | worst time/bound | worst peak/bound | 3x slower fails | 2x peak fails |",
+            "|---|---:|---:|---:|---:|"]
+    for key, w in s["worst"].items():
+        out.append(f"| {key} | {w['time_over_bound']:.2f} | {w['peak_over_bound']:.2f} | "
+                   f"{w['slow3x_exceeds']}/{w['measurements']} | "
+                   f"{w['peak2x_exceeds']}/{w['peak2x_checked']} |")
+    return "\n".join(out) + "\n"
+
+
+def stability(args) -> int:
+    import os
+
+    from .bounds import DEFAULT_CALIBRATION, load_calibration
+    from .harness import close_pools
+    from .report.io import write_json_atomic, write_text_atomic
+    from .runner import run_cases
+
+    cases = _cases(args)
+    cal = args.calibration or str(DEFAULT_CALIBRATION)
+    load_calibration(cal)
+    load0 = open("/proc/loadavg").read().split()[0] if os.path.exists("/proc/loadavg") else "?"
+    runs = []
+    t0 = time.perf_counter()
+    try:
+        for i in range(args.runs):
+            results = run_cases(cases, backend=args.backend, timeout=args.timeout,
+                                calibration=cal)
+            runs.append(results)
+            ok = all(r.properties[p].status == "pass" for r in results for p in ("P13", "P14"))
+            print(f"[stability] run {i + 1}/{args.runs}: {'pass' if ok else 'FAIL'}, "
+                  f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    finally:
+        close_pools()
+    s = stability_summary(runs, cal)
+    s.update(_facts(args, cases), wall_time_s=time.perf_counter() - t0, loadavg_start=load0)
+    out = Path(args.out)
+    write_json_atomic(out, s)
+    write_text_atomic(out.with_suffix(".md"), stability_markdown(s))
+    print(f"{s['runs_passed']}/{s['runs']} runs passed; wrote {out}, {out.with_suffix('.md')}")
+    return 0 if s["all_passed"] else 1
+
+
+def main(args) -> int:
+    from .bounds import CalibrationError
+
+    try:
+        return calibrate(args) if args.bounds_command == "calibrate" else stability(args)
+    except (ValueError, CalibrationError) as e:
+        print(f"fsdp-conformance bounds {args.bounds_command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # until registered in cli.COMMAND_MODULES
+    _p = argparse.ArgumentParser(prog="fsdp-conformance")
+    add_parser(_p.add_subparsers(dest="command", required=True))
+    sys.exit(main(_p.parse_args()))
