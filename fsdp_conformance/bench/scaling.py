@@ -414,10 +414,12 @@ def main(out: str = "reports/bench-scaling.json", quick: bool = False,
     except ValueError as e:
         print(f"fsdp-conformance bench scaling: error: {e}", file=sys.stderr)
         return 2
+    from rich.markup import escape
+
     progress = _progress()
     total = sum(p.weight() for p in points)
     t0 = time.perf_counter()
-    done = [0, 0]
+    done = [0]
     with progress:
         task = progress.add_task("starting", total=total, done=0, cases=len(points))
 
@@ -427,11 +429,18 @@ def main(out: str = "reports/bench-scaling.json", quick: bool = False,
 
         def finish(p: Point, error: str | None) -> None:
             done[0] += 1
-            done[1] += error is not None
             progress.update(task, advance=p.weight(), done=done[0])
+            if not progress.console.is_terminal:  # a log file: one line per case instead
+                t = progress.tasks[0]
+                eta = t.time_remaining
+                progress.console.print(
+                    f"[{done[0]}/{len(points)}] {p.path} ws{p.world_size} "
+                    f"{size_label(p.state_elements)} {'failed' if error else 'done'}; "
+                    f"elapsed {time.perf_counter() - t0:.0f} s, ETA "
+                    f"{'?' if eta is None else f'{eta:.0f} s'}", highlight=False)
             if error:
                 progress.console.print(f"[red]failed[/red] {p.path} ws{p.world_size} "
-                                       f"{size_label(p.state_elements)}: {error.splitlines()[0]}")
+                                       f"{size_label(p.state_elements)}: {escape(error.splitlines()[0])}")
 
         benches, failed = run_grid(points, backend=backend, on_start=start, on_done=finish)
     report = build_report(points, benches, failed, quick=quick, backend=backend,
