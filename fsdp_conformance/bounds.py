@@ -10,11 +10,16 @@ Rules
 - Calibration (``fit_time``), per key, from the N calibration runs' (floor_i, time_i):
   ``a = min_i time_i / floor_i`` (the part of the cost that moves with the floor: when machine
   load slows the floor, the bound moves with it, never faster than the fastest observed
-  ratio); ``c = max_i (TIME_MARGIN * time_i - a * floor_i)`` (every calibration point lies
-  TIME_MARGIN times under the bound). TIME_MARGIN = 1.6: the spread of the minimum-of-3 times
-  between runs on this 2-core machine under a load of ~2 stays under 1.5x (measured: see
-  reports/bounds-stability.md), and 1.6 stays well under 3, so a path made 3x slower than its
-  calibrated runs exceeds its bound. (a, c) are per world size: with 2 cores, world sizes 3
+  ratio); ``c = max_i (TIME_MARGIN * time_i - a * floor_i) + SCHED_ALLOWANCE_S`` (every
+  calibration point lies TIME_MARGIN times under the bound, plus 2 ms: one scheduler time
+  slice on Linux is 1-4 ms, and on a busy 2-core machine a millisecond call can lose one in
+  every repeat; a 3x slowdown of a call of a few ms or less is therefore not detectable, and
+  the stability report says for which paths). The calibration runs are taken under the
+  machine's ordinary noise (other work included), so their maximum already holds that noise;
+  TIME_MARGIN = 1.3 covers what they missed and stays well under 3: a path made 3x slower
+  than the calibrated runs exceeds its bound. Noise only ever adds time while a real
+  slowdown persists, so the runner measures a failing bounds case once more and judges the
+  second measurement (runner.py): a noise spike must hit both to fail a case. (a, c) are per world size: with 2 cores, world sizes 3
   and 4 oversubscribe the CPUs and per-rank overheads of the sharded paths do not follow
   their copy floors, so one line over all world sizes would be loose at the small ones.
 - P13 scaling, per (path, phase) over the run's bounds cases of the quick tier's state size
@@ -22,8 +27,10 @@ Rules
   times), ``floor_exponent`` likewise for the floors; the status is "fail" when
   ``exponent - floor_exponent > allowed_excess``, with ``allowed_excess`` = the largest
   excess seen over the calibration runs + SCALING_DELTA (0.5: a quadratic number of
-  collectives adds about +1 over 1-4 ranks; run-to-run noise of the excess is below 0.3
-  here). A failing fit fails P13 of that path's largest-world-size case, detail with both
+  collectives adds about +1 over 1-4 ranks). On this 2-core machine the excess of one path
+  moves by up to ~1.5 between runs (world sizes 3 and 4 oversubscribe the cores; copy floors
+  of a fraction of a millisecond), so the calibrated worst is wide and the check catches
+  growth well beyond it, not subtle changes; ``compare`` tracks the exponents over time. A failing fit fails P13 of that path's largest-world-size case, detail with both
   exponents.
 - P14 memory, per rank and phase: pass when ``peak_bytes[r] <= factor * base_r + fixed``.
   ``base_r`` is the DESIGN.md bound: a rank that ends up holding the full dict (rank 0 of a
@@ -56,11 +63,12 @@ from .timing import fit_exponent
 
 SCHEMA = "fsdp-conformance/bounds-calibration/1"
 PHASES = ("save", "load")
-TIME_MARGIN = 1.6
+TIME_MARGIN = 1.3
 MEM_MARGIN = 1.2
 MEM_FIXED_BYTES = 1 << 20
 SCALING_DELTA = 0.5
-BOUNDS_REPEATS = 3
+SCHED_ALLOWANCE_S = 0.002
+BOUNDS_REPEATS = 5
 BOUNDS_SIZE = 500_000  # params of the quick tier's bounds model: 4 MB of fp32 Adam state
 BOUNDS_MODEL = f"scaled{BOUNDS_SIZE}"
 DEFAULT_CALIBRATION = Path(__file__).resolve().parent / "data" / "bounds.json"
@@ -190,7 +198,7 @@ def fit_time(points: Sequence[tuple[float, float]], margin: float = TIME_MARGIN)
     if not pts:
         raise ValueError(f"need positive (floor, time) points to fit a time bound, got {list(points)}")
     a = min(t / f for f, t in pts)
-    c = max(0.0, max(margin * t - a * f for f, t in pts))
+    c = max(0.0, max(margin * t - a * f for f, t in pts)) + SCHED_ALLOWANCE_S
     return TimeBound(a, c)
 
 
@@ -385,17 +393,38 @@ def calibration_data(runs: Sequence[Sequence[tuple[Case, dict]]], **facts: Any) 
             if len(ws) >= 2:
                 exp, fexp = excess_exponent(ws, times, floors)
                 excess.setdefault(key, []).append(exp - fexp)
+    return {"schema": SCHEMA, **facts, "runs": len(runs), **_fits(time_pts, ratios, excess)}
+
+
+def _fits(time_pts: dict[str, list], ratios: dict[str, list[float]],
+          excess: dict[str, list[float]]) -> dict:
+    """The rules, time, memory and scaling sections fitted from the observations."""
     time = {}
     for k, pts in sorted(time_pts.items()):
-        tb = fit_time(pts)
-        time[k] = {"a": tb.a, "c": tb.c, "points": [[f, t] for f, t in pts]}
+        tb = fit_time([tuple(p) for p in pts])
+        time[k] = {"a": tb.a, "c": tb.c, "points": [list(p) for p in pts]}
     memory = {}
     for k, rs in sorted(ratios.items()):
         mb = fit_memory(rs)
-        memory[k] = {"factor": mb.factor, "fixed_bytes": mb.fixed_bytes, "max_ratio": max(rs)}
+        memory[k] = {"factor": mb.factor, "fixed_bytes": mb.fixed_bytes, "max_ratio": max(rs),
+                     "ratios": list(rs)}
     scaling = {k: {"max_excess": max(v), "allowed_excess": max(v) + SCALING_DELTA,
-                   "excess": v} for k, v in sorted(excess.items())}
-    return {"schema": SCHEMA, **facts, "runs": len(runs),
-            "rules": {"time_margin": TIME_MARGIN, "mem_margin": MEM_MARGIN,
-                      "mem_fixed_bytes": MEM_FIXED_BYTES, "scaling_delta": SCALING_DELTA},
+                   "excess": list(v)} for k, v in sorted(excess.items())}
+    return {"rules": {"time_margin": TIME_MARGIN, "mem_margin": MEM_MARGIN,
+                      "mem_fixed_bytes": MEM_FIXED_BYTES, "scaling_delta": SCALING_DELTA,
+                      "sched_allowance_s": SCHED_ALLOWANCE_S},
             "time": time, "memory": memory, "scaling": scaling}
+
+
+def refit(data: dict, source: str = "<calibration>") -> dict:
+    """A calibration file's JSON refitted from its own observations (points, ratios, excess)
+    under this module's rules; the other facts are kept."""
+    parse_calibration(data, source)
+    try:
+        obs = ({k: v["points"] for k, v in data["time"].items()},
+               {k: v["ratios"] for k, v in data["memory"].items()},
+               {k: v["excess"] for k, v in data["scaling"].items()})
+    except KeyError as e:
+        raise CalibrationError(f"{source}: an entry lacks its observations ({e}); measure again "
+                               f"with `{CALIBRATE_COMMAND}`") from None
+    return {**data, **_fits(*obs)}

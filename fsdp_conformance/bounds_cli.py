@@ -3,7 +3,8 @@
 - ``bounds calibrate [--runs N] [--out PATH] [--tier quick|full] [--world-sizes 1,2,3,4]``:
   measures the tier's bounds cases N times (``measure.measure_case``) and writes the
   calibration file (bounds.calibration_data: the fits of bounds.py's rules with every observed
-  point), atomically; default the packaged fsdp_conformance/data/bounds.json.
+  point), atomically; default the packaged fsdp_conformance/data/bounds.json. ``--refit``
+  measures nothing: it refits the file's own observations under the current rules.
 - ``bounds stability [--runs N] [--calibration PATH] [--out reports/bounds-stability.json]``:
   runs the tier's bounds cases N times in a row through the conformance runner (P13 with the
   scaling fits, P14) and writes JSON and Markdown: per run whether every P13/P14 verdict
@@ -42,6 +43,9 @@ def add_parser(sub) -> None:
     bsub.choices["calibrate"].add_argument(
         "--out", default=None, help="calibration file (default: the packaged "
                                     "fsdp_conformance/data/bounds.json)")
+    bsub.choices["calibrate"].add_argument(
+        "--refit", action="store_true", help="refit the existing file's observations under "
+                                             "bounds.py's current rules; measure nothing")
     st = bsub.choices["stability"]
     st.add_argument("--calibration", default=None,
                     help="calibration file (default: the packaged one)")
@@ -84,6 +88,19 @@ def calibrate(args) -> int:
     from .measure import measure_case
     from .report.io import write_json_atomic
 
+    out = Path(args.out) if args.out else DEFAULT_CALIBRATION
+    if args.refit:
+        import json
+
+        from .bounds import CalibrationError, refit
+
+        try:
+            data = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise CalibrationError(f"{out}: cannot read the calibration to refit ({e})") from None
+        write_json_atomic(out, refit(data, str(out)))
+        print(f"refitted {out} under the current rules")
+        return 0
     cases = _cases(args)
     runs = []
     t0 = time.perf_counter()
@@ -99,7 +116,6 @@ def calibrate(args) -> int:
                       f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     finally:
         close_pools()
-    out = Path(args.out) if args.out else DEFAULT_CALIBRATION
     data = calibration_data(runs, **_facts(args, cases), repeats=BOUNDS_REPEATS)
     write_json_atomic(out, data)
     print(f"wrote {out}: {len(data['time'])} time keys, {len(data['memory'])} memory keys, "

@@ -11,7 +11,9 @@ Rules
   the problem, within ``fault_timeout`` seconds.
 - Bounds cases (``case.bounds``) only check P13 and P14 (bounds.py): the path's save and
   load are measured (``measure.measure_case``, BOUNDS_REPEATS repeats) and judged against the
-  calibration file; after every case has run, the scaling fit of each path and phase over
+  calibration file. Noise only ever adds time, a real slowdown or extra copy persists: a
+  case whose first measurement fails P13 or P14 is measured once more and judged on that
+  second measurement alone (the first failure is kept in the detail). After every case has run, the scaling fit of each path and phase over
   the run's bounds cases folds into P13 of the path's largest-world-size case. Every other
   case has P13/P14 n/a, pointing at the bounds cases.
 - Known torch limitations (``known.py``) turn a failing verdict into "known" and mark a
@@ -198,9 +200,19 @@ def run_bounds_case(case: Case, rundir: Path, *, backend: str | None, timeout: f
     meas: dict = {}
     try:
         cal = bounds.load_calibration(calibration)
-        meas = measure_case(case, workdir, repeats=bounds.BOUNDS_REPEATS, backend=backend,
-                            timeout=timeout)
-        meas, verdicts["P13"], verdicts["P14"] = bounds.verdicts(case, meas, cal)
+        first = ""
+        for attempt in (1, 2):
+            meas = measure_case(case, workdir, repeats=bounds.BOUNDS_REPEATS, backend=backend,
+                                timeout=timeout)
+            meas, p13, p14 = bounds.verdicts(case, meas, cal)
+            failed = [(p, v) for p, v in (("P13", p13), ("P14", p14)) if v.status == "fail"]
+            if not failed or attempt == 2:
+                break
+            first = "\n".join(f"first measurement, {p}: {v.detail}" for p, v in failed)
+        if first:  # the verdicts are the second measurement's; say what the first saw
+            p13, p14 = (Verdict(v.status, f"{v.detail}\n(measured twice: the first "
+                                          f"measurement failed)\n{first}") for v in (p13, p14))
+        verdicts["P13"], verdicts["P14"] = p13, p14
     except bounds.CalibrationError as exc:
         verdicts["P13"] = verdicts["P14"] = error(str(exc))
     except RankError as exc:

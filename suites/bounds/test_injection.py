@@ -1,0 +1,73 @@
+"""P13/P14 on real FSDP (gloo) against the packaged calibration: the unmodified bounds
+cases pass; a path made 3x slower fails P13 with its numbers; a path that keeps an extra
+copy of its output fails P14; the run report carries measurements and scaling as
+report/diff.py reads them."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fsdp_conformance import bounds as b
+from fsdp_conformance.cases import Case
+from fsdp_conformance.report.diff import compare_runs
+from fsdp_conformance.report.run_report import build_report, check_schema, render_markdown
+from fsdp_conformance.runner import run_cases
+
+CASE = Case(api="fsdp1.full", model=b.BOUNDS_MODEL, plan="nested", optimizer="adam",
+            dtype="fp32", world_size=2, steps=1, bounds=True)
+
+
+@pytest.fixture(scope="module")
+def clean_and_injected():
+    cases = [CASE, dataclasses.replace(CASE, inject="slow"),
+             dataclasses.replace(CASE, inject="copy")]
+    return run_cases(cases, timeout=300)
+
+
+def test_the_unmodified_case_passes_and_everything_else_is_na(clean_and_injected):
+    r = clean_and_injected[0]
+    for p in ("P13", "P14"):
+        assert r.properties[p].status == "pass", r.properties[p].detail
+    assert all(v.status == "n/a" and v.detail == "bounds case: only P13/P14"
+               for p, v in r.properties.items() if p not in ("P13", "P14"))
+    m = r.measurements["save"]
+    assert m["time_s"] <= m["time_bound_s"] and len(m["peak_bytes"]) == 2
+    assert all(p <= bd for p, bd in zip(m["peak_bytes"], m["mem_bound_bytes"]))
+
+
+def test_a_3x_slower_path_fails_p13_naming_path_and_numbers(clean_and_injected):
+    clean, slow = clean_and_injected[0], clean_and_injected[1]
+    v = slow.properties["P13"]
+    assert v.status == "fail", v.detail
+    assert "fsdp1.full save: time" in v.detail and "> bound" in v.detail
+    for text in ("x floor", "+ c", "time/floor", "floor ops: all_gather"):
+        assert text in v.detail
+    assert slow.measurements["save"]["time_s"] > 2 * clean.measurements["save"]["time_s"]
+
+
+def test_an_extra_copy_fails_p14(clean_and_injected):
+    clean, copy = clean_and_injected[0], clean_and_injected[2]
+    v = copy.properties["P14"]
+    assert v.status == "fail", v.detail
+    assert "save rank 0: peak" in v.detail and "> bound" in v.detail and "full state" in v.detail
+    # rank 0 holds the whole dict: the copy adds most of the state (freed heap blocks of the
+    # previous call are reused for the small tensors)
+    m, m0 = copy.measurements["save"], clean.measurements["save"]
+    assert m["peak_bytes"][0] >= m0["peak_bytes"][0] + 0.75 * m["state_bytes"]
+
+
+def test_report_carries_measurements_and_scaling(clean_and_injected):
+    rep = build_report(clean_and_injected, tier="quick", backend="gloo", seed=0, world_sizes=[2],
+                       wall_time_s=1.0, argv=["x"])
+    check_schema(rep)
+    entry = next(c for c in rep["cases"] if c["id"] == CASE.id)
+    m = entry["measurements"]["save"]
+    for key in ("time_s", "times_s", "floor_s", "floor_times_s", "floor", "ratio", "time_bound_s",
+                "peak_bytes", "mem_bound_bytes", "state_bytes", "unit_bytes", "world_size"):
+        assert key in m, key
+    # one world size only: the scaling fit cannot be made, and says so
+    assert rep["scaling"]["fsdp1.full/save"]["status"] == "n/a"
+    md = render_markdown(rep)
+    assert "## Timing and memory bounds" in md and "| fsdp1.full | 2 | save |" in md
+    assert not compare_runs(rep, rep).regressed

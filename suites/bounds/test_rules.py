@@ -1,0 +1,194 @@
+"""bounds.py's arithmetic and the calibration file, without processes: the fits, the bounds,
+the verdicts and their details, the scaling rule, the Case fields, the packaged file."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from fsdp_conformance import bounds as b
+from fsdp_conformance import matrix
+from fsdp_conformance.cases import Case
+
+MB = 10**6
+
+
+def test_fit_time_puts_every_point_a_margin_under_the_bound():
+    pts = [(0.020, 0.041), (0.025, 0.060), (0.018, 0.038)]
+    tb = b.fit_time(pts)
+    assert tb.a == pytest.approx(min(t / f for f, t in pts))
+    for f, t in pts:
+        assert tb.bound(f) >= b.TIME_MARGIN * t
+    # the tightest point sits exactly on margin x time + the scheduling allowance
+    assert min(tb.bound(f) - b.TIME_MARGIN * t for f, t in pts) == pytest.approx(b.SCHED_ALLOWANCE_S)
+    # a 3x slower call at any calibrated floor exceeds it (the spread here is 1.26x)
+    assert all(3 * t > tb.bound(f) for f, t in pts)
+
+
+def test_fit_time_refuses_no_points():
+    with pytest.raises(ValueError, match="positive"):
+        b.fit_time([(0.0, 1.0)])
+
+
+def test_fit_memory_never_below_the_design_bound():
+    assert b.fit_memory([0.3, 0.5]).factor == 1.0
+    assert b.fit_memory([1.5, 1.9]).factor == pytest.approx(b.MEM_MARGIN * 1.9)
+    assert b.fit_memory([1.0]).fixed_bytes == b.MEM_FIXED_BYTES
+
+
+def _m(peaks, state=4 * MB, unit=2 * MB, ws=2, time_s=0.04, floor_s=0.02):
+    return {"time_s": time_s, "times_s": [time_s, time_s * 1.1], "floor_s": floor_s,
+            "floor_times_s": [floor_s], "floor": "all_gather 4 MB + copy 4 MB",
+            "peak_bytes": peaks, "peak_method": "hwm", "state_bytes": state,
+            "unit_bytes": unit, "world_size": ws}
+
+
+def test_memory_bases_follow_design():
+    m = _m([0, 0])
+    assert b.mem_base("fsdp1.full", "save", 0, m)[0] == 6 * MB      # full state + one unit
+    assert b.mem_base("fsdp1.full", "save", 1, m)[0] == 4 * MB      # shard 2 + unit 2
+    assert b.mem_base("fsdp1.full", "load", 0, m)[0] == 4 * MB      # loads: shard + unit
+    assert b.mem_base("fsdp1.sharded", "save", 0, m)[0] == 4 * MB
+    assert "full state" in b.mem_base("fsdp2.full", "save", 0, m)[1]
+
+
+def _cal(a=1.5, c=0.01, factor=1.2, excess=0.5, api="fsdp1.full", model=b.BOUNDS_MODEL):
+    data = {"schema": b.SCHEMA,
+            "time": {b.time_key(api, p, ws, model): {"a": a, "c": c}
+                     for p in b.PHASES for ws in (1, 2, 3, 4)},
+            "memory": {f"{api}/{p}/{r}": {"factor": factor, "fixed_bytes": b.MEM_FIXED_BYTES}
+                       for p in b.PHASES for r in ("rank0", "other")},
+            "scaling": {f"{api}/{p}": {"allowed_excess": excess} for p in b.PHASES}}
+    return b.parse_calibration(data, "test.json")
+
+
+CASE = Case(api="fsdp1.full", model=b.BOUNDS_MODEL, optimizer="adam", dtype="fp32",
+            world_size=2, steps=1, bounds=True)
+
+
+def test_p13_and_p14_pass_and_fail_with_the_numbers():
+    cal = _cal()
+    ok = {"save": _m([5 * MB, 3 * MB]), "load": _m([3 * MB, 3 * MB])}
+    ann, p13, p14 = b.verdicts(CASE, ok, cal)
+    assert p13.status == "pass" and p14.status == "pass", (p13.detail, p14.detail)
+    assert ann["save"]["time_bound_s"] == pytest.approx(1.5 * 0.02 + 0.01)
+    assert ann["save"]["mem_bound_bytes"][0] == pytest.approx(1.2 * 6 * MB + b.MEM_FIXED_BYTES, abs=1)
+    slow = {"save": _m([5 * MB, 3 * MB], time_s=0.12), "load": ok["load"]}
+    _, p13, _ = b.verdicts(CASE, slow, cal)
+    assert p13.status == "fail"
+    for text in ("fsdp1.full save", "120.00 ms >", "bound 40.00 ms", "a 1.5", "floor 20.00 ms",
+                 "c 10.00 ms", "time/floor 6.0", "all_gather"):
+        assert text in p13.detail, (text, p13.detail)
+    doubled = {"save": _m([10 * MB, 3 * MB]), "load": ok["load"]}
+    _, _, p14 = b.verdicts(CASE, doubled, cal)
+    assert p14.status == "fail"
+    assert "save rank 0: peak 10.00 MB > bound 8.25 MB" in p14.detail, p14.detail
+    assert "full state 4.00 MB + one unit 2.00 MB" in p14.detail
+
+
+def test_a_missing_calibration_key_is_an_error_naming_key_and_command():
+    other = Case(api="fsdp2.full", model=b.BOUNDS_MODEL, world_size=2, steps=1, bounds=True)
+    _, p13, p14 = b.verdicts(other, {"save": _m([0, 0]), "load": _m([0, 0])}, _cal())
+    assert p13.status == p14.status == "error"
+    assert "test.json" in p13.detail and "fsdp2.full/save/ws2" in p13.detail
+    assert b.CALIBRATE_COMMAND in p13.detail
+
+
+@pytest.mark.parametrize("data,match", [
+    ({"schema": "x"}, "expected schema"),
+    ({"schema": b.SCHEMA, "time": {}, "memory": {}}, "'scaling' must be"),
+    ({"schema": b.SCHEMA, "time": {"k": {"a": -1, "c": 0}}, "memory": {}, "scaling": {}},
+     r"time\['k'\]: 'a' must be a non-negative number"),
+    ({"schema": b.SCHEMA, "time": {}, "memory": {"m": {"factor": 0.5, "fixed_bytes": 0}},
+      "scaling": {}}, r"memory\['m'\]: 'factor' must be >= 1"),
+])
+def test_bad_calibration_files_are_named(data, match):
+    with pytest.raises(b.CalibrationError, match=match):
+        b.parse_calibration(data, "cal.json")
+
+
+def test_unreadable_calibration_file(tmp_path):
+    with pytest.raises(b.CalibrationError, match="missing.json: cannot read"):
+        b.load_calibration(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(b.CalibrationError, match="bad.json: cannot read"):
+        b.load_calibration(tmp_path / "bad.json")
+
+
+def _entries(api, times, floors):
+    return [{"api": api, "model": b.BOUNDS_MODEL, "world_size": ws,
+             "measurements": {"save": {"time_s": t, "floor_s": f, "world_size": ws},
+                              "load": {"time_s": t, "floor_s": f, "world_size": ws}}}
+            for ws, t, f in zip((1, 2, 3, 4), times, floors)]
+
+
+def test_scaling_linear_passes_quadratic_fails():
+    cal = _cal(excess=0.5)
+    floors = [0.01, 0.02, 0.03, 0.04]
+    lin = b.scaling_block(_entries("fsdp1.full", [0.02, 0.04, 0.06, 0.08], floors), cal)
+    s = lin["fsdp1.full/save"]
+    assert s["status"] == "pass" and s["exponent"] == pytest.approx(1.0)
+    assert s["floor_exponent"] == pytest.approx(1.0) and s["world_sizes"] == [1, 2, 3, 4]
+    quad = b.scaling_block(_entries("fsdp1.full", [0.02 * w * w for w in (1, 2, 3, 4)], floors), cal)
+    s = quad["fsdp1.full/load"]
+    assert s["status"] == "fail" and s["exponent"] == pytest.approx(2.0)
+    assert "ws^2.00" in s["detail"] and "ws^1.00" in s["detail"] and "+1.00 >" in s["detail"]
+    p13 = b.scaling_verdict(b.passed("fine"), s)
+    assert p13.status == "fail" and "scaling" in p13.detail
+    other = b.scaling_block(_entries("fsdp2.full", [1, 2, 3, 4], floors), cal)
+    assert other["fsdp2.full/save"]["status"] == "error"
+    one = b.scaling_block(_entries("fsdp1.full", [1], [1]), cal)
+    assert one["fsdp1.full/save"]["status"] == "n/a"
+
+
+def test_bounds_case_fields():
+    assert CASE.id.endswith("/bounds")
+    assert Case(**{**CASE.to_dict(), "inject": "slow"}).id.endswith("/bounds/inject:slow")
+    with pytest.raises(ValueError, match="inject='slow'.*needs bounds=True"):
+        Case(api="fsdp1.full", inject="slow")
+    with pytest.raises(ValueError, match="inject must be one of"):
+        Case(api="fsdp1.full", bounds=True, inject="fast")
+    with pytest.raises(ValueError, match="loads where it saves"):
+        Case(api="fsdp1.full", bounds=True, world_size=2, load_world_size=3)
+    with pytest.raises(ValueError, match="one API path"):
+        Case(api="fsdp1", bounds=True)
+    with pytest.raises(ValueError, match="no fault"):
+        Case(api="fsdp1.full", bounds=True, fault="shape")
+
+
+def test_matrix_has_one_bounds_case_per_path_and_world_size_never_injected():
+    paths = matrix.default_paths()
+    for tier in ("quick", "full"):
+        bc = [c for c in matrix.TIERS[tier](paths) if c.bounds]
+        assert {(c.api, c.world_size) for c in bc} == {(p, w) for p in paths for w in (1, 2, 3, 4)}
+        assert not any(c.inject for c in matrix.TIERS[tier](paths))
+    sel = matrix.select([c for c in matrix.quick(paths) if c.bounds], world_sizes=[1, 2])
+    assert {c.world_size for c in sel} == {1, 2}
+
+
+def test_packaged_calibration_covers_the_quick_tier():
+    cal = b.load_calibration()
+    data = json.loads(b.DEFAULT_CALIBRATION.read_text())
+    assert data["schema"] == b.SCHEMA and data["runs"] >= 3
+    assert data["rules"]["time_margin"] == b.TIME_MARGIN
+    for c in (c for c in matrix.quick(matrix.default_paths()) if c.bounds):
+        for phase in b.PHASES:
+            tb = cal.time_bound(b.time_key(c.api, phase, c.world_size, c.model))
+            assert tb.a >= 0 and tb.c >= b.SCHED_ALLOWANCE_S
+            for r in range(c.world_size):
+                assert cal.mem_bound(b.mem_key(c.api, phase, r)).factor >= 1
+            assert f"{c.api}/{phase}" in cal.allowed_excess
+    for k, v in data["time"].items():  # every calibration point lies under its bound
+        tb = cal.time_bound(k)
+        assert all(tb.bound(f) >= b.TIME_MARGIN * t for f, t in v["points"]), k
+    assert all(math.isfinite(x) for x in cal.allowed_excess.values())
+
+
+def test_calibration_file_is_package_data():
+    import tomllib
+
+    from suites.conftest import ROOT
+
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "data/*.json" in cfg["tool"]["setuptools"]["package-data"]["fsdp_conformance"]
