@@ -11,6 +11,7 @@ import pytest
 from fsdp_conformance import bounds as b
 from fsdp_conformance.cases import Case
 from fsdp_conformance.report.diff import compare_runs
+from fsdp_conformance.report.html import render_html
 from fsdp_conformance.report.run_report import build_report, check_schema, render_markdown
 from fsdp_conformance.runner import run_cases
 
@@ -71,3 +72,5 @@ def test_report_carries_measurements_and_scaling(clean_and_injected):
     md = render_markdown(rep)
     assert "## Timing and memory bounds" in md and "| fsdp1.full | 2 | save |" in md
     assert not compare_runs(rep, rep).regressed
+    page = render_html(rep)
+    assert "Timing and memory (P13, P14)" in page and "data:image/png;base64," in page
