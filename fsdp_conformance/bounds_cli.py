@@ -125,12 +125,16 @@ def calibrate(args) -> int:
 
 def stability_summary(runs: list[list], calibration: str) -> dict:
     """The stability report from N runs' CaseResults (module docstring)."""
+    from .runner import REMEASURED
+
     per_run, worst = [], {}
     for i, results in enumerate(runs):
         bad = [f"{r.case.id} {p}: {r.properties[p].detail.splitlines()[0] if r.properties[p].detail else ''}"
                for r in results for p in ("P13", "P14") if r.properties[p].status != "pass"]
+        again = sorted({r.case.id for r in results for p in ("P13", "P14")
+                        if REMEASURED in r.properties[p].detail})
         per_run.append({"run": i + 1, "passed": not bad, "cases": len(results),
-                        "failures": bad})
+                        "remeasured": again, "failures": bad})
         for r in results:
             for phase, m in r.measurements.items():
                 w = worst.setdefault(f"{r.case.api}/{phase}", {
@@ -158,10 +162,13 @@ def stability_markdown(s: dict) -> str:
            f"- command: `{s.get('command', '')}`", f"- torch {s.get('torch_version', '?')}, "
            f"{s.get('created', '')}, {s.get('wall_time_s', 0):.0f} s in all, "
            f"load average at start {s.get('loadavg_start', '?')}", "",
-           "| run | passed | cases | failures |", "|---:|---|---:|---|"]
+           "| run | passed | cases | measured twice (first measurement failed) | failures |",
+           "|---:|---|---:|---|---|"]
     for r in s["per_run"]:
         fails = "; ".join(r["failures"]).replace("|", "\\|")[:300]
-        out.append(f"| {r['run']} | {'yes' if r['passed'] else 'NO'} | {r['cases']} | {fails} |")
+        again = ", ".join(f"`{c}`" for c in r.get("remeasured", [])) or "none"
+        out.append(f"| {r['run']} | {'yes' if r['passed'] else 'NO'} | {r['cases']} | {again} "
+                   f"| {fails} |")
     out += ["", "Worst over all runs (above 1 exceeds the bound); the last two columns: of the "
             "measurements, how many a 3x slower time / a doubled peak would have failed:", "",
             "| path/phase | worst time/bound | worst peak/bound | 3x slower fails | 2x peak fails |",

@@ -54,6 +54,7 @@ NOT_BUILT = {
     "P14": "not a bounds case (P14 is checked by the bounds cases: .../bounds)",
 }
 BOUNDS_ONLY = "bounds case: only P13/P14"
+REMEASURED = "measured twice: the first measurement failed"
 
 
 def _sut(api: str):
@@ -210,8 +211,8 @@ def run_bounds_case(case: Case, rundir: Path, *, backend: str | None, timeout: f
                 break
             first = "\n".join(f"first measurement, {p}: {v.detail}" for p, v in failed)
         if first:  # the verdicts are the second measurement's; say what the first saw
-            p13, p14 = (Verdict(v.status, f"{v.detail}\n(measured twice: the first "
-                                          f"measurement failed)\n{first}") for v in (p13, p14))
+            p13, p14 = (Verdict(v.status, f"{v.detail}\n({REMEASURED})\n{first}")
+                        for v in (p13, p14))
         verdicts["P13"], verdicts["P14"] = p13, p14
     except bounds.CalibrationError as exc:
         verdicts["P13"] = verdicts["P14"] = error(str(exc))

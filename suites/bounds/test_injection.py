@@ -13,7 +13,7 @@ from fsdp_conformance.cases import Case
 from fsdp_conformance.report.diff import compare_runs
 from fsdp_conformance.report.html import render_html
 from fsdp_conformance.report.run_report import build_report, check_schema, render_markdown
-from fsdp_conformance.runner import run_cases
+from fsdp_conformance.runner import REMEASURED, run_cases
 
 CASE = Case(api="fsdp1.full", model=b.BOUNDS_MODEL, plan="nested", optimizer="adam",
             dtype="fp32", world_size=2, steps=1, bounds=True)
@@ -38,13 +38,13 @@ def test_the_unmodified_case_passes_and_everything_else_is_na(clean_and_injected
 
 
 def test_a_3x_slower_path_fails_p13_naming_path_and_numbers(clean_and_injected):
-    clean, slow = clean_and_injected[0], clean_and_injected[1]
+    slow = clean_and_injected[1]
     v = slow.properties["P13"]
     assert v.status == "fail", v.detail
     assert "fsdp1.full save: time" in v.detail and "> bound" in v.detail
     for text in ("x floor", "+ c", "time/floor", "floor ops: all_gather"):
         assert text in v.detail
-    assert slow.measurements["save"]["time_s"] > 2 * clean.measurements["save"]["time_s"]
+    assert REMEASURED in v.detail and "first measurement, P13" in v.detail  # failed twice
 
 
 def test_an_extra_copy_fails_p14(clean_and_injected):

@@ -192,3 +192,23 @@ def test_calibration_file_is_package_data():
 
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "data/*.json" in cfg["tool"]["setuptools"]["package-data"]["fsdp_conformance"]
+
+
+def test_stability_summary_counts_passes_worst_ratios_and_detection():
+    from fsdp_conformance.bounds_cli import stability_markdown, stability_summary
+    from fsdp_conformance.properties.verdict import Verdict
+    from fsdp_conformance.report.run_report import CaseResult
+
+    cal = _cal()
+    ann, p13, p14 = b.verdicts(CASE, {"save": _m([5 * MB, 3 * MB]), "load": _m([3 * MB, 3 * MB])}, cal)
+    good = CaseResult(CASE, {"P13": p13, "P14": p14}, {}, ann)
+    bad = CaseResult(CASE, {"P13": Verdict("fail", "too slow"), "P14": p14}, {}, ann)
+    s = stability_summary([[good], [bad]], "cal.json")
+    assert (s["runs"], s["runs_passed"], s["all_passed"]) == (2, 1, False)
+    assert s["per_run"][1]["failures"] == [f"{CASE.id} P13: too slow"]
+    w = s["worst"]["fsdp1.full/save"]
+    assert w["time_over_bound"] == pytest.approx(0.04 / 0.04)
+    assert w["slow3x_exceeds"] == 2 and w["measurements"] == 2
+    assert w["peak2x_exceeds"] == 4 and w["peak2x_checked"] == 4  # 10 MB > 8.25, 6 MB > 5.85
+    md = stability_markdown(s)
+    assert "**1 of 2 runs passed**" in md and "| fsdp1.full/save | 1.00 |" in md
