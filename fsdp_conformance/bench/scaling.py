@@ -23,7 +23,8 @@ cores):
 - repeats per case: 5 up to 1e6 elements, 3 at 1e7, 2 at 1e8 (the estimate is the minimum,
   noise only adds time; a call of seconds has little scheduling noise left to shed).
 - ``--quick`` (the upgrade gate's smoke run, under ~3 minutes): 1e5 and 1e6 elements at world
-  sizes 1, 2 and 4, 3 repeats, all paths (48 cases).
+  sizes 1, 2 and 4, 5 repeats (as the default grid at these sizes: the gate compares two
+  quick runs, and their noise bands come from the repeats), all paths (48 cases).
 
 Report (``write_report``; schema ``fsdp-conformance/bench/1``, read by ``fsdp-conformance
 compare``; pytest-benchmark's layout): ``machine_info``, ``commit_info``, ``datetime``,
@@ -67,7 +68,7 @@ BIG_WORLD_SIZES = (4,)
 BIG_PATHS = ("fsdp1.full", "fsdp1.sharded", "fsdp2.full", "fsdp2.sharded")
 QUICK_SIZES = (10**5, 10**6)
 QUICK_WORLD_SIZES = (1, 2, 4)
-QUICK_REPEATS = 3
+QUICK_REPEATS = 5
 MIN_SIZE = 1_000  # state elements: the scaled model needs a few params per layer
 MAX_SIZE = 10**9
 MAX_WORLD_SIZE = 8
