@@ -12,12 +12,12 @@ resident memory of one more call on each rank.
 Grid (the default run must finish in about 15 minutes on a shared 2-core machine with
 24 GiB; cost grows about linearly with state size and with world size, since 4 ranks share 2
 cores):
-- state elements 1e5, 1e6, 1e7 for all eight paths at world sizes 1-4 (96 cases, ~6 min):
+- state elements 1e5, 1e6, 1e7 for all eight paths at world sizes 1-4 (96 cases, ~4 min):
   enough for the fit against world size at 1e7 and, with 1e8, against size at world size 4;
 - 1e8 elements (400 MB of state, 50M params) only at world size 4 and only for the
-  non-legacy paths fsdp1.full, fsdp1.sharded, fsdp2.full, fsdp2.sharded (one case is 1-3
-  minutes there: model build, one training step, and fsdp1.sharded's DCP load at ~15 s a
-  call). These are the APIs users are told to use, and rank 0 consolidating the full state
+  non-legacy paths fsdp1.full, fsdp1.sharded, fsdp2.full, fsdp2.sharded (15-60 s a case,
+  ~2.5 min together: model build, one training step, and fsdp1.sharded's DCP load at 5-9 s
+  a call; the whole default run measured 6.5-7 minutes with other work on the machine). These are the APIs users are told to use, and rank 0 consolidating the full state
   (fsdp1.full, fsdp2.full) is where host memory runs out. Peak memory is far below 24 GiB:
   the worst case (a full dict on each of 4 ranks) is under 2 GiB of state copies.
 - repeats per case: 5 up to 1e6 elements, 3 at 1e7, 2 at 1e8 (the estimate is the minimum,
@@ -401,7 +401,7 @@ def _progress():
     return Progress(TextColumn("{task.description}"), BarColumn(),
                     TextColumn("cases {task.fields[done]}/{task.fields[cases]}"),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                    console=Console(stderr=True))
+                    console=Console(stderr=True), speed_estimate_period=24 * 3600)
 
 
 def main(out: str = "reports/bench-scaling.json", quick: bool = False,
