@@ -13,7 +13,9 @@ Steps (each one a subprocess with its own log file and time limit):
    candidate is asked to load exactly what the baseline wrote;
 4. both run the scaling benchmark (``--bench quick`` by default, ``full`` or ``none``);
 5. ``compare`` of the two run reports and of the two benchmark reports, with the gate's
-   thresholds; the gate's exit code is 1 when either comparison finds a regression.
+   thresholds; benchmarks flagged slower or bigger are measured again on both sides and
+   stay regressions only if they reproduce (``recheck_bench``); the gate's exit code is 1
+   when either comparison finds a regression.
 
 Rules
 - The gate never writes outside its own new directory (``--out``, which must not exist),
@@ -209,6 +211,10 @@ def gate(cfg: GateConfig) -> int:
                  str(out / "candidate" / f"{kind}.json"), *thresholds,
                  "--md", str(out / f"compare-{kind}.md"), "--json", str(out / f"compare-{kind}.json")),
             logs / f"compare-{kind}.log", timeout=600, ok_codes=(0, 1))
+    recheck = None
+    if verdicts.get("bench"):
+        recheck = recheck_bench(cfg, out, sides, thresholds, logs)
+        verdicts["bench"] = 1 if recheck["confirmed"] or recheck["other"] else 0
     rc = 1 if any(verdicts.values()) else 0
     summary = {
         "schema": "fsdp-conformance/gate/1",
@@ -218,6 +224,7 @@ def gate(cfg: GateConfig) -> int:
         "thresholds": {"max_slowdown": cfg.max_slowdown, "max_memory_growth": cfg.max_memory_growth},
         "step_exit_codes": codes,
         "compare_exit_codes": verdicts,
+        "bench_recheck": recheck,
         "verdict": "regression" if rc else "no regression",
         "wall_s": round(time.monotonic() - t0, 1),
     }
@@ -230,9 +237,77 @@ def gate(cfg: GateConfig) -> int:
         cmp_md = out / f"compare-{kind}.md"
         md += [f"## Comparison of the {kind} reports", "",
                demote(cmp_md.read_text()) if cmp_md.exists() else "(no comparison written)", ""]
+    if recheck is not None:
+        md += ["## Benchmark recheck", "", recheck_text(recheck), ""]
     write_text_atomic(out / "gate.md", "\n".join(md))
     _log(f"{summary['verdict']}: {out / 'gate.md'}")
     return rc
+
+
+NOISY = ("slower", "more memory")
+
+
+def _flagged(compare_json: Path) -> tuple[set[str], list[str]]:
+    """(benchmark names flagged slower / more memory, every other regression as text)."""
+    import json
+
+    data = json.loads(compare_json.read_text())
+    flagged, other = set(), []
+    for c in data["changes"]:
+        if c["category"] != "regression":
+            continue
+        if c["label"] in NOISY:
+            flagged.add(c["subject"])
+        else:
+            other.append(f"{c['label']}: {c['subject']} {c['item']}".strip())
+    return flagged, other
+
+
+def recheck_bench(cfg: GateConfig, out: Path, sides: Sequence[Side],
+                  thresholds: Sequence[str], logs: Path) -> dict:
+    """Measure the benchmarks the comparison flagged slower or bigger once more on both
+    sides, and keep only the regressions that reproduce.
+
+    Rule: a timing or a peak is one sample of a noisy machine (another job, a scheduler
+    slice, which pages were already resident), and the two sides ran minutes apart; a
+    regression of the candidate's torch is there every time it is measured. So the flagged
+    benchmarks' grid (their paths x world sizes x sizes) runs again, baseline then
+    candidate, and a benchmark stays a regression only when the second comparison flags it
+    again. Any other regression (a benchmark that failed or is missing) stands as it is."""
+    flagged, other = _flagged(out / "compare-bench.json")
+    result = {"flagged": sorted(flagged), "other": other, "confirmed": []}
+    if not flagged:
+        return result
+    parts = [name.split("/") for name in flagged]  # path/phase/ws<N>/<size>
+    grid = ["--paths", ",".join(sorted({p[0] for p in parts})),
+            "--world-sizes", ",".join(sorted({p[2][2:] for p in parts}, key=int)),
+            "--sizes", ",".join(sorted({p[3] for p in parts}, key=float)), "--repeats", "5"]
+    for s in sides:
+        run_step(f"{s.name}: benchmark recheck",
+                 _cli(s.python, "bench", "scaling", *grid,
+                      "--out", str(out / s.name / "bench-recheck.json")),
+                 logs / f"{s.name}-bench-recheck.log", timeout=cfg.step_timeout, ok_codes=(0, 1))
+    run_step("compare benchmark rechecks",
+             _cli(sys.executable, "compare", str(out / "baseline" / "bench-recheck.json"),
+                  str(out / "candidate" / "bench-recheck.json"), *thresholds,
+                  "--md", str(out / "compare-bench-recheck.md"),
+                  "--json", str(out / "compare-bench-recheck.json")),
+             logs / "compare-bench-recheck.log", timeout=600, ok_codes=(0, 1))
+    again, _ = _flagged(out / "compare-bench-recheck.json")
+    result["confirmed"] = sorted(flagged & again)
+    return result
+
+
+def recheck_text(recheck: dict) -> str:
+    """The recheck's outcome as Markdown bullets."""
+    lines = [f"- flagged slower or bigger by the first comparison: "
+             f"{', '.join(recheck['flagged']) or 'none'}",
+             f"- reproduced when measured again (regressions): "
+             f"{', '.join(recheck['confirmed']) or 'none'}"]
+    if recheck["other"]:
+        lines.append(f"- other benchmark regressions (not rechecked): {'; '.join(recheck['other'])}")
+    lines.append("- the second comparison: compare-bench-recheck.md")
+    return "\n".join(lines)
 
 
 def run_line(name: str, path: Path) -> str:

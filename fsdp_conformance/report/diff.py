@@ -38,12 +38,18 @@ minimum over repeats (timing.py: machine noise only ever adds time) divided by i
 raw collective(s) and copy of the same bytes timed in the same run, so that a slower or busier
 machine moves both and the ratio stays put. Noise: each side's ratio has a band
 ``[lo, hi]``: lo = min(time) / median(floor), hi = median(time) / min(floor) (for a
-benchmark: stats.min and stats.median over floor_median_s, its only floor figure). NEW is
-*slower* only when its band lies wholly above BASE's band times ``max_slowdown``
+benchmark: stats.min and stats.median over extra_info.floor_min_s and floor_median_s). NEW
+is *slower* only when its band lies wholly above BASE's band times ``max_slowdown``
 (``new.lo > base.hi * max_slowdown``), i.e. the change exceeds the spread of both runs'
-repeats, AND the excess time ``new.time - base.ratio * new.floor`` is above
-``MIN_TIME_DELTA_S``. Without a floor on either side the raw times are compared by the same
-rule. *Faster* (information) is the same test with the roles swapped.
+repeats, AND its raw time grew too (``new.min > base.median * max_slowdown``), AND the excess
+time ``new.time - base.ratio * new.floor`` is above ``MIN_TIME_DELTA_S``. The raw-time test
+is there because a floor is itself a measurement: a floor of a few microseconds that one run
+caught 100x slower (a busy 2-core machine: a scheduler slice in every repeat) would
+otherwise make an unchanged path look 100x slower or faster in the other. A path that really
+got slower is slower in both. (The cost: a NEW machine more than ``max_slowdown`` times
+faster than BASE's hides a regression of that size; gate on reports from the same machine
+kind, as ``gate`` does.) Without a floor on either side the raw times are compared by the
+same rule. *Faster* (improvement) is the same test with the roles swapped.
 
 Scaling (run reports' top-level ``scaling``, per path/phase): a status that goes from pass to
 fail is a regression, and so is an excess exponent (time's minus its floor's) that grew by
@@ -52,16 +58,23 @@ multiplies the time at the largest one by more than ``max_slowdown``
 (``(ws_max / ws_min) ** delta > max_slowdown``).
 
 Memory (per rank ``peak_bytes``): NEW uses *more memory* on a rank when
-``new > base * max_memory_growth`` and ``new - base > MIN_MEMORY_DELTA_BYTES``.
+``new > base * max_memory_growth`` and ``new - base`` is above ``MIN_MEMORY_DELTA_BYTES``
+and above ``MIN_MEMORY_SHARE`` of the rank's share of the state (``state_bytes /
+world_size``, when the measurement records them).
 
 Constants:
 - ``MIN_TIME_DELTA_S`` = 2 ms: one scheduler time slice on Linux is 1-4 ms, so on a busy
   2-core machine a sub-millisecond call can lose a whole slice in every repeat; below 2 ms of
   excess a ratio is scheduling, not work.
-- ``MIN_MEMORY_DELTA_BYTES`` = 1 MiB: the peaks are exact (kernel high-water mark with glibc's
-  mmap threshold pinned at 64 KiB, timing.py), but the interpreter's own heap, freed-page
-  reuse and 4 KiB page rounding move a peak by tens to hundreds of KiB between identical
-  runs; a real extra copy of optimizer state is at least the smallest case's state.
+- ``MIN_MEMORY_DELTA_BYTES`` = 4 MiB: the peaks are exact (kernel high-water mark with
+  glibc's mmap threshold pinned at 64 KiB, timing.py), but whether a call's buffers land on
+  pages the process already has (gloo's, the allocator's freed ones) is chance: between two
+  identical benchmark runs here rank 1's peak in ``fsdp1.full/save/ws2/1e6`` was 0.02 MiB in
+  one and 3.5 MiB in the other. A real extra copy of optimizer state is larger than that
+  from about 1e6 state elements (8 MB in fp32 Adam) up.
+- ``MIN_MEMORY_SHARE`` = 0.25: at larger states a rank's peak moved by up to 3 MiB (12% of
+  its 27 MB share) between identical runs; an extra copy of anything the path holds is at
+  least a whole share, four times this.
 - ``MIN_SCALING_EXPONENT_DELTA`` = 0.2: a fit over 3-4 world sizes whose times carry the
   shared machine's noise (tens of percent for millisecond calls) moves its exponent by about
   0.1 between identical runs; twice that is a change.
@@ -88,7 +101,8 @@ RUN_SCHEMA = "fsdp-conformance/run/1"
 BENCH_SCHEMA = "fsdp-conformance/bench/1"
 
 MIN_TIME_DELTA_S = 0.002
-MIN_MEMORY_DELTA_BYTES = 1 << 20
+MIN_MEMORY_DELTA_BYTES = 4 << 20
+MIN_MEMORY_SHARE = 0.25
 MIN_SCALING_EXPONENT_DELTA = 0.2
 PHASES = ("save", "load")
 
@@ -404,12 +418,17 @@ def timing_of_measurement(m: dict) -> Timing:
                   _median(m.get("floor_times_s"), floor) if floor else None)
 
 
+def _positive(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and x > 0 else None
+
+
 def timing_of_benchmark(b: dict) -> Timing:
-    """A benchmark (contract 2): stats.min / stats.median over extra_info.floor_median_s."""
-    s = b["stats"]
-    floor = (b.get("extra_info") or {}).get("floor_median_s")
-    floor = float(floor) if isinstance(floor, (int, float)) and floor > 0 else None
-    return Timing(float(s["min"]), float(s["median"]), floor, floor)
+    """A benchmark (contract 2): stats.min / stats.median over extra_info.floor_min_s /
+    floor_median_s (a report with only floor_median_s: that figure for both)."""
+    s, extra = b["stats"], b.get("extra_info") or {}
+    f_med = _positive(extra.get("floor_median_s"))
+    f_min = _positive(extra.get("floor_min_s")) or f_med
+    return Timing(float(s["min"]), float(s["median"]), f_min, f_med if f_min else None)
 
 
 def _ms(s: float) -> str:
@@ -424,10 +443,14 @@ def compare_timing(base: Timing, new: Timing, max_slowdown: float) -> tuple[str,
     n, n_lo, n_hi = new.normalised(use_floor)
     if b <= 0 or n <= 0:
         return None
-    if n_lo > b_hi * max_slowdown:
+    # the raw times must move too (module docstring: a floor that got faster by chance is
+    # not a slower path)
+    raw_slower = new.time_s > max(base.time_s, base.time_hi_s) * max_slowdown
+    raw_faster = base.time_s > max(new.time_s, new.time_hi_s) * max_slowdown
+    if n_lo > b_hi * max_slowdown and raw_slower:
         label = "slower"
         excess = new.time_s - b * new.floor_s if use_floor else new.time_s - base.time_s
-    elif b_lo > n_hi * max_slowdown:
+    elif b_lo > n_hi * max_slowdown and raw_faster:
         label = "faster"
         excess = base.time_s - n * base.floor_s if use_floor else base.time_s - new.time_s
     else:
@@ -447,21 +470,32 @@ def _mib(b: float) -> str:
     return f"{b / (1 << 20):.2f} MiB"
 
 
-def compare_peaks(base: Sequence[int], new: Sequence[int],
-                  max_growth: float) -> list[tuple[str, str]]:
+def min_memory_delta(obj: dict) -> int:
+    """The smallest per-rank peak change that counts (module docstring): 1 MiB, or a quarter
+    of one rank's share of the state (``state_bytes / world_size``) when the measurement
+    says how big the state is."""
+    state, ws = obj.get("state_bytes"), obj.get("world_size")
+    share = (state / ws) if (isinstance(state, (int, float)) and isinstance(ws, int)
+                            and ws > 0) else 0
+    return int(max(MIN_MEMORY_DELTA_BYTES, MIN_MEMORY_SHARE * share))
+
+
+def compare_peaks(base: Sequence[int], new: Sequence[int], max_growth: float,
+                  min_delta: int = MIN_MEMORY_DELTA_BYTES) -> list[tuple[str, str]]:
     """[("more memory" | "less memory", detail)] over the ranks both list (module
     docstring's rule); one entry per direction, naming every rank that moved."""
     more, less = [], []
     for rank, (b, n) in enumerate(zip(base, new)):
         ratio = f"x{n / b:.2f}" if b > 0 else "from 0"
         line = f"rank {rank}: {_mib(b)} -> {_mib(n)} ({ratio})"
-        if n > b * max_growth and n - b > MIN_MEMORY_DELTA_BYTES:
+        if n > b * max_growth and n - b > min_delta:
             more.append(line)
-        elif b > n * max_growth and b - n > MIN_MEMORY_DELTA_BYTES:
+        elif b > n * max_growth and b - n > min_delta:
             less.append(line)
     out = []
     if more:
-        out.append(("more memory", f"threshold x{max_growth:g}; " + "; ".join(more)))
+        out.append(("more memory", f"threshold x{max_growth:g} and +{_mib(min_delta)}; "
+                                   + "; ".join(more)))
     if less:
         out.append(("less memory", "; ".join(less)))
     if len(base) != len(new):
@@ -500,7 +534,8 @@ def _measurement_changes(base: dict, new: dict, th: Thresholds,
             bp = _peaks(bm[phase], f"{bpath}: case {cid!r}: measurements.{phase}")
             np_ = _peaks(nm[phase], f"{npath}: case {cid!r}: measurements.{phase}")
             if bp is not None and np_ is not None:
-                for label, detail in compare_peaks(bp, np_, th.max_memory_growth):
+                for label, detail in compare_peaks(bp, np_, th.max_memory_growth,
+                                                   min_memory_delta(nm[phase])):
                     out.append(Change(label, cid, f"{phase} memory", _mib(max(bp, default=0)),
                                       _mib(max(np_, default=0)), detail))
     notes = [f"timings and peaks compared for {compared} (case, phase) pair(s)"]
@@ -592,7 +627,8 @@ def compare_benches(base: dict, new: dict, th: Thresholds = Thresholds(), *,
         bp = _peaks(b.get("extra_info") or {}, f"{base_path}: benchmark {name!r}: extra_info")
         np_ = _peaks(n.get("extra_info") or {}, f"{new_path}: benchmark {name!r}: extra_info")
         if bp is not None and np_ is not None:
-            for label, detail in compare_peaks(bp, np_, th.max_memory_growth):
+            for label, detail in compare_peaks(bp, np_, th.max_memory_growth,
+                                               min_memory_delta(n.get("extra_info") or {})):
                 changes.append(Change(label, name, "memory", _mib(max(bp, default=0)),
                                       _mib(max(np_, default=0)), detail))
     bf, nf = bench_facts(base), bench_facts(new)

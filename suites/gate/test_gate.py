@@ -77,3 +77,43 @@ def test_demote_pushes_every_heading_one_level_down():
     from fsdp_conformance.gate import demote
 
     assert demote("# A\ntext #1\n## B") == "## A\ntext #1\n### B"
+
+
+def _compare_json(path, changes):
+    import json
+    path.write_text(json.dumps({"changes": [
+        {"category": cat, "label": label, "subject": subject, "item": item}
+        for cat, label, subject, item in changes]}))
+
+
+def test_flagged_splits_noisy_from_other_regressions(tmp_path):
+    p = tmp_path / "c.json"
+    _compare_json(p, [("regression", "slower", "fsdp1.full/save/ws2/1e5", "time"),
+                      ("regression", "more memory", "fsdp2.full/load/ws4/1e6", "memory"),
+                      ("regression", "missing in NEW", "fsdp1.sharded/load/ws2/1e6", ""),
+                      ("improvement", "faster", "fsdp1.rekey/save/ws1/1e5", "time")])
+    flagged, other = gate._flagged(p)
+    assert flagged == {"fsdp1.full/save/ws2/1e5", "fsdp2.full/load/ws4/1e6"}
+    assert other == ["missing in NEW: fsdp1.sharded/load/ws2/1e6"]
+
+
+def test_recheck_measures_the_flagged_benchmarks_again_on_both_sides(tmp_path):
+    """A flagged benchmark's grid runs again on each side (here this interpreter on both)
+    and the second comparison decides; the same torch twice must not confirm a 3x
+    slowdown threshold."""
+    out = tmp_path / "g"
+    (out / "logs").mkdir(parents=True)
+    name = "fsdp2.sharded/save/ws1/1e5"
+    _compare_json(out / "compare-bench.json", [("regression", "slower", name, "time")])
+    sides = [gate.Side("baseline", None, sys.executable),
+             gate.Side("candidate", None, sys.executable)]
+    cfg = gate.GateConfig(candidate_python=sys.executable, out=out, step_timeout=300)
+    res = gate.recheck_bench(cfg, out, sides, ["--max-slowdown", "3", "--max-memory-growth",
+                                               "3"], out / "logs")
+    assert res["flagged"] == [name] and res["confirmed"] == [] and res["other"] == []
+    import json
+    for side in ("baseline", "candidate"):
+        names = [b["name"] for b in
+                 json.loads((out / side / "bench-recheck.json").read_text())["benchmarks"]]
+        assert sorted(names) == ["fsdp2.sharded/load/ws1/1e5", name]
+    assert "reproduced when measured again (regressions): none" in gate.recheck_text(res)
