@@ -23,7 +23,8 @@ Rules
   and 4 oversubscribe the CPUs and per-rank overheads of the sharded paths do not follow
   their copy floors, so one line over all world sizes would be loose at the small ones.
 - P13 scaling, per (path, phase) over the run's bounds cases of the quick tier's state size
-  (``BOUNDS_MODEL``) at 2 or more world sizes: ``exponent`` = fit_exponent(world sizes,
+  (``BOUNDS_MODEL``) at 2 or more world sizes (1 rank included: leaving it out shortens the
+  span of the fit and made its noise larger here, not smaller): ``exponent`` = fit_exponent(world sizes,
   times), ``floor_exponent`` likewise for the floors; the status is "fail" when
   ``exponent - floor_exponent > allowed_excess``, with ``allowed_excess`` = the largest
   excess seen over the calibration runs + SCALING_DELTA (0.5: a quadratic number of
@@ -68,6 +69,7 @@ MEM_MARGIN = 1.2
 MEM_FIXED_BYTES = 1 << 20
 SCALING_DELTA = 0.5
 SCHED_ALLOWANCE_S = 0.002
+SCALING_MIN_WS = 1
 BOUNDS_REPEATS = 5
 BOUNDS_SIZE = 500_000  # params of the quick tier's bounds model: 4 MB of fp32 Adam state
 BOUNDS_MODEL = f"scaled{BOUNDS_SIZE}"
@@ -312,7 +314,7 @@ def scaling_points(entries: Iterable[dict]) -> dict[str, tuple[list[int], list[f
             continue
         for phase in PHASES:
             m = meas.get(phase)
-            if m:
+            if m and int(m["world_size"]) >= SCALING_MIN_WS:
                 pts.setdefault(f"{c['api']}/{phase}", {})[int(m["world_size"])] = (
                     float(m["time_s"]), float(m["floor_s"]))
     return {k: (sorted(v), [v[w][0] for w in sorted(v)], [v[w][1] for w in sorted(v)])
@@ -416,14 +418,35 @@ def _fits(time_pts: dict[str, list], ratios: dict[str, list[float]],
             "time": time, "memory": memory, "scaling": scaling}
 
 
+def _excess_from_points(time_pts: dict[str, list]) -> dict[str, list[float]]:
+    """Per "<path>/<phase>", the scaling excess of every calibration run, from the time
+    points (the i-th point of each world size's key is run i's)."""
+    runs: dict[str, dict[int, dict[int, tuple[float, float]]]] = {}
+    for key, pts in time_pts.items():
+        api, phase, ws, model = key.split("/")
+        if model != BOUNDS_MODEL or int(ws[2:]) < SCALING_MIN_WS:
+            continue
+        for i, (f, t) in enumerate(pts):
+            runs.setdefault(f"{api}/{phase}", {}).setdefault(i, {})[int(ws[2:])] = (t, f)
+    out: dict[str, list[float]] = {}
+    for key, by_run in sorted(runs.items()):
+        for i in sorted(by_run):
+            w = sorted(by_run[i])
+            if len(w) >= 2:
+                exp, fexp = excess_exponent(w, [by_run[i][x][0] for x in w],
+                                            [by_run[i][x][1] for x in w])
+                out.setdefault(key, []).append(exp - fexp)
+    return out
+
+
 def refit(data: dict, source: str = "<calibration>") -> dict:
     """A calibration file's JSON refitted from its own observations (points, ratios, excess)
     under this module's rules; the other facts are kept."""
     parse_calibration(data, source)
     try:
-        obs = ({k: v["points"] for k, v in data["time"].items()},
-               {k: v["ratios"] for k, v in data["memory"].items()},
-               {k: v["excess"] for k, v in data["scaling"].items()})
+        time_pts = {k: v["points"] for k, v in data["time"].items()}
+        obs = (time_pts, {k: v["ratios"] for k, v in data["memory"].items()},
+               _excess_from_points(time_pts))
     except KeyError as e:
         raise CalibrationError(f"{source}: an entry lacks its observations ({e}); measure again "
                                f"with `{CALIBRATE_COMMAND}`") from None

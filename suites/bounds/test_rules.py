@@ -212,3 +212,14 @@ def test_stability_summary_counts_passes_worst_ratios_and_detection():
     assert w["peak2x_exceeds"] == 4 and w["peak2x_checked"] == 4  # 10 MB > 8.25, 6 MB > 5.85
     md = stability_markdown(s)
     assert "**1 of 2 runs passed**" in md and "| fsdp1.full/save | 1.00 |" in md
+
+
+def test_refit_reproduces_the_packaged_fits_from_their_observations():
+    data = json.loads(b.DEFAULT_CALIBRATION.read_text())
+    again = b.refit(data, "bounds.json")
+    for section in ("time", "memory"):
+        assert again[section] == data[section], section
+    for k, v in data["scaling"].items():  # excess recomputed from the time points
+        assert again["scaling"][k]["excess"] == pytest.approx(v["excess"]), k
+    with pytest.raises(b.CalibrationError, match="lacks its observations"):
+        b.refit({**data, "time": {"k/save/ws1/m": {"a": 1, "c": 1}}}, "x.json")
