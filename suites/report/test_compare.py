@@ -195,6 +195,12 @@ def test_memory_detail_names_the_rank():
     assert "rank 1: 2.00 MiB -> 8.00 MiB (x4.00)" in c.detail and "rank 0" not in c.detail
 
 
+def _calibrated(exponent: float, status: str = "pass") -> dict:
+    s = _scaling(exponent, status=status)
+    s["fsdp1.full/save"]["allowed_excess"] = 1.5
+    return s
+
+
 def _scaling(exponent: float, floor_exponent: float = 1.0, status: str = "pass") -> dict:
     return {"fsdp1.full/save": {"world_sizes": [1, 2, 3, 4], "times_s": [0.01] * 4,
                                 "floor_times_s": [0.01] * 4, "exponent": exponent,
@@ -208,6 +214,9 @@ def _scaling(exponent: float, floor_exponent: float = 1.0, status: str = "pass")
     (_scaling(1.0), _scaling(1.1, status="fail"), ["scaling worse"]),  # P13 decided fail
     (_scaling(2.0), _scaling(1.0), ["scaling better"]),
     (_scaling(1.0), {}, ["missing in NEW"]),
+    # calibrated (bounds): the status decides, a move within the allowance is information
+    (_calibrated(1.0), _calibrated(2.0), ["scaling changed"]),
+    (_calibrated(1.0), _calibrated(2.0, status="fail"), ["scaling worse"]),
 ])
 def test_scaling(base, new, labels):
     r = make_report([CaseResult(A, {"P0": passed()})])
@@ -299,7 +308,8 @@ def test_comparison_is_deterministic(tmp_path):
 def test_baseline_against_itself(capsys):
     assert cli_main(["compare", str(BASELINE), str(BASELINE)]) == 0
     out = capsys.readouterr().out
-    assert out.rstrip().endswith("OK: no changes") and "276 cases" in out
+    cases = json.loads(BASELINE.read_text())["summary"]["cases"]
+    assert out.rstrip().endswith("OK: no changes") and f"{cases} cases" in out
 
 
 @pytest.mark.parametrize("content,message", [

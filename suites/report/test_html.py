@@ -53,15 +53,17 @@ def assert_self_contained(page: str) -> None:
         assert href.startswith("https://github.com/") and href in upstream, href
 
 
-def test_baseline_without_measurements_renders():
+def test_baseline_renders_with_its_bounds_measurements():
     r = load_report(BASELINE)
     page = render_html(r)
     assert_self_contained(page)
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    assert "OK: 276 cases" in page and "torch 2.13.0+cpu, gloo, tier quick" in page
-    assert "No timing or memory measurements in this report" in page and "<img" not in page
+    assert f"OK: {r['summary']['cases']} cases" in page
+    assert "torch 2.13.0+cpu, gloo, tier quick" in page
+    assert "Timing and memory (P13, P14)" in page and "data:image/png;base64," in page
     # the matrix: one row per path, the counts of the terminal matrix
-    assert page.count("<tr><td>fsdp1.") + page.count("<tr><td>fsdp2.") == len(r["summary"]["by_path"])
+    matrix = page.split("<h2>Matrix</h2>", 1)[1].split("<h2>", 1)[0]
+    assert matrix.count("<tr><td>fsdp1.") + matrix.count("<tr><td>fsdp2.") == len(r["summary"]["by_path"])
     assert "Failures (0)" in page
     # known limitations with their upstream links as plain links
     assert 'href="https://github.com/pytorch/pytorch/issues/126952"' in page
