@@ -13,9 +13,10 @@ Steps (each one a subprocess with its own log file and time limit):
    candidate is asked to load exactly what the baseline wrote;
 4. both run the scaling benchmark (``--bench quick`` by default, ``full`` or ``none``);
 5. ``compare`` of the two run reports and of the two benchmark reports, with the gate's
-   thresholds; benchmarks flagged slower or bigger are measured again on both sides and
-   stay regressions only if they reproduce (``recheck_bench``); the gate's exit code is 1
-   when either comparison finds a regression.
+   thresholds; timings and peaks flagged slower or bigger (benchmarks, and the bounds
+   cases' measurements in the run reports) are measured again on both sides and stay
+   regressions only if they reproduce (``recheck``); verdict regressions stand as they
+   are; the gate's exit code is 1 when either comparison keeps a regression.
 
 Rules
 - The gate never writes outside its own new directory (``--out``, which must not exist),
@@ -211,10 +212,11 @@ def gate(cfg: GateConfig) -> int:
                  str(out / "candidate" / f"{kind}.json"), *thresholds,
                  "--md", str(out / f"compare-{kind}.md"), "--json", str(out / f"compare-{kind}.json")),
             logs / f"compare-{kind}.log", timeout=600, ok_codes=(0, 1))
-    recheck = None
-    if verdicts.get("bench"):
-        recheck = recheck_bench(cfg, out, sides, thresholds, logs)
-        verdicts["bench"] = 1 if recheck["confirmed"] or recheck["other"] else 0
+    rechecks = {}
+    for kind in kinds:
+        if verdicts[kind]:
+            rechecks[kind] = recheck(kind, cfg, out, sides, thresholds, logs)
+            verdicts[kind] = 1 if rechecks[kind]["confirmed"] or rechecks[kind]["other"] else 0
     rc = 1 if any(verdicts.values()) else 0
     summary = {
         "schema": "fsdp-conformance/gate/1",
@@ -224,7 +226,7 @@ def gate(cfg: GateConfig) -> int:
         "thresholds": {"max_slowdown": cfg.max_slowdown, "max_memory_growth": cfg.max_memory_growth},
         "step_exit_codes": codes,
         "compare_exit_codes": verdicts,
-        "bench_recheck": recheck,
+        "rechecks": rechecks,
         "verdict": "regression" if rc else "no regression",
         "wall_s": round(time.monotonic() - t0, 1),
     }
@@ -237,8 +239,8 @@ def gate(cfg: GateConfig) -> int:
         cmp_md = out / f"compare-{kind}.md"
         md += [f"## Comparison of the {kind} reports", "",
                demote(cmp_md.read_text()) if cmp_md.exists() else "(no comparison written)", ""]
-    if recheck is not None:
-        md += ["## Benchmark recheck", "", recheck_text(recheck), ""]
+    for kind, res in rechecks.items():
+        md += [f"## Recheck of the {kind} comparison", "", recheck_text(res), ""]
     write_text_atomic(out / "gate.md", "\n".join(md))
     _log(f"{summary['verdict']}: {out / 'gate.md'}")
     return rc
@@ -263,50 +265,78 @@ def _flagged(compare_json: Path) -> tuple[set[str], list[str]]:
     return flagged, other
 
 
-def recheck_bench(cfg: GateConfig, out: Path, sides: Sequence[Side],
-                  thresholds: Sequence[str], logs: Path) -> dict:
-    """Measure the benchmarks the comparison flagged slower or bigger once more on both
+def _bench_grid(flagged: set[str]) -> list[str]:
+    """The scaling-benchmark grid covering the flagged benchmarks (path/phase/ws<N>/<size>)."""
+    parts = [name.split("/") for name in flagged]
+    return ["bench", "scaling",
+            "--paths", ",".join(sorted({p[0] for p in parts})),
+            "--world-sizes", ",".join(sorted({p[2][2:] for p in parts}, key=int)),
+            "--sizes", ",".join(sorted({p[3] for p in parts}, key=float)), "--repeats", "5"]
+
+
+def _bounds_selection(cfg: GateConfig, flagged: set[str]) -> list[str]:
+    """The run selection covering the flagged bounds cases: every world size of their path
+    (the scaling fit needs them all), or every bounds case when several paths are flagged."""
+    paths = {cid.split("/", 1)[0] for cid in flagged}
+    keyword = f"{paths.pop()}/ bounds" if len(paths) == 1 else "bounds"
+    argv = ["run", "--tier", cfg.tier, "-k", keyword, *cfg.run_args]
+    if cfg.world_sizes:
+        argv += ["--world-sizes", cfg.world_sizes]
+    return argv
+
+
+RECHECKS = {  # kind -> (what is measured again, its report option)
+    "bench": ("benchmark", "--out"),
+    "run": ("bounds case", "--json"),
+}
+
+
+def recheck(kind: str, cfg: GateConfig, out: Path, sides: Sequence[Side],
+            thresholds: Sequence[str], logs: Path) -> dict:
+    """Measure what the ``kind`` comparison flagged slower or bigger once more on both
     sides, and keep only the regressions that reproduce.
 
     Rule: a timing or a peak is one sample of a noisy machine (another job, a scheduler
     slice, which pages were already resident), and the two sides ran minutes apart; a
     regression of the candidate's torch is there every time it is measured. So the flagged
-    benchmarks' grid (their paths x world sizes x sizes) runs again, baseline then
-    candidate, and a benchmark stays a regression only when the second comparison flags it
-    again. Any other regression (a benchmark that failed or is missing) stands as it is."""
-    flagged, other = _flagged(out / "compare-bench.json")
-    result = {"flagged": sorted(flagged), "other": other, "confirmed": []}
+    subjects run again, baseline then candidate (benchmarks: their grid of paths x world
+    sizes x sizes; run reports: the bounds cases of their path at every world size), and a
+    subject stays a regression only when the second comparison flags it again. Any other
+    regression (a property newly failing, a P13/P14 bound newly exceeded, a benchmark that
+    failed or is missing) stands as it is: verdicts are not noise."""
+    what, option = RECHECKS[kind]
+    flagged, other = _flagged(out / f"compare-{kind}.json")
+    result = {"kind": kind, "flagged": sorted(flagged), "other": other, "confirmed": []}
     if not flagged:
         return result
-    parts = [name.split("/") for name in flagged]  # path/phase/ws<N>/<size>
-    grid = ["--paths", ",".join(sorted({p[0] for p in parts})),
-            "--world-sizes", ",".join(sorted({p[2][2:] for p in parts}, key=int)),
-            "--sizes", ",".join(sorted({p[3] for p in parts}, key=float)), "--repeats", "5"]
+    argv = _bench_grid(flagged) if kind == "bench" else _bounds_selection(cfg, flagged)
     for s in sides:
-        run_step(f"{s.name}: benchmark recheck",
-                 _cli(s.python, "bench", "scaling", *grid,
-                      "--out", str(out / s.name / "bench-recheck.json")),
-                 logs / f"{s.name}-bench-recheck.log", timeout=cfg.step_timeout, ok_codes=(0, 1))
-    run_step("compare benchmark rechecks",
-             _cli(sys.executable, "compare", str(out / "baseline" / "bench-recheck.json"),
-                  str(out / "candidate" / "bench-recheck.json"), *thresholds,
-                  "--md", str(out / "compare-bench-recheck.md"),
-                  "--json", str(out / "compare-bench-recheck.json")),
-             logs / "compare-bench-recheck.log", timeout=600, ok_codes=(0, 1))
-    again, _ = _flagged(out / "compare-bench-recheck.json")
+        run_step(f"{s.name}: {kind} recheck",
+                 _cli(s.python, *argv, option, str(out / s.name / f"{kind}-recheck.json")),
+                 logs / f"{s.name}-{kind}-recheck.log", timeout=cfg.step_timeout,
+                 ok_codes=(0, 1))
+    run_step(f"compare {kind} rechecks",
+             _cli(sys.executable, "compare", str(out / "baseline" / f"{kind}-recheck.json"),
+                  str(out / "candidate" / f"{kind}-recheck.json"), *thresholds,
+                  "--md", str(out / f"compare-{kind}-recheck.md"),
+                  "--json", str(out / f"compare-{kind}-recheck.json")),
+             logs / f"compare-{kind}-recheck.log", timeout=600, ok_codes=(0, 1))
+    again, _ = _flagged(out / f"compare-{kind}-recheck.json")
     result["confirmed"] = sorted(flagged & again)
     return result
 
 
-def recheck_text(recheck: dict) -> str:
+def recheck_text(res: dict) -> str:
     """The recheck's outcome as Markdown bullets."""
-    lines = [f"- flagged slower or bigger by the first comparison: "
-             f"{', '.join(recheck['flagged']) or 'none'}",
+    what = RECHECKS[res["kind"]][0]
+    lines = [f"- {what}s flagged slower or bigger by the first comparison: "
+             f"{', '.join(res['flagged']) or 'none'}",
              f"- reproduced when measured again (regressions): "
-             f"{', '.join(recheck['confirmed']) or 'none'}"]
-    if recheck["other"]:
-        lines.append(f"- other benchmark regressions (not rechecked): {'; '.join(recheck['other'])}")
-    lines.append("- the second comparison: compare-bench-recheck.md")
+             f"{', '.join(res['confirmed']) or 'none'}"]
+    if res["other"]:
+        lines.append(f"- other regressions (not rechecked, they stand): {'; '.join(res['other'])}")
+    if res["flagged"]:
+        lines.append(f"- the second comparison: compare-{res['kind']}-recheck.md")
     return "\n".join(lines)
 
 

@@ -108,8 +108,8 @@ def test_recheck_measures_the_flagged_benchmarks_again_on_both_sides(tmp_path):
     sides = [gate.Side("baseline", None, sys.executable),
              gate.Side("candidate", None, sys.executable)]
     cfg = gate.GateConfig(candidate_python=sys.executable, out=out, step_timeout=300)
-    res = gate.recheck_bench(cfg, out, sides, ["--max-slowdown", "3", "--max-memory-growth",
-                                               "3"], out / "logs")
+    res = gate.recheck("bench", cfg, out, sides, ["--max-slowdown", "3", "--max-memory-growth",
+                                                  "3"], out / "logs")
     assert res["flagged"] == [name] and res["confirmed"] == [] and res["other"] == []
     import json
     for side in ("baseline", "candidate"):
@@ -117,3 +117,30 @@ def test_recheck_measures_the_flagged_benchmarks_again_on_both_sides(tmp_path):
                  json.loads((out / side / "bench-recheck.json").read_text())["benchmarks"]]
         assert sorted(names) == ["fsdp2.sharded/load/ws1/1e5", name]
     assert "reproduced when measured again (regressions): none" in gate.recheck_text(res)
+
+
+def test_recheck_measures_the_flagged_bounds_cases_again_and_verdicts_stand(tmp_path):
+    """A bounds case flagged slower in the run comparison runs again on each side (its path's
+    bounds cases, here at world size 1 only) and the second comparison decides; a verdict
+    regression in the same comparison is not rechecked and stays."""
+    out = tmp_path / "g"
+    (out / "logs").mkdir(parents=True)
+    cid = "fsdp2.full/adam/scaled500000.nested/dtensor/ws1/fp32/steps1+2/bounds"
+    _compare_json(out / "compare-run.json", [
+        ("regression", "slower", cid, "save time"),
+        ("regression", "newly failing", "fsdp1.full/sgd/mlp.nested/flat/ws2/fp64", "P2")])
+    sides = [gate.Side("baseline", None, sys.executable),
+             gate.Side("candidate", None, sys.executable)]
+    cfg = gate.GateConfig(candidate_python=sys.executable, out=out, step_timeout=300,
+                          world_sizes="1")
+    res = gate.recheck("run", cfg, out, sides, ["--max-slowdown", "3", "--max-memory-growth",
+                                                "3"], out / "logs")
+    assert res["flagged"] == [cid] and res["confirmed"] == []
+    assert res["other"] == ["newly failing: fsdp1.full/sgd/mlp.nested/flat/ws2/fp64 P2"]
+    import json
+    for side in ("baseline", "candidate"):
+        run = json.loads((out / side / "run-recheck.json").read_text())
+        assert [c["id"] for c in run["cases"]] == [cid]
+        assert run["cases"][0]["measurements"]["save"]["time_s"] > 0
+    text = gate.recheck_text(res)
+    assert "bounds cases flagged slower or bigger" in text and "they stand" in text
