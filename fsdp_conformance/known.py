@@ -93,9 +93,13 @@ KNOWN: tuple[KnownLimitation, ...] = (
         lambda c: _fsdp1(c) and c.use_orig_params and c.model == "frozen" and c.world_size == 1,
         "2.13",
         "full_optim_state_dict and sharded_optim_state_dict raise for a frozen param with use_orig_params=True at world "
-        "size 1 (the frozen-params class of pytorch#110540); P5's FSDP -> plain rekey then has "
-        "no full dict to start from.",
-        "https://github.com/pytorch/pytorch/issues/110540 (same class)"),
+        "size 1 (the frozen-params class of pytorch#110540): 'KeyError: Parameter containing: "
+        "...' from param_to_fqns in _map_param_key_to_optim_keys (_optim_utils.py:1214; Adagrad, "
+        "whose state is eager) or _unflatten_param_groups (:1270; Adam, SGD with momentum), so "
+        "every save path at world size 1 fails whatever the load side; P5's FSDP -> plain "
+        "rekey then has no full dict to start from.",
+        "https://github.com/pytorch/pytorch/issues/110540 (same class)",
+        symptom="KeyError: Parameter containing"),
     KnownLimitation(
         "adagrad-eager-state-empty-piece", ("P3",),
         lambda c: _fsdp1(c) and c.use_orig_params and c.optimizer == "adagrad" and _sharded(c)
@@ -337,6 +341,21 @@ KNOWN: tuple[KnownLimitation, ...] = (
         also=("P3", "P7", "P8"),
         symptom="side."),
     KnownLimitation(
+        "dsd-sharded-load-drops-frozen-state", ("P3",),
+        lambda c: c.api == "fsdp2.sharded" and c.model == "frozen" and c.optimizer == "adagrad",
+        "2.13",
+        "set_optimizer_state_dict keeps the loaded state of a param only if it requires grad "
+        "(_split_optim_state_dict, state_dict.py:1032), so the saved state of frozen params "
+        "(Adagrad creates {'step': 0, 'sum': 0} for every param at construction, and DSD saves "
+        "it) is silently dropped on load: after a sharded load the frozen params have no state "
+        "at all, a re-save differs, the resumed optimizer differs from uninterrupted training, "
+        "and unfreezing such a param later makes Adagrad's step raise KeyError: 'sum'. The full "
+        "path (fsdp2.full) keeps it.",
+        "https://github.com/pytorch/pytorch/issues/192202 (open; fix proposed in "
+        "https://github.com/pytorch/pytorch/pull/192307)",
+        also=("P6", "P7", "P10"),
+        symptom="missing; expected {'step': tensor(0.) || expected {'inp.weight'"),
+    KnownLimitation(
         "dcp-corrupt-tensor-unicode-error", ("P15",),
         lambda c: c.api == "fsdp2.sharded" and c.fault == "corrupt_file",
         "2.13",
@@ -384,10 +403,11 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "2.13",
         "optim_state_dict SHARDED + DCP + optim_state_dict_to_load leaves the optimizer state "
         "of params in ignored modules as ShardedTensor objects; the next optimizer step raises "
-        "in Adam's lerp_ ('torch function lerp_ ... ShardedTensor'). Ignored-modules class of "
-        "pytorch#112515.",
+        "in its first in-place op on that state ('torch function lerp_ / mul_ / addcmul_, with "
+        "args: (ShardedTensor(...' for Adam / SGD with momentum / Adagrad). Ignored-modules "
+        "class of pytorch#112515.",
         "https://github.com/pytorch/pytorch/issues/112515 (ignored-modules class)",
-        symptom="torch function 'lerp_'"),
+        symptom="', with args: (ShardedTensor("),
     KnownLimitation(
         "orig-params-unused-param-zero-grad-state", ("P2",),
         lambda c: _fsdp1(c) and c.model == "unused" and c.plan == "root"

@@ -37,7 +37,8 @@ BF16_STATE_NORM_RTOL = 0.25
 
 def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
     """Tensors (nested dicts of them) whose relative L2 error exceeds ``rtol``; a missing or
-    extra key counts as a difference too."""
+    extra key counts as a difference too, and anything else must be equal exactly (its type
+    included)."""
     out: list[str] = []
 
     def walk(w, g, path):
@@ -55,8 +56,10 @@ def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
             err = float((wd - gd).norm() / wd.norm().clamp_min(1e-12))
             if err > rtol:
                 out.append(f"{path}: relative L2 error {err:.3g} > {rtol}")
-        elif not (isinstance(w, torch.Tensor) or isinstance(g, torch.Tensor)) and w != g:
-            out.append(f"{path}: {g!r}, expected {w!r}")
+        elif not (isinstance(w, torch.Tensor) or isinstance(g, torch.Tensor)):
+            # hyperparameters and scalars: exact, described as every other property does
+            # (a tuple that came back a list says "got list")
+            out.extend(d.describe() for d in diff_state_dicts(w, g, path=path))
 
     walk(want, got, "")
     return out

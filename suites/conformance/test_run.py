@@ -211,6 +211,52 @@ def test_known_crash_is_matched_by_its_symptom_and_carries_downstream():
     assert v["P0"].status == "known" and v["P11"].status == "known"  # same root cause
 
 
+
+def test_full_tier_crashes_are_known_by_their_symptom_only():
+    """Entries the full tier needed: every optimizer's crash on ShardedTensor state of an
+    ignored module, the world-size-1 save crash of frozen params with use_orig_params (any
+    load size), and DSD dropping frozen params' state; another crash there stays an error."""
+    from fsdp_conformance.properties.verdict import error, fail
+    from fsdp_conformance.runner import _apply_known, _failed
+
+    ignored = Case(api="fsdp1.sharded", optimizer="adagrad", model="buffers", world_size=4)
+    st = "RuntimeError: torch function 'addcmul_', with args: (ShardedTensor(ShardedTensorMe"
+    v = _apply_known(ignored, _failed(ignored, error(f"load side failed: {st}")))
+    assert v["P3"].known == "sharded-ignored-module-state-stays-sharded"
+    assert v["P0"].status == "known"
+    other = _apply_known(ignored, _failed(ignored, error("load side failed: KeyError: 'sum'")))
+    assert other["P3"].status == "error"
+
+    frozen = Case(api="fsdp1.full", optimizer="sgd_momentum", model="frozen",
+                  use_orig_params=True, world_size=1, load_world_size=2)
+    msg = "torch raised in the fsdp1.full save call on rank 0:\nKeyError: Parameter containing:"
+    v = _apply_known(frozen, _failed(frozen, error(msg)))
+    assert v["P1"].known == "orig-params-frozen-full-osd" and v["P11"].status == "known"
+
+    dsd = Case(api="fsdp2.sharded", optimizer="adagrad", model="frozen", world_size=2,
+               load_world_size=3)
+    v = _apply_known(dsd, {"P3": fail("state['inp.bias']: missing; expected {'step': "
+                                      "tensor(0.), 'sum': tensor([0.])}, got <absent>"),
+                           "P7": fail("state['block.0.bias']['sum']: value at elements 0..3")})
+    assert v["P3"].known == "dsd-sharded-load-drops-frozen-state"
+    assert v["P7"].status == "fail"  # a wrong value is not this entry
+
+
+def test_bf16_resume_comparison_names_a_type_change():
+    """bfloat16's P6 compares tensors by relative L2 error, everything else exactly, with the
+    same words as the other properties (a tuple that came back a list: "got list")."""
+    import torch
+
+    from fsdp_conformance.properties.run_props import _norm_diffs
+
+    want = {"param_groups": [{"betas": (0.9, 0.999), "lr": 0.01}],
+            "state": {"w": {"exp_avg": torch.ones(4)}}}
+    got = {"param_groups": [{"betas": [0.9, 0.999], "lr": 0.01}],
+           "state": {"w": {"exp_avg": torch.ones(4) * 1.01}}}
+    (line,) = _norm_diffs(want, got, 0.15)
+    assert "['betas']" in line and "got list" in line
+    assert _norm_diffs(want, {**got, "param_groups": want["param_groups"]}, 0.15) == []
+
 def test_p15_fails_when_a_rank_loads_silently_or_dies():
     from fsdp_conformance.faults import p15_verdict
     from fsdp_conformance.harness.errors import RankError, RankFailure
