@@ -157,9 +157,12 @@ def test_close_stops_every_rank():
 
 
 _CHILD = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
     from fsdp_conformance.harness import get_pool, probes
     if __name__ == "__main__":
+        # a shell without job control starts background jobs with SIGINT ignored, and Python
+        # keeps an inherited SIG_IGN: give the child Ctrl-C back, as a terminal would have it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         pool = get_pool(3)
         pool.run(probes.noop)
         print(" ".join(map(str, pool.pids)), flush=True)
