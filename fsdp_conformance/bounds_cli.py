@@ -221,9 +221,3 @@ def main(args) -> int:
     except (ValueError, CalibrationError) as e:
         print(f"fsdp-conformance bounds {args.bounds_command}: error: {e}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":  # until registered in cli.COMMAND_MODULES
-    _p = argparse.ArgumentParser(prog="fsdp-conformance")
-    add_parser(_p.add_subparsers(dest="command", required=True))
-    sys.exit(main(_p.parse_args()))

@@ -250,7 +250,8 @@ NOISY = ("slower", "more memory")
 
 
 def _flagged(compare_json: Path) -> tuple[set[str], list[str]]:
-    """(benchmark names flagged slower / more memory, every other regression as text)."""
+    """(subjects flagged slower / more memory: benchmark names or bounds case ids, every
+    other regression as text)."""
     import json
 
     data = json.loads(compare_json.read_text())

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..report.html import _CSS, _e, _png
-from ..report.io import write_text_atomic
+from ..report.io import write_bytes_atomic, write_text_atomic
 from ..report.run_report import machine_line
 
 PHASE_COLORS = {"save": "C0", "load": "C1"}
@@ -131,30 +131,6 @@ def peak_memory(report: dict) -> bytes:
     return _png_bytes(fig)
 
 
-def _write_bytes_atomic(path: Path, data: bytes) -> Path:
-    """report/io.py's rule for binary data: temp file in the same directory, fsync, rename,
-    mode 0666 minus the umask."""
-    import os
-    import tempfile
-
-    from ..report.io import _umask
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.write(fd, data)  # one call: a PNG of a few hundred KB is written whole
-        os.fsync(fd)
-        os.fchmod(fd, 0o666 & ~_umask())
-    finally:
-        os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def _png_bytes(fig) -> bytes:
     return base64.b64decode(_png(fig).split(",", 1)[1])
 
@@ -242,6 +218,6 @@ def write_plots_and_html(report: dict, paths: dict[str, Path]) -> dict[str, Path
 
     with matplotlib.style.context("default"):
         pngs = {key: fn(report) for key, fn, _ in PLOTS}
-    written = {key: _write_bytes_atomic(paths[key], data) for key, data in pngs.items()}
+    written = {key: write_bytes_atomic(paths[key], data) for key, data in pngs.items()}
     written["html"] = write_text_atomic(paths["html"], render_html(report, pngs))
     return written

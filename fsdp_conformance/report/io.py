@@ -18,15 +18,15 @@ def _umask() -> int:
     return mask
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically, readable like any file the user creates (mode
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically, readable like any file the user creates (mode
     0666 minus the umask; ``mkstemp``'s private 0600 is not kept)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
@@ -35,6 +35,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """``text`` as UTF-8, by :func:`write_bytes_atomic`'s rule."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
