@@ -13,9 +13,15 @@ Rules
   the process with code 124. Either way the other ranks are told to exit (code 124), so
   torchrun ends the job: a hung call never leaves a hung job. An attached pool cannot be
   rebuilt; after a timeout it is closed.
+- ``close()`` (also run at exit on rank 0 if the caller forgot it) ends the job cleanly: every
+  rank meets at a barrier, then destroys the control group and, if ``attach()`` created it,
+  the default process group. A gloo group left alive at interpreter exit can abort the process
+  with "terminate called without an active exception" (pytorch#190489), which torchrun
+  reports as a failed job although every call succeeded.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -102,6 +108,9 @@ class AttachedPool:
             if backend == "nccl":
                 torch.cuda.set_device(self.local_rank)
             dist.init_process_group(backend)
+            self._owns_default_group = True
+        else:
+            self._owns_default_group = False
         self.backend = dist.get_backend()
         self.timeout = float(timeout)
         self._ctrl = dist.new_group(backend="gloo", timeout=timedelta(days=1))
@@ -206,6 +215,24 @@ class AttachedPool:
         self._closed = True
         dist.broadcast_object_list([("stop",)], src=0, group=self._ctrl)
         _attached = None
+        self._teardown()
+
+    def _teardown(self) -> None:
+        """All ranks, after "stop": meet, then destroy the groups this pool made (see Rules)."""
+        import torch.distributed as dist
+
+        try:
+            dist.monitored_barrier(group=self._ctrl, timeout=timedelta(seconds=60),
+                                   wait_all_ranks=True)
+        except RuntimeError as exc:
+            # A rank that never arrives may still be inside the group; destroying it here
+            # could hang, so leave it and say why.
+            sys.stderr.write(f"fsdp_conformance: attached pool closed without tearing down "
+                             f"its process groups on rank {self.rank}: {exc}\n")
+            return
+        dist.destroy_process_group(self._ctrl)
+        if self._owns_default_group:
+            dist.destroy_process_group()
 
     def __enter__(self) -> "AttachedPool":
         return self
@@ -222,6 +249,7 @@ class AttachedPool:
             dist.broadcast_object_list(box, src=0, group=self._ctrl)
             msg = box[0]
             if msg[0] == "stop":
+                self._teardown()
                 return
             _, call_id, fn, per_rank, kwargs, seed, timeout = msg
             reply, dog = self._execute(call_id, fn, per_rank[self.rank], kwargs, seed, timeout)
@@ -248,4 +276,12 @@ def attach(backend: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) ->
         sys.stderr.flush()
         os._exit(0)
     _attached = pool
+    atexit.register(_close_at_exit)
     return pool
+
+
+def _close_at_exit() -> None:
+    """Rank 0 at interpreter exit: close a pool the caller left open, so the serving ranks
+    exit and the process groups are torn down while the interpreter is still whole."""
+    if _attached is not None and not _attached._closed:
+        _attached.close()

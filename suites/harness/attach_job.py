@@ -6,6 +6,8 @@ the other ranks only serve.
 import json
 import sys
 
+import torch.distributed
+
 from fsdp_conformance.harness import RankError, RankTimeout, attach, probes
 
 
@@ -27,6 +29,9 @@ def main(mode: str, out: str) -> None:
             seen["error"] = {"ranks": exc.ranks, "text": str(exc)}
         seen["after_error"] = pool.run(probes.whoami)
         pool.close()
+        seen["default_group_after_close"] = torch.distributed.is_initialized()
+    elif mode == "no-close":
+        seen["whoami"] = pool.run(probes.whoami)  # the pool is closed at exit
     elif mode == "rank0-free-hang":
         try:
             pool.run(probes.skip_collective, 0, timeout=3)

@@ -38,6 +38,7 @@ def _check_basic(seen: dict, ws: int) -> None:
     assert seen["error"]["ranks"] == [ws - 1]
     assert f"planted failure on rank {ws - 1}" in seen["error"]["text"]
     assert seen["after_error"] == seen["whoami"]
+    assert seen["default_group_after_close"] is False, "close() destroys the group attach() made"
 
 
 def test_torchrun_two_ranks(tmp_path):
@@ -46,6 +47,16 @@ def test_torchrun_two_ranks(tmp_path):
     log, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, log
     _check_basic(json.loads(out.read_text()), 2)
+
+
+def test_torchrun_job_that_never_closes_its_pool_still_ends_cleanly(tmp_path):
+    """Rank 0 closes the pool at exit: the serving rank leaves and nothing aborts."""
+    out = tmp_path / "seen.json"
+    proc = _torchrun(_single_node(2), "no-close", out)
+    log, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, log
+    assert "terminate called" not in log
+    assert json.loads(out.read_text())["whoami"] == [[0, 2, 1], [1, 2, 1]]
 
 
 def test_torchrun_two_agents_on_loopback_as_two_nodes(tmp_path):
