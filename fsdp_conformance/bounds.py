@@ -69,7 +69,6 @@ MEM_MARGIN = 1.2
 MEM_FIXED_BYTES = 1 << 20
 SCALING_DELTA = 0.5
 SCHED_ALLOWANCE_S = 0.002
-SCALING_MIN_WS = 1
 BOUNDS_REPEATS = 5
 BOUNDS_SIZE = 500_000  # params of the quick tier's bounds model: 4 MB of fp32 Adam state
 BOUNDS_MODEL = f"scaled{BOUNDS_SIZE}"
@@ -314,11 +313,27 @@ def scaling_points(entries: Iterable[dict]) -> dict[str, tuple[list[int], list[f
             continue
         for phase in PHASES:
             m = meas.get(phase)
-            if m and int(m["world_size"]) >= SCALING_MIN_WS:
+            if m:
                 pts.setdefault(f"{c['api']}/{phase}", {})[int(m["world_size"])] = (
                     float(m["time_s"]), float(m["floor_s"]))
-    return {k: (sorted(v), [v[w][0] for w in sorted(v)], [v[w][1] for w in sorted(v)])
-            for k, v in sorted(pts.items())}
+    return {k: _series(v) for k, v in sorted(pts.items())}
+
+
+def _series(by_ws: dict[int, tuple[float, float]]) -> tuple[list[int], list[float], list[float]]:
+    """(world sizes, times, floors) sorted by world size, from {world size: (time, floor)}."""
+    ws = sorted(by_ws)
+    return ws, [by_ws[w][0] for w in ws], [by_ws[w][1] for w in ws]
+
+
+def _add_excess(excess: dict[str, list[float]],
+                points: dict[str, tuple[list[int], list[float], list[float]]]) -> None:
+    """Append one calibration run's scaling excess (time's exponent minus its floor's) to
+    ``excess`` for every path/phase of ``points`` (``scaling_points``' form) measured at 2 or
+    more world sizes."""
+    for key, (ws, times, floors) in points.items():
+        if len(ws) >= 2:
+            exp, fexp = excess_exponent(ws, times, floors)
+            excess.setdefault(key, []).append(exp - fexp)
 
 
 def excess_exponent(ws: Sequence[int], times: Sequence[float], floors: Sequence[float]) -> tuple[float, float]:
@@ -391,10 +406,7 @@ def calibration_data(runs: Sequence[Sequence[tuple[Case, dict]]], **facts: Any) 
                 for r, peak in enumerate(m["peak_bytes"]):
                     base, _ = mem_base(case.api, phase, r, m)
                     ratios.setdefault(mem_key(case.api, phase, r), []).append(peak / base)
-        for key, (ws, times, floors) in scaling_points(entries).items():
-            if len(ws) >= 2:
-                exp, fexp = excess_exponent(ws, times, floors)
-                excess.setdefault(key, []).append(exp - fexp)
+        _add_excess(excess, scaling_points(entries))
     return {"schema": SCHEMA, **facts, "runs": len(runs), **_fits(time_pts, ratios, excess)}
 
 
@@ -421,22 +433,17 @@ def _fits(time_pts: dict[str, list], ratios: dict[str, list[float]],
 def _excess_from_points(time_pts: dict[str, list]) -> dict[str, list[float]]:
     """Per "<path>/<phase>", the scaling excess of every calibration run, from the time
     points (the i-th point of each world size's key is run i's)."""
-    runs: dict[str, dict[int, dict[int, tuple[float, float]]]] = {}
+    runs: dict[int, dict[str, dict[int, tuple[float, float]]]] = {}
     for key, pts in time_pts.items():
         api, phase, ws, model = key.split("/")
-        if model != BOUNDS_MODEL or int(ws[2:]) < SCALING_MIN_WS:
+        if model != BOUNDS_MODEL:
             continue
         for i, (f, t) in enumerate(pts):
-            runs.setdefault(f"{api}/{phase}", {}).setdefault(i, {})[int(ws[2:])] = (t, f)
-    out: dict[str, list[float]] = {}
-    for key, by_run in sorted(runs.items()):
-        for i in sorted(by_run):
-            w = sorted(by_run[i])
-            if len(w) >= 2:
-                exp, fexp = excess_exponent(w, [by_run[i][x][0] for x in w],
-                                            [by_run[i][x][1] for x in w])
-                out.setdefault(key, []).append(exp - fexp)
-    return out
+            runs.setdefault(i, {}).setdefault(f"{api}/{phase}", {})[int(ws[2:])] = (t, f)
+    excess: dict[str, list[float]] = {}
+    for i in sorted(runs):
+        _add_excess(excess, {k: _series(v) for k, v in sorted(runs[i].items())})
+    return excess
 
 
 def refit(data: dict, source: str = "<calibration>") -> dict:
