@@ -15,9 +15,10 @@ Rules
   case whose first measurement fails P13 or P14 is measured once more and judged on that
   second measurement alone (the first failure is kept in the detail); one still failing is
   measured again after every other case of the run (load on a shared machine comes in
-  bursts of seconds to minutes) and that later result stands. After every case has run, the scaling fit of each path and phase over
-  the run's bounds cases folds into P13 of the path's largest-world-size case. Every other
-  case has P13/P14 n/a, pointing at the bounds cases.
+  bursts of seconds to minutes) and that later result stands. After every case has run, the
+  scaling fit of each path and phase over the run's bounds cases folds into P13 of the
+  path's largest-world-size case. Every other case has P13/P14 n/a, pointing at the bounds
+  cases.
 - Known torch limitations (``known.py``) turn a failing verdict into "known" and mark a
   passing one as "fixed upstream?".
 """

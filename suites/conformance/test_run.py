@@ -211,7 +211,6 @@ def test_known_crash_is_matched_by_its_symptom_and_carries_downstream():
     assert v["P0"].status == "known" and v["P11"].status == "known"  # same root cause
 
 
-
 def test_full_tier_crashes_are_known_by_their_symptom_only():
     """Entries the full tier needed: every optimizer's crash on ShardedTensor state of an
     ignored module, the world-size-1 save crash of frozen params with use_orig_params (any
@@ -256,6 +255,7 @@ def test_bf16_resume_comparison_names_a_type_change():
     (line,) = _norm_diffs(want, got, 0.15)
     assert "['betas']" in line and "got list" in line
     assert _norm_diffs(want, {**got, "param_groups": want["param_groups"]}, 0.15) == []
+
 
 def test_p15_fails_when_a_rank_loads_silently_or_dies():
     from fsdp_conformance.faults import p15_verdict
