@@ -4,8 +4,8 @@ from .harness import (RankContext, RankDied, RankError, RankPool, RankTimeout, a
                       close_pools, get_pool)
 from .report.diff import Comparison, Thresholds, compare_files
 from .report.html import render_html
-from .fixtures import FixtureError, golden_cases
-from .fixtures import generate as generate_fixtures
+from .golden import FixtureError, golden_cases
+from .golden import generate as generate_fixtures
 from .inspect_ckpt import Finding as InspectFinding
 from .inspect_ckpt import Summary as CheckpointSummary
 from .inspect_ckpt import inspect_path

@@ -8,8 +8,8 @@ import sys
 
 # Modules that each add one sub-command: ``add_parser(sub)`` registers it (its parser's
 # names in ``COMMANDS``) and ``main(args) -> int`` runs it (``args.command`` says which).
-COMMAND_MODULES: tuple[str, ...] = ("gate", "fixtures.cli", "report.cli", "bench.cli",
-                                    "inspect_cli", "bounds_cli")
+COMMAND_MODULES: tuple[str, ...] = ("gate.upgrade", "golden.cli", "report.cli", "bench.cli",
+                                    "inspect_cli", "bounds.cli")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,7 +17,7 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Conformance suite for optimizer-state "
                                             "checkpointing under PyTorch FSDP.")
     sub = p.add_subparsers(dest="command", required=True)
-    from .run_cli import add_parser as add_run
+    from .run.cli import add_parser as add_run
 
     add_run(sub)
     for name in COMMAND_MODULES:
@@ -107,7 +107,7 @@ def _reshard(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "run":
-        from .run_cli import main as run_main
+        from .run.cli import main as run_main
 
         return run_main(args)
     if args.command == "reshard":

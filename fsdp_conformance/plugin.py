@@ -176,7 +176,7 @@ def pytest_generate_tests(metafunc) -> None:
             metafunc.fixturenames.append("fsdp_world_size")
         metafunc.parametrize("fsdp_world_size", params, indirect=True)
     if "fsdp_conformance_case" in metafunc.fixturenames:
-        from . import matrix
+        from .run import matrix
 
         cases = matrix.select(matrix.TIERS[tier(config)](matrix.default_paths()),
                               world_sizes=sorted(allowed or (1, 2, 3, 4)))

@@ -551,7 +551,7 @@ def rank_save(ctx, user: UserModel | None, custom: CustomPath | None, case: Case
               workdir: str) -> dict:
     """Save side of a built-in path on a rank: register the user model, then
     ``sut.paths.save_side`` (or the FSDP2 adapter's)."""
-    from .runner import _sut
+    from .run.execute import _sut
 
     if user is not None:
         user.register()
@@ -561,7 +561,7 @@ def rank_save(ctx, user: UserModel | None, custom: CustomPath | None, case: Case
 def rank_load(ctx, user: UserModel | None, custom: CustomPath | None, case: Case,
               workdir: str) -> dict:
     """Load side of a built-in path on a rank (see :func:`rank_save`)."""
-    from .runner import _sut
+    from .run.execute import _sut
 
     if user is not None:
         user.register()
@@ -612,7 +612,7 @@ def p10_user(case: Case, layout, dst, full: dict | None, load_obs, local) -> Ver
 def rank_error_text(exc) -> str:
     """A RankError as: each raising rank's exception line, the ranks left waiting, then the
     first traceback's last lines."""
-    from .faults import _last_line
+    from .run.faults import _last_line
 
     fails = list(getattr(exc, "failures", []))
     raised = [f for f in fails if f.kind.startswith("exception")]
@@ -630,7 +630,7 @@ def rank_error_text(exc) -> str:
 
 
 def _p7_custom(save_obs, load_obs, again_error) -> Verdict:
-    from .compare import diff_state_dicts, format_diff
+    from .properties.statediff import diff_state_dicts, format_diff
 
     problems = []
     for o in save_obs:
@@ -667,11 +667,11 @@ def evaluate_custom(case: Case, save_obs: list[dict], load_obs: list[dict] | Non
     RankError of a stage ("save", "load", "resume", "again"), if it raised; ``load_obs``
     is None when the load side never ran."""
     from . import reference as ref
-    from .local_run import local_run
+    from .run.local import local_run
     from .properties import run_props as rp
     from .properties.layouts import reference_layout
     from .properties.reference_props import p0_layout
-    from .runner import NOT_BUILT, PROPS
+    from .run.execute import NOT_BUILT, PROPS
     from .zoo import model_spec
 
     errors = errors or {}
@@ -723,10 +723,10 @@ def evaluate_user(case: Case, save_obs, load_obs, workdir: Path) -> dict[str, Ve
     """A built-in path with a user model: ``runner.evaluate``, and P10 from the evidence
     (which params the single-process run has state for) where the zoo's rule does not
     know the model."""
-    from .local_run import local_run
+    from .run.local import local_run
     from .properties import run_props as rp
     from .properties.layouts import reference_layout
-    from .runner import evaluate
+    from .run.execute import evaluate
 
     v = evaluate(case, save_obs, load_obs, workdir)
     if v["P10"].status == "n/a":
@@ -757,7 +757,7 @@ class Limitation:
            strict: bool = True) -> "Limitation":
         """A key of ``known.py`` (its properties, reason and symptom), or property ids
         ("P1", "P1,P6", ["P1", "P6"]) with a ``reason``."""
-        from .known import KNOWN
+        from .known.entries import KNOWN
 
         if isinstance(key_or_props, Limitation):
             return key_or_props
@@ -811,7 +811,7 @@ def run_user_case(case: Case, user: UserModel | None = None, custom: CustomPath 
     from .harness import get_pool
     from .harness.errors import RankError, RankTimeout
     from .report.run_report import CaseResult
-    from .runner import _all, _apply_known, run_case
+    from .run.execute import _all, _apply_known, run_case
 
     rundir = Path(tempfile.mkdtemp(prefix="fsdpc-rt-"))
     try:
@@ -859,7 +859,7 @@ def _run_custom(case: Case, user, custom: CustomPath, rundir: Path, backend, tim
     """The stages of a custom round trip (``rank_custom``), then ``evaluate_custom``."""
     from .harness import get_pool
     from .harness.errors import RankError
-    from .runner import _all
+    from .run.execute import _all
 
     def stage(ws: int, name: str) -> list[dict]:
         return get_pool(ws, backend, timeout=timeout).run(

@@ -109,7 +109,7 @@ def cases(draw, *, paths=None, models=None, optimizers=None, world_sizes=(1, 2, 
           use_orig_params=(False, True), dtypes=("fp64", "fp32"), groups=(1, 2),
           impls=("default",), strategies=("FULL_SHARD",), steps=(2, 1, 0), seed: int = 0):
     """A valid zoo ``Case`` (module docstring). Every argument narrows what is drawn."""
-    from .matrix import _ok_groups
+    from .run.matrix import _ok_groups
     from .sut.paths import FSDP1_PATHS, resizable
     from .zoo import FUSED, MODELS, OPTIMIZERS
 

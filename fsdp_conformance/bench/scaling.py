@@ -199,7 +199,7 @@ def run_grid(points: Sequence[Point], *, backend: str | None = None,
     """Measure every point (each in a fresh temporary work directory, deleted after);
     returns (benchmarks, failed). A case that raises is recorded with its error and the
     next one runs."""
-    from ..measure import measure_case
+    from ..bounds.measure import measure_case
 
     benches: list[dict] = []
     failed: list[dict] = []
@@ -222,7 +222,7 @@ def run_grid(points: Sequence[Point], *, backend: str | None = None,
 # --- scaling fits --------------------------------------------------------------------------
 
 def _fit(xs: list[float], ts: list[float], fs: list[float]) -> tuple[float | None, float | None]:
-    from ..timing import fit_exponent
+    from ..bounds.timing import fit_exponent
 
     if len(set(xs)) < 2:
         return None, None

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .. import reference as ref
-from ..compare import diff_state_dicts, format_diff
+from .statediff import diff_state_dicts, format_diff
 from .reference_props import _path_value
 from .verdict import Verdict, error, fail, na, passed
 

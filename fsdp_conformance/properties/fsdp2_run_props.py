@@ -18,7 +18,7 @@ from typing import Sequence
 
 from .. import reference as ref
 from ..cases import Case
-from ..compare import diff_state_dicts, format_diff
+from .statediff import diff_state_dicts, format_diff
 from . import fsdp2_props
 from .fsdp2_props import _drop_plain, _owner
 from .layouts import fsdp2_reference_layout

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .. import reference as ref
-from ..compare import diff_state_dicts, format_diff
+from .statediff import diff_state_dicts, format_diff
 from .verdict import Verdict, error, fail, na, passed
 
 

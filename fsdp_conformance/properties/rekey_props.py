@@ -28,7 +28,7 @@ from typing import Sequence
 
 from .. import reference as ref
 from ..cases import Case
-from ..compare import diff_state_dicts, format_diff
+from .statediff import diff_state_dicts, format_diff
 from ..sut.rekey import (plain_model, plain_optimizer, plain_optimizer_for,
                          uses_model_order)
 from .layouts import reference_layout

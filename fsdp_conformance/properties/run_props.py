@@ -18,8 +18,8 @@ from typing import Sequence
 import torch
 
 from .. import reference as ref
-from ..compare import diff_state_dicts, format_diff
-from ..local_run import LocalRun
+from .statediff import diff_state_dicts, format_diff
+from ..run.local import LocalRun
 from .reference_props import _comparable, _drop_plain, _owner, sharded_to_flat_offsets
 from .verdict import Verdict, error, fail, na, passed
 

@@ -107,7 +107,7 @@ def _known(report: dict) -> list[str]:
         item = (f"<li><strong>{_e(key)}</strong>: {n} case{'s' if n != 1 else ''} "
                 f"({_e(', '.join(props))})")
         if k is None:
-            item += "<br>(no longer recorded in fsdp_conformance/known.py)"
+            item += "<br>(no longer recorded in fsdp_conformance/known/entries.py)"
         else:
             item += (f"<br>torch {_e(k.torch_versions)}: {_e(k.reason)}"
                      f"<br>Upstream: {_linkify(k.upstream)}")
@@ -118,7 +118,7 @@ def _known(report: dict) -> list[str]:
     if not fixed:
         return out + ["<p>None.</p>"]
     out.append("<p>These pass although a known limitation is recorded for them: retire the "
-               "entry from <code>fsdp_conformance/known.py</code> once confirmed.</p><ul>")
+               "entry from <code>fsdp_conformance/known/entries.py</code> once confirmed.</p><ul>")
     out += [f"<li><code>{_e(cid)}</code> {_e(p)}: {_e(key)}</li>" for cid, p, key in fixed]
     return out + ["</ul>"]
 

@@ -127,7 +127,7 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
     cases = sorted((_case_entry(r) for r in results), key=lambda c: c["id"])
     extra = {}
     if any(c.get("measurements") for c in cases):
-        from .. import bounds
+        from ..bounds import rules as bounds
 
         try:
             cal = bounds.load_calibration(calibration)
@@ -283,7 +283,7 @@ def render_table(report: dict, console=None) -> None:
     fixed = report["summary"]["fixed_upstream"]
     if fixed:
         console.print(Text(f"Fixed upstream? ({len(fixed)}): a recorded limitation no longer "
-                           "reproduces; retire it from fsdp_conformance/known.py", style="bold yellow"))
+                           "reproduces; retire it from fsdp_conformance/known/entries.py", style="bold yellow"))
         for cid, p, key in fixed:
             console.print(Text(f"  {cid}  {p}  {key}", style="yellow"))
     console.print(Text(headline(report), style="bold green" if report["ok"] else "bold red"))
@@ -301,9 +301,9 @@ def _md_cell(text: str) -> str:
 
 def known_limitations(report: dict) -> list[tuple[str, int, list[str], Any]]:
     """(key, number of cases, properties it is "known" on, its ``KnownLimitation`` or None
-    when ``fsdp_conformance/known.py`` no longer records it) per key of
+    when ``fsdp_conformance/known/entries.py`` no longer records it) per key of
     ``summary.known``, in key order."""
-    from ..known import KNOWN
+    from ..known.entries import KNOWN
 
     by_key = {k.key: k for k in KNOWN}
     return [(key, n, sorted({p for c in report["cases"] for p, v in c["properties"].items()
@@ -323,7 +323,7 @@ def bounds_markdown(report: dict) -> list[str]:
         return []
     out = ["## Timing and memory bounds", "",
            "P13: time (min over repeats, slowest rank) <= a x floor + c; P14: peak memory per "
-           "rank <= factor x (DESIGN bound) + fixed (fsdp_conformance/bounds.py). Above 1 in "
+           "rank <= factor x (DESIGN bound) + fixed (fsdp_conformance/bounds/rules.py). Above 1 in "
            "a /bound column exceeds the bound.", "",
            "| path | ws | phase | time ms | floor ms | time/floor | bound ms | time/bound "
            "| max peak MB | peak/bound |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -387,7 +387,7 @@ def render_markdown(report: dict) -> str:
     for key, n, props, k in known_limitations(report):
         out.append(f"- **{key}**: {n} case{'s' if n != 1 else ''} ({', '.join(props)})")
         if k is None:
-            out.append("  (no longer recorded in fsdp_conformance/known.py)")
+            out.append("  (no longer recorded in fsdp_conformance/known/entries.py)")
         else:
             out += [f"  torch {k.torch_versions}: {k.reason}", f"  Upstream: {k.upstream}"]
     out.append("")
@@ -397,7 +397,7 @@ def render_markdown(report: dict) -> str:
         out += ["None.", ""]
     else:
         out += ["These pass although a known limitation is recorded for them: retire the entry "
-                "from `fsdp_conformance/known.py` once confirmed.", ""]
+                "from `fsdp_conformance/known/entries.py` once confirmed.", ""]
         out += [f"- `{cid}` {p}: {key}" for cid, p, key in s["fixed_upstream"]] + [""]
 
     reasons = Counter((p, v.get("detail") or "(no reason given)") for c in report["cases"]

@@ -12,7 +12,7 @@ from fsdp_conformance.bench import scaling
 from fsdp_conformance.bench.stats import summarize
 from fsdp_conformance.cli import main as cli_main
 from fsdp_conformance.report.diff import compare_files, load_any
-from fsdp_conformance.timing import fit_exponent
+from fsdp_conformance.bounds.timing import fit_exponent
 
 PATHS = ("fsdp1.full", "fsdp2.sharded")
 SIZES = (10**4, 10**5)

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from fsdp_conformance import bounds as b
-from fsdp_conformance import matrix
+from fsdp_conformance.bounds import rules as b
+from fsdp_conformance.run import matrix
 from fsdp_conformance.cases import Case
 
 MB = 10**6
@@ -195,7 +195,7 @@ def test_calibration_file_is_package_data():
 
 
 def test_stability_summary_counts_passes_worst_ratios_and_detection():
-    from fsdp_conformance.bounds_cli import stability_markdown, stability_summary
+    from fsdp_conformance.bounds.cli import stability_markdown, stability_summary
     from fsdp_conformance.properties.verdict import Verdict
     from fsdp_conformance.report.run_report import CaseResult
 

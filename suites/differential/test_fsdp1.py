@@ -11,7 +11,7 @@ import itertools
 import pytest
 
 from fsdp_conformance.cases import Case
-from fsdp_conformance.known import known_for
+from fsdp_conformance.known.entries import known_for
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.properties.reference_props import p0_layout, p1_gather, p3_shard, p4_flatten
 from fsdp_conformance.sut import fsdp1
@@ -24,7 +24,7 @@ def _assert_ok(verdict, what, case=None, prop=None):
     if known is not None:
         assert verdict.status == "fail" or verdict.status == "error", (
             f"{what}: known limitation {known.key!r} now passes: fixed upstream? "
-            f"Retire it from fsdp_conformance/known.py")
+            f"Retire it from fsdp_conformance/known/entries.py")
         return
     assert verdict.status == "pass", f"{what}: {verdict.status}\n{verdict.detail}"
 

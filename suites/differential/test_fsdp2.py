@@ -18,7 +18,7 @@ import pytest
 
 from fsdp_conformance.cases import Case
 from fsdp_conformance.harness.errors import RankError
-from fsdp_conformance.known import known_all
+from fsdp_conformance.known.entries import known_all
 from fsdp_conformance.properties import fsdp2_props as P
 from fsdp_conformance.properties.layouts import fsdp2_reference_layout, reference_layout
 from fsdp_conformance.sut import fsdp1_dtensor, fsdp2
@@ -37,7 +37,7 @@ def _assert_ok(verdict, what, case, prop, allow_na=False):
         keys = [k.key for k in known]
         assert verdict.status in ("fail", "error"), (
             f"{what}: known limitation(s) {keys} now {verdict.status}: fixed upstream? "
-            f"Retire them from fsdp_conformance/known.py\n{verdict.detail}")
+            f"Retire them from fsdp_conformance/known/entries.py\n{verdict.detail}")
         symptoms = [k.symptom for k in known if k.symptom]
         assert not symptoms or any(s in verdict.detail for s in symptoms), (
             f"{what}: fails, but not the way known limitation(s) {keys} do "

@@ -16,7 +16,7 @@ import pytest
 
 from fsdp_conformance.cases import Case
 from fsdp_conformance.harness import RankError
-from fsdp_conformance.known import known_for
+from fsdp_conformance.known.entries import known_for
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.properties.reference_props import p0_layout, p1_gather, p3_shard, p4_flatten
 from fsdp_conformance.properties.rekey_props import p5_rekey

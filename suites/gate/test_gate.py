@@ -1,4 +1,4 @@
-"""The gate's own mechanics (fsdp_conformance/gate.py): specs, its directory rule, step
+"""The gate's own mechanics (fsdp_conformance/gate/upgrade.py): specs, its directory rule, step
 limits and errors, the pip-constraint diagnosis. The end-to-end gate is in test_gate_e2e.py."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fsdp_conformance import gate
+from fsdp_conformance.gate import upgrade as gate
 from fsdp_conformance.cli import main
 
 
@@ -74,7 +74,7 @@ def test_one_environment_per_spec(tmp_path):
 
 
 def test_demote_pushes_every_heading_one_level_down():
-    from fsdp_conformance.gate import demote
+    from fsdp_conformance.gate.upgrade import demote
 
     assert demote("# A\ntext #1\n## B") == "## A\ntext #1\n### B"
 

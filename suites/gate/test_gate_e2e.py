@@ -1,4 +1,4 @@
-"""The gate end to end (fsdp_conformance/gate.py), with this interpreter on both sides."""
+"""The gate end to end (fsdp_conformance/gate/upgrade.py), with this interpreter on both sides."""
 from __future__ import annotations
 
 import json

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from fsdp_conformance.cases import Case
-from fsdp_conformance.measure import measure_case
+from fsdp_conformance.bounds.measure import measure_case
 from fsdp_conformance.zoo.models import build_model, scaled_name
 
 N = 200_000

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 from hypothesis import Phase, given, settings
 
-from fsdp_conformance import matrix, roundtrip
+from fsdp_conformance import roundtrip
+from fsdp_conformance.run import matrix
 from fsdp_conformance import strategies as fst
 from fsdp_conformance.cases import Case
 from fsdp_conformance.properties.layouts import reference_layout

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fsdp_conformance.compare import assert_state_dicts_equal, diff_state_dicts, format_diff
+from fsdp_conformance.properties.statediff import assert_state_dicts_equal, diff_state_dicts, format_diff
 from fsdp_conformance.reference import (
     DtypeMismatch,
     MissingKeyError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fsdp_conformance.compare import assert_state_dicts_equal
+from fsdp_conformance.properties.statediff import assert_state_dicts_equal
 from fsdp_conformance.reference import (
     LayoutError,
     ShapeMismatch,

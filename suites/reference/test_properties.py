@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from fsdp_conformance.compare import assert_state_dicts_equal
+from fsdp_conformance.properties.statediff import assert_state_dicts_equal
 from fsdp_conformance.reference import (
     gather_full,
     layout_from_spec,

@@ -17,7 +17,7 @@ import torch
 from fsdp_conformance import cli
 from fsdp_conformance import convert as cv
 from fsdp_conformance import reference as ref
-from fsdp_conformance.compare import assert_state_dicts_equal
+from fsdp_conformance.properties.statediff import assert_state_dicts_equal
 from fsdp_conformance.harness.probes import fsdp1_checkpoint
 from suites.conftest import PYTHON, ROOT, env_for_subprocess
 

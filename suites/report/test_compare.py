@@ -13,7 +13,7 @@ import pytest
 
 from fsdp_conformance.cases import Case
 from fsdp_conformance.cli import main as cli_main
-from fsdp_conformance.known import KNOWN
+from fsdp_conformance.known.entries import KNOWN
 from fsdp_conformance.properties.verdict import Verdict, error, fail, na, passed
 from fsdp_conformance.report.diff import (BENCH_SCHEMA, MIN_MEMORY_DELTA_BYTES, Thresholds,
                                           classify_status, compare_benches, compare_files,

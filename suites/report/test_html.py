@@ -11,7 +11,7 @@ import re
 import shutil
 
 from fsdp_conformance.cli import main as cli_main
-from fsdp_conformance.known import KNOWN
+from fsdp_conformance.known.entries import KNOWN
 from fsdp_conformance.properties.verdict import Verdict, fail, passed
 from fsdp_conformance.report.html import render_html
 from fsdp_conformance.report.run_report import CaseResult, load_report, render_markdown, rerun_command

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from fsdp_conformance.cases import Case
-from fsdp_conformance.known import KNOWN
+from fsdp_conformance.known.entries import KNOWN
 from fsdp_conformance.properties.verdict import Verdict, error, fail, na, passed
 from fsdp_conformance.report.run_report import (SCHEMA, CaseResult, ReportFormatError,
                                                 build_report, load_report, render_markdown,

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .report.io import write_json_atomic, write_text_atomic
+from ..report.io import write_json_atomic, write_text_atomic
 
 COMMANDS = ("gate",)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SETUP_ENV = REPO / "scripts" / "setup-env"
 _SPEC = re.compile(r"^torch(==|>=|<=|~=)?[0-9][0-9A-Za-z.+\-]*$")
 
@@ -346,7 +346,7 @@ def run_line(name: str, path: Path) -> str:
     known limitations it still shows."""
     from collections import Counter
 
-    from .report.run_report import headline, load_report
+    from ..report.run_report import headline, load_report
 
     try:
         rep = load_report(path)

@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from .cases import Case
-from .harness.errors import RankError, RankTimeout
-from .properties.verdict import Verdict, fail, passed
-from .sut.paths import DCP_DIR, FULL_FILE, is_full_path, rank_file
+from ..cases import Case
+from ..harness.errors import RankError, RankTimeout
+from ..properties.verdict import Verdict, fail, passed
+from ..sut.paths import DCP_DIR, FULL_FILE, is_full_path, rank_file
 
 BOGUS = "no_such.param"
 
@@ -81,7 +81,7 @@ def apply_fault(case: Case, workdir: Path) -> dict[str, Any]:
         for g in groups:
             g["params"] = [0 if p == victim else p for p in g["params"]]
     elif kind == "wrong_model":
-        from .zoo import build_model, build_optimizer, loss_of, make_batch
+        from ..zoo import build_model, build_optimizer, loss_of, make_batch
 
         model = build_model("conv", case.seed, case.torch_dtype)
         named = list(model.named_parameters())

@@ -60,8 +60,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .cases import Case
-from .properties.verdict import Verdict, error, fail, na, passed
+from ..cases import Case
+from ..properties.verdict import Verdict, error, fail, na, passed
 from .timing import fit_exponent
 
 SCHEMA = "fsdp-conformance/bounds-calibration/1"
@@ -74,7 +74,7 @@ SCHED_ALLOWANCE_S = 0.002
 BOUNDS_REPEATS = 5
 BOUNDS_SIZE = 500_000  # params of the quick tier's bounds model: 4 MB of fp32 Adam state
 BOUNDS_MODEL = f"scaled{BOUNDS_SIZE}"
-DEFAULT_CALIBRATION = Path(__file__).resolve().parent / "data" / "bounds.json"
+DEFAULT_CALIBRATION = Path(__file__).resolve().parents[1] / "data" / "bounds.json"
 CALIBRATE_COMMAND = "fsdp-conformance bounds calibrate"
 
 
@@ -214,7 +214,7 @@ def fit_memory(ratios: Iterable[float], margin: float = MEM_MARGIN) -> MemBound:
 
 def holds_full(api: str, phase: str, rank: int) -> bool:
     """Whether ``rank`` ends the call holding the full dict (rank 0 of a full-dict save)."""
-    from .sut.paths import is_full_path
+    from ..sut.paths import is_full_path
 
     return phase == "save" and rank == 0 and is_full_path(api)
 

@@ -35,9 +35,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .cases import Case
+from ..cases import Case
 from .floors import describe, floor_ops
-from .harness import get_pool
+from ..harness import get_pool
 from .timing import floor_times, measure_peak, pin_malloc, timed_repeats
 
 PHASES = ("save", "load")
@@ -45,10 +45,10 @@ PHASES = ("save", "load")
 
 def _sut(api: str):
     if api.startswith("fsdp2"):
-        from .sut import fsdp2_paths
+        from ..sut import fsdp2_paths
 
         return fsdp2_paths
-    from .sut import paths
+    from ..sut import paths
 
     return paths
 
@@ -74,7 +74,7 @@ def _sum_over_ranks(x: int, group) -> int:
 def _unit_bytes(case: Case, optim: torch.optim.Optimizer, state_bytes: int) -> int:
     """The largest unit's per-element state, unsharded: per plan unit, the unwrapped
     params' elements times the per-element bytes of one element of state."""
-    from .zoo import build_model, model_spec
+    from ..zoo import build_model, model_spec
 
     model = build_model(case.model, case.seed, torch.float32)  # shapes only
     units = model_spec(case.model).plans[case.plan]
@@ -141,7 +141,7 @@ def measure_side(ctx, case: Case, workdir: str, repeats: int) -> dict:
     workdir_p = Path(workdir)
     group = ctx.group
     model, optim, _, _ = sut._build(ctx, case, load_side=False)
-    from .sut.fsdp1 import train
+    from ..sut.fsdp1 import train
 
     train(ctx, case, model, optim, case.steps)
     state_bytes = _sum_over_ranks(_local_state_bytes(optim), group)

@@ -63,10 +63,10 @@ def main(args: argparse.Namespace) -> int:
                                TimeElapsedColumn, TimeRemainingColumn)
 
     from . import matrix
-    from .harness import close_pools
-    from .properties.run_props import TOLERANCES
-    from .report.run_report import build_report, render_table, write_run_report
-    from .runner import run_cases
+    from ..harness import close_pools
+    from ..properties.run_props import TOLERANCES
+    from ..report.run_report import build_report, render_table, write_run_report
+    from .execute import run_cases
 
     backend = args.backend or "gloo"
     if backend == "nccl" and not torch.cuda.is_available():
@@ -77,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
         return int(exc.code)
     if not world_sizes:
         return _usage("no world size fits this machine")
-    from .fixtures.manifest import FixtureError
+    from ..golden.manifest import FixtureError
 
     try:
         tier_cases = matrix.TIERS[args.tier](matrix.default_paths(), fixtures=args.fixtures)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .cases import Case
-from .zoo import build_model, build_optimizer, build_scheduler, loss_of, make_batch
+from ..cases import Case
+from ..zoo import build_model, build_optimizer, build_scheduler, loss_of, make_batch
 
 
 @dataclass(frozen=True)

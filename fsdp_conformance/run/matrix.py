@@ -26,9 +26,9 @@ import dataclasses
 import itertools
 from typing import Iterable, Sequence
 
-from .cases import FAULTS, Case
-from .sut.paths import FSDP1_PATHS, resizable
-from .zoo import FUSED, MODELS, OPTIMIZERS
+from ..cases import FAULTS, Case
+from ..sut.paths import FSDP1_PATHS, resizable
+from ..zoo import FUSED, MODELS, OPTIMIZERS
 
 OPTS = tuple(OPTIMIZERS)
 WS_PAIRS = tuple(itertools.product((1, 2, 3, 4), repeat=2))
@@ -44,7 +44,7 @@ def default_paths() -> tuple[str, ...]:
     importable)."""
     paths = list(FSDP1_PATHS)
     try:
-        from .sut import fsdp2_paths  # noqa: F401
+        from ..sut import fsdp2_paths  # noqa: F401
 
         paths += list(fsdp2_paths.FSDP2_PATHS)
     except ImportError:
@@ -125,14 +125,14 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
 def golden(paths: Sequence[str], fixtures: str | None, tier: str) -> list[Case]:
     """P12 cases: the stored fixtures under ``fixtures`` (default: the repository's
     fixtures/) through the load paths among ``paths`` (``fixtures.golden.golden_cases``)."""
-    from .fixtures.golden import golden_cases
+    from ..golden.case import golden_cases
 
     return golden_cases(fixtures, tier=tier, paths=paths)
 
 
 def bounds(paths: Sequence[str]) -> list[Case]:
     """P13/P14 cases: every path measured at world sizes 1-4 (module rules)."""
-    from .bounds import BOUNDS_MODEL
+    from ..bounds.rules import BOUNDS_MODEL
 
     return [Case(api=api, model=BOUNDS_MODEL, plan="nested", optimizer="adam", dtype="fp32",
                  world_size=ws, steps=1, bounds=True)
@@ -142,7 +142,7 @@ def bounds(paths: Sequence[str]) -> list[Case]:
 def faults(paths: Sequence[str]) -> list[Case]:
     """P15 cases: each bad input kind through each load path that can receive it
     (dict-level faults only where the saved form is one full dict)."""
-    from .sut.paths import is_full_path
+    from ..sut.paths import is_full_path
 
     out = []
     for api in paths:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .cases import Case
+from ..cases import Case
 
 
 @dataclass(frozen=True)

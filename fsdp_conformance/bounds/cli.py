@@ -54,7 +54,7 @@ def add_parser(sub) -> None:
 
 
 def _cases(args) -> list:
-    from . import matrix
+    from ..run import matrix
 
     try:
         ws = sorted({int(x) for x in args.world_sizes.split(",") if x.strip()})
@@ -72,7 +72,7 @@ def _cases(args) -> list:
 def _facts(args, cases) -> dict:
     import torch
 
-    from .report.io import machine_info
+    from ..report.io import machine_info
 
     return {"torch_version": torch.__version__, "machine_info": machine_info(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -83,16 +83,16 @@ def _facts(args, cases) -> dict:
 def calibrate(args) -> int:
     import tempfile
 
-    from .bounds import BOUNDS_REPEATS, DEFAULT_CALIBRATION, calibration_data
-    from .harness import close_pools
+    from .rules import BOUNDS_REPEATS, DEFAULT_CALIBRATION, calibration_data
+    from ..harness import close_pools
     from .measure import measure_case
-    from .report.io import write_json_atomic
+    from ..report.io import write_json_atomic
 
     out = Path(args.out) if args.out else DEFAULT_CALIBRATION
     if args.refit:
         import json
 
-        from .bounds import CalibrationError, refit
+        from .rules import CalibrationError, refit
 
         try:
             data = json.loads(out.read_text(encoding="utf-8"))
@@ -125,7 +125,7 @@ def calibrate(args) -> int:
 
 def stability_summary(runs: list[list], calibration: str) -> dict:
     """The stability report from N runs' CaseResults (module docstring)."""
-    from .runner import REMEASURED
+    from ..run.execute import REMEASURED
 
     per_run, worst = [], {}
     for i, results in enumerate(runs):
@@ -183,10 +183,10 @@ def stability_markdown(s: dict) -> str:
 def stability(args) -> int:
     import os
 
-    from .bounds import DEFAULT_CALIBRATION, load_calibration
-    from .harness import close_pools
-    from .report.io import write_json_atomic, write_text_atomic
-    from .runner import run_cases
+    from .rules import DEFAULT_CALIBRATION, load_calibration
+    from ..harness import close_pools
+    from ..report.io import write_json_atomic, write_text_atomic
+    from ..run.execute import run_cases
 
     cases = _cases(args)
     cal = args.calibration or str(DEFAULT_CALIBRATION)
@@ -214,7 +214,7 @@ def stability(args) -> int:
 
 
 def main(args) -> int:
-    from .bounds import CalibrationError
+    from .rules import CalibrationError
 
     try:
         return calibrate(args) if args.bounds_command == "calibrate" else stability(args)

@@ -36,19 +36,19 @@ from typing import Callable, Sequence
 
 import torch
 
-from .cases import Case
-from .harness import get_pool
-from .harness.errors import RankError, RankTimeout
-from .known import known_all
-from .local_run import local_run
-from .zoo import model_spec
-from . import reference as ref
-from .properties import run_props as rp
-from .properties.layouts import reference_layout
-from .properties.reference_props import p0_layout
-from .properties.verdict import Verdict, error, na, passed
-from .report.run_report import CaseResult
-from .sut import paths as fsdp1_paths
+from ..cases import Case
+from ..harness import get_pool
+from ..harness.errors import RankError, RankTimeout
+from ..known.entries import known_all
+from .local import local_run
+from ..zoo import model_spec
+from .. import reference as ref
+from ..properties import run_props as rp
+from ..properties.layouts import reference_layout
+from ..properties.reference_props import p0_layout
+from ..properties.verdict import Verdict, error, na, passed
+from ..report.run_report import CaseResult
+from ..sut import paths as fsdp1_paths
 
 PROPS = tuple(f"P{i}" for i in range(16))
 NOT_BUILT = {
@@ -62,7 +62,7 @@ REMEASURED = "measured twice: the first measurement failed"
 
 def _sut(api: str):
     if api.startswith("fsdp2"):
-        from .sut import fsdp2_paths
+        from ..sut import fsdp2_paths
 
         return fsdp2_paths
     return fsdp1_paths
@@ -126,7 +126,7 @@ def evaluate(case: Case, save_obs: list[dict], load_obs: list[dict], workdir: Pa
     v: dict[str, Verdict] = {}
     ordered = case.groups == 1  # several groups: the optimizer's order is the groups' order
     if api.startswith("fsdp2"):  # FSDP2: per-parameter layout and its own reference
-        from .properties import fsdp2_run_props as f2
+        from ..properties import fsdp2_run_props as f2
 
         layout, dst = f2.layouts(case)
         v["P0"] = f2.p0(layout, dst, save_obs, load_obs, ordered)
@@ -195,8 +195,8 @@ def _rank_error_verdict(exc: RankError, what: str) -> Verdict:
 def run_bounds_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
                     calibration: str | os.PathLike | None = None) -> CaseResult:
     """Measure a bounds case and judge P13/P14 (module rules); every other property n/a."""
-    from . import bounds
-    from .measure import measure_case
+    from ..bounds import rules as bounds
+    from ..bounds.measure import measure_case
 
     workdir = rundir / hashlib.sha1(case.id.encode()).hexdigest()[:16]
     t0 = time.perf_counter()
@@ -232,8 +232,8 @@ def apply_scaling(results: Sequence[CaseResult],
                   calibration: str | os.PathLike | None = None) -> list[CaseResult]:
     """``results`` with each path's scaling fit (bounds.scaling_block over the bounds cases)
     folded into P13 of its largest-world-size bounds case of the fitted model."""
-    from . import bounds
-    from .report.run_report import measured_entries
+    from ..bounds import rules as bounds
+    from ..report.run_report import measured_entries
 
     try:
         cal = bounds.load_calibration(calibration)
@@ -261,7 +261,7 @@ def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
         return run_bounds_case(case, rundir, backend=backend, timeout=timeout,
                                calibration=calibration)
     if case.golden:  # P12: load a stored fixture instead of saving (fixtures/golden.py)
-        from .fixtures.golden import run_golden_case
+        from ..golden.case import run_golden_case
 
         return run_golden_case(case, rundir, backend=backend, timeout=timeout)
     workdir = rundir / hashlib.sha1(case.id.encode()).hexdigest()[:16]
