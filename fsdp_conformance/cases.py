@@ -1,21 +1,26 @@
 """Case: a frozen, picklable, hashable description of one configuration, with a stable
-readable id. It is built into model, wrapping and optimizer inside each rank."""
+readable id. It is built into model, wrapping and optimizer inside each rank.
+
+Importing this module does not import torch (``Case`` is part of the light public face);
+``Case.torch_dtype`` and ``DTYPES`` import it on first use."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
+from .sut.registry import CUSTOM_PREFIX, FAMILIES, PATH_NAMES, family_of
 
-DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
+if TYPE_CHECKING:
+    import torch
+
+DTYPE_NAMES = ("fp64", "fp32", "bf16")
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
-# API paths of the conformance run (one save path and its load path each; see sut/paths.py),
+# API paths of the conformance run (sut/registry.py: one save path and its load path each),
 # plus "fsdp1" / "fsdp2": the differential observers that call every path of that API.
-PATHS = ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded", "fsdp1.full",
-         "fsdp1.sharded", "fsdp1.rekey", "fsdp2.full", "fsdp2.sharded")
-APIS = PATHS + ("fsdp1", "fsdp2")
-# A user's own save/load functions (``fsdp_conformance.roundtrip.CustomPath``) run under
-# FSDP1: ``api = "custom:<name>"``.
-CUSTOM_PREFIX = "custom:"
+# A user's own save/load functions (the plugin's CustomPath) run under FSDP1:
+# ``api = "custom:<name>"``.
+PATHS = PATH_NAMES
+APIS = PATHS + FAMILIES
 IMPLS = ("default", "forloop", "foreach", "fused")
 # Bad inputs a load path must reject with a clear error (P15); "" = a normal case.
 FAULTS = ("", "missing_fqn", "extra_fqn", "shape", "dtype", "mixed_keys", "wrong_model",
@@ -70,8 +75,8 @@ class Case:
             raise ValueError(f"fault must be one of {FAULTS[1:]} (or empty), got {self.fault!r}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPE_NAMES)}, got {self.dtype!r}")
         if self.world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {self.world_size}")
         if self.golden and (self.golden.count("/") != 1 or self.fault
@@ -97,8 +102,13 @@ class Case:
                                  f"{self.plan!r}->{self.dst_plan!r}")
 
     @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+    def torch_dtype(self) -> "torch.dtype":
+        return torch_dtypes()[self.dtype]
+
+    @property
+    def family(self) -> str:
+        """The FSDP API the case runs under (``sut.registry.family_of``)."""
+        return family_of(self.api)
 
     @property
     def dst_world_size(self) -> int:
@@ -116,7 +126,7 @@ class Case:
     @property
     def id(self) -> str:
         orig = "orig" if self.use_orig_params else "flat"
-        if self.api.startswith("fsdp2"):
+        if self.family == "fsdp2":
             orig = "dtensor"  # FSDP2 keeps per-parameter DTensors: no flat/orig choice
         ws = f"ws{self.world_size}"
         if self.dst_world_size != self.world_size or self.dst_plan != self.plan:
@@ -139,3 +149,17 @@ class Case:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def torch_dtypes() -> dict[str, Any]:
+    """``{dtype name: torch.dtype}`` (imports torch)."""
+    import torch
+
+    return {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def __getattr__(name: str) -> Any:
+    """``DTYPES``, the name -> torch.dtype map, built on first use (it needs torch)."""
+    if name == "DTYPES":
+        return torch_dtypes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -667,7 +667,7 @@ def evaluate_custom(case: Case, save_obs: list[dict], load_obs: list[dict] | Non
     RankError of a stage ("save", "load", "resume", "again"), if it raised; ``load_obs``
     is None when the load side never ran."""
     from . import reference as ref
-    from .run.local import local_run
+    from .properties.baseline import local_run
     from .properties import run_props as rp
     from .properties.layouts import reference_layout
     from .properties.reference_props import p0_layout
@@ -723,7 +723,7 @@ def evaluate_user(case: Case, save_obs, load_obs, workdir: Path) -> dict[str, Ve
     """A built-in path with a user model: ``runner.evaluate``, and P10 from the evidence
     (which params the single-process run has state for) where the zoo's rule does not
     know the model."""
-    from .run.local import local_run
+    from .properties.baseline import local_run
     from .properties import run_props as rp
     from .properties.layouts import reference_layout
     from .run.execute import evaluate

@@ -125,7 +125,7 @@ def calibrate(args) -> int:
 
 def stability_summary(runs: list[list], calibration: str) -> dict:
     """The stability report from N runs' CaseResults (module docstring)."""
-    from ..run.execute import REMEASURED
+    from .kind import REMEASURED
 
     per_run, worst = [], {}
     for i, results in enumerate(runs):

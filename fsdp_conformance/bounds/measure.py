@@ -44,13 +44,10 @@ PHASES = ("save", "load")
 
 
 def _sut(api: str):
-    if api.startswith("fsdp2"):
-        from ..sut import fsdp2_paths
+    """The module of ``api``'s rank functions (sut/registry.py)."""
+    from ..sut.registry import api_path
 
-        return fsdp2_paths
-    from ..sut import paths
-
-    return paths
+    return api_path(api).sides()
 
 
 def _local_state_bytes(optim: torch.optim.Optimizer) -> int:

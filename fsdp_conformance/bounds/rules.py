@@ -460,3 +460,19 @@ def refit(data: dict, source: str = "<calibration>") -> dict:
         raise CalibrationError(f"{source}: an entry lacks its observations ({e}); measure again "
                                f"with `{CALIBRATE_COMMAND}`") from None
     return {**data, **_fits(*obs)}
+
+
+def scaling_of(results, calibration=None) -> dict:
+    """The scaling block (``scaling_block``) of a run's measured results (``CaseResult``s
+    with measurements), under the calibration file (None: the packaged one; an unreadable
+    one: no allowance); {} when no result was measured. The run computes it once; the
+    report stores the same block."""
+    entries = [{"api": r.case.api, "model": r.case.model, "world_size": r.case.world_size,
+                "measurements": r.measurements} for r in results if r.measurements]
+    if not entries:
+        return {}
+    try:
+        cal = load_calibration(calibration)
+    except CalibrationError:
+        cal = None
+    return scaling_block(entries, cal)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..cases import Case
+from ..sut.registry import PATH_NAMES, api_path
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ _FULL_GATHER_APIS = ("fsdp1", "fsdp1.full", "fsdp1.legacy_full", "fsdp1.legacy_s
 
 def _fsdp1(c: Case) -> bool:
     """An FSDP1 case (the differential observer "fsdp1" or a run path "fsdp1.*")."""
-    return c.api.startswith("fsdp1")
+    return c.api == "fsdp1" or (c.api in PATH_NAMES and api_path(c.api).family == "fsdp1")
 
 
 # FSDP2 API paths of the conformance run (sut/fsdp2_paths.py); "fsdp2" is the differential
@@ -235,7 +236,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
     # --- found by the conformance run, FSDP2 paths (sut/fsdp2_paths.py) -------------------
     KnownLimitation(
         "dtensor-no-fused-sgd-adagrad", ALL_PROPS,
-        lambda c: c.api.startswith("fsdp2") and c.impl == "fused"
+        lambda c: c.api in ("fsdp2",) + _FSDP2_RUN and c.impl == "fused"
         and c.optimizer in ("sgd", "sgd_momentum", "adagrad"),
         "2.13 (CPU)",
         "SGD and Adagrad with fused=True cannot step a fully_shard model: their params are "

@@ -22,7 +22,7 @@ from .statediff import diff_state_dicts, format_diff
 from . import fsdp2_props
 from .fsdp2_props import _drop_plain, _owner
 from .layouts import fsdp2_reference_layout
-from .run_props import _err, assemble_sharded
+from .run_props import recorded_error, assemble_sharded
 from .verdict import Verdict, error, fail, passed
 
 gather = ref.fsdp2_gather
@@ -82,7 +82,7 @@ def p3_loaded(dst, full: dict, load_obs: Sequence[dict],
     problems = []
     for o in load_obs:
         r = o["rank"]
-        e = _err(o.get("loaded"))
+        e = recorded_error(o.get("loaded"))
         if e:
             return error(f"torch raised while loading on rank {r}:\n{e}")
         try:
@@ -112,7 +112,7 @@ def p9_sharded(full: dict, save_obs: Sequence[dict]) -> Verdict:
     changes nothing else (assembled, bitwise equal to the dict saved without it)."""
     problems = []
     for o in save_obs:
-        e = _err(o.get("offloaded"))
+        e = recorded_error(o.get("offloaded"))
         if e:
             return error(f"cpu_offload=True raised on rank {o['rank']}:\n{e}")
         devs = [d for d in o.get("offloaded_devices", []) if d != "cpu"]

@@ -19,7 +19,8 @@ import torch
 
 from .. import reference as ref
 from .statediff import diff_state_dicts, format_diff
-from ..run.local import LocalRun
+from .baseline import LocalRun
+from ..sut.registry import family_of
 from .reference_props import _comparable, _drop_plain, _owner, sharded_to_flat_offsets
 from .verdict import Verdict, error, fail, na, passed
 
@@ -66,7 +67,8 @@ def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
 SHARDED_PATHS = ("fsdp1.sharded", "fsdp1.legacy_sharded", "fsdp2.sharded")
 
 
-def _err(obj) -> str | None:
+def recorded_error(obj) -> str | None:
+    """The traceback a rank recorded instead of a value (``{"error": tb}``), or None."""
     if isinstance(obj, dict) and "error" in obj:
         return obj["error"]
     return None
@@ -124,7 +126,7 @@ def assemble_sharded(per_rank: Sequence[dict]) -> dict:
 def to_full(api: str, obs: Sequence[dict], key: str = "saved") -> tuple[dict | None, Verdict | None]:
     """The full FQN-keyed dict a path saved (``key`` "saved", or "resaved" on the load side)."""
     for o in obs:
-        e = _err(o.get(key))
+        e = recorded_error(o.get(key))
         if e:
             return None, error(f"torch raised in the {api} save call on rank {o['rank']}:\n{e}")
     if api in SHARDED_PATHS:
@@ -187,7 +189,7 @@ def p3_loaded(dst_layout, full: dict, load_obs: Sequence[dict],
     problems = []
     for o in load_obs:
         r = o["rank"]
-        e = _err(o.get("loaded"))
+        e = recorded_error(o.get("loaded"))
         if e:
             return error(f"torch raised while loading on rank {r}:\n{e}")
         try:
@@ -214,12 +216,12 @@ def p3_loaded(dst_layout, full: dict, load_obs: Sequence[dict],
 def p4_flatten(dst_layout, load_obs: Sequence[dict], api: str) -> Verdict:
     """Sharded paths: reference.flatten_sharded(the sharded dict torch saves after the load)
     == every rank's flat local state, bitwise (ignored-module params left out)."""
-    if api not in SHARDED_PATHS or api.startswith("fsdp2"):
+    if api not in SHARDED_PATHS or family_of(api) == "fsdp2":
         return na("a full path: nothing sharded to flatten" if api not in SHARDED_PATHS
                   else "FSDP2 keeps per-parameter state: nothing to flatten")
     neutral = []
     for o in load_obs:
-        e = _err(o.get("resaved")) or _err(o.get("loaded"))
+        e = recorded_error(o.get("resaved")) or recorded_error(o.get("loaded"))
         if e:
             return error(f"torch raised on rank {o['rank']}:\n{e}")
         neutral.append({"state": sharded_to_flat_offsets(o["resaved"]["state"]),
@@ -246,7 +248,7 @@ def p6_resume(dst_layout, load_obs: Sequence[dict], local: LocalRun, dtype: str,
     rtol, atol = TOLERANCES[dtype]
     o0 = load_obs[0]
     if "final_params" not in o0:
-        e = _err(o0.get("loaded"))
+        e = recorded_error(o0.get("loaded"))
         return error(f"the load side did not resume: {e or 'no final params recorded'}")
     skip = _plain(dst_layout)
     problems = []
@@ -350,7 +352,7 @@ def p9_flags(layout, api: str, save_obs: Sequence[dict]) -> Verdict:
                 problems.append(f"rank {o['rank']}: rank0_only=True returned a non-empty dict "
                                 f"({len(o['saved'].get('state', {}))} params)")
         for o in save_obs:
-            e = _err(o["all_ranks"])
+            e = recorded_error(o["all_ranks"])
             if e:
                 return error(f"rank0_only=False raised on rank {o['rank']}:\n{e}")
         diffs = diff_state_dicts(save_obs[0]["all_ranks"], save_obs[0]["saved"])
@@ -387,7 +389,7 @@ def p10_partial(case, layout, dst_layout, full: dict, load_obs: Sequence[dict],
     problems = []
     if want != got:
         problems.append(f"saved dict: params/state names {got}, single-process run has {want}")
-    if all("loaded" in o and not _err(o["loaded"]) for o in load_obs):
+    if all("loaded" in o and not recorded_error(o["loaded"]) for o in load_obs):
         try:
             back = gather(dst_layout, [o["loaded"] for o in load_obs])
         except ref.StateDictMismatch as exc:
@@ -413,7 +415,7 @@ def p11_groups(full: dict, load_obs: Sequence[dict], local: LocalRun) -> Verdict
         problems.append("saved param_groups differ from the optimizer's:\n" + format_diff(diffs))
     want = _hyper(full["param_groups"])
     for o in load_obs:
-        if _err(o.get("loaded")):
+        if recorded_error(o.get("loaded")):
             continue
         diffs = diff_state_dicts(want, _hyper(o["loaded"]["param_groups"]))
         if diffs:
@@ -455,7 +457,7 @@ def p5_rekey_path(case, full: dict, load_obs: Sequence[dict]) -> Verdict:
     except Exception as exc:  # noqa: BLE001
         problems.append(f"the unwrapped optimizer cannot load the PARAM_ID dict: "
                         f"{type(exc).__name__}: {exc}")
-    e = _err(names)
+    e = recorded_error(names)
     if e:
         problems.append(f"rekey back to PARAM_NAME raised:\n{e}")
     else:

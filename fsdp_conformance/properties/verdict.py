@@ -1,21 +1,35 @@
 """Verdict of one property on one case: pass, fail (with the diff), known (a recorded torch
-limitation), n/a (with the reason), error (harness or unexpected exception)."""
+limitation), n/a (with the reason), error (harness or unexpected exception).
+
+Rule: a verdict carries where it came from (``origin``): ``"torch"`` for what the system
+under test did, ``"suite"`` for a failure of this package itself. A known torch limitation
+never turns a suite failure into "known" (known/apply.py reads the field, not the text)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 STATUSES = ("pass", "fail", "known", "n/a", "error")
+ORIGINS = ("torch", "suite")
 
 
 @dataclass(frozen=True)
 class Verdict:
+    """One property's verdict on one case."""
+
     status: str
+    """One of ``STATUSES``."""
     detail: str = ""
-    known: str = ""  # key of the matching KnownLimitation (status "known", or "pass" = fixed upstream?)
+    """What was seen: the diff, the reason for n/a, the traceback."""
+    known: str = ""
+    """Key of the matching known limitation (status "known", or "pass" = fixed upstream?)."""
+    origin: str = "torch"
+    """``"suite"`` when this package failed (a bug of the suite, never "known")."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+        if self.origin not in ORIGINS:
+            raise ValueError(f"origin must be one of {ORIGINS}, got {self.origin!r}")
 
     @property
     def ok(self) -> bool:
@@ -32,6 +46,8 @@ class Verdict:
             d["known"] = self.known
         if self.fixed_upstream:
             d["fixed_upstream"] = True
+        if self.origin != "torch":
+            d["origin"] = self.origin
         return d
 
 
@@ -49,3 +65,8 @@ def na(reason: str) -> Verdict:
 
 def error(detail: str) -> Verdict:
     return Verdict("error", detail)
+
+
+def suite_error(detail: str) -> Verdict:
+    """An error of this package itself (origin "suite")."""
+    return Verdict("error", detail, origin="suite")

@@ -18,7 +18,6 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -26,6 +25,8 @@ from typing import Any, Iterable
 from ..cases import Case
 from ..properties.verdict import STATUSES, Verdict
 from .io import machine_info, write_json_atomic, write_text_atomic
+
+from ..run.result import CaseResult  # noqa: E402  (re-exported: the report's record)
 
 SCHEMA = "fsdp-conformance/run/1"
 _SCHEMA_PREFIX, _SCHEMA_MAJOR = SCHEMA.rsplit("/", 1)
@@ -36,17 +37,6 @@ LEGEND = ("N✓ pass · N✗ fail · NE error · Nk known torch limitation · N�
 FAILING = ("fail", "error")
 DETAIL_LINES_MD = 80  # lines of a failure's detail shown in Markdown (all of it is in the JSON)
 DETAIL_LINES_TERM = 4  # lines shown in the terminal
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    """One case of a run: its verdict per property ("P0".."P15"), its timings (seconds) and,
-    for a bounds case, its measurements ({phase: measurement}, bounds.annotate)."""
-
-    case: Case
-    properties: dict[str, Verdict]
-    timings: dict[str, float] = field(default_factory=dict)
-    measurements: dict[str, dict] = field(default_factory=dict)
 
 
 class ReportFormatError(ValueError):
@@ -70,12 +60,6 @@ def _case_entry(r: CaseResult) -> dict:
     if r.measurements:
         out["measurements"] = r.measurements
     return out
-
-
-def measured_entries(results: Iterable[CaseResult]) -> list[dict]:
-    """Report-form entries (api, model, world_size, measurements) of the measured results."""
-    return [{"api": r.case.api, "model": r.case.model, "world_size": r.case.world_size,
-             "measurements": r.measurements} for r in results if r.measurements]
 
 
 def summarize(cases: list[dict]) -> dict:
@@ -117,23 +101,30 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
                  world_sizes: Iterable[int], wall_time_s: float, argv: list[str],
                  selection: str | None = None,
                  tolerances: dict[str, dict[str, float]] | None = None,
-                 calibration: str | os.PathLike | None = None) -> dict:
+                 calibration: str | os.PathLike | None = None,
+                 scaling: dict | None = None, incomplete: str = "",
+                 planned: int | None = None) -> dict:
     """The run report as a JSON-ready dict; cases sorted by id. ``started`` is ``finished``
-    (now, UTC) minus ``wall_time_s``; ``ok`` is false iff any verdict is fail or error.
-    ``scaling`` (only when some case has measurements) is bounds.scaling_block under the
-    bounds ``calibration`` file the run used (default: the packaged one)."""
+    (now, UTC) minus ``wall_time_s``; ``ok`` is false iff any verdict is fail or error, or
+    the run is incomplete. ``scaling`` (only when some case has measurements) is the run's
+    own block (run/execute.py ``Run.scaling``, computed once); when not given it is
+    computed here under the bounds ``calibration`` file (default: the packaged one).
+    ``incomplete``: why the run stopped early ("" = it did not); then the report holds the
+    ``planned`` count beside the decided cases."""
     import torch
 
+    results = list(results)
     cases = sorted((_case_entry(r) for r in results), key=lambda c: c["id"])
-    extra = {}
-    if any(c.get("measurements") for c in cases):
-        from ..bounds import rules as bounds
+    extra: dict = {}
+    if scaling is None and any(c.get("measurements") for c in cases):
+        from ..bounds.rules import scaling_of
 
-        try:
-            cal = bounds.load_calibration(calibration)
-        except bounds.CalibrationError:
-            cal = None
-        extra["scaling"] = bounds.scaling_block(cases, cal)
+        scaling = scaling_of(results, calibration)
+    if scaling:
+        extra["scaling"] = scaling
+    if incomplete:
+        extra["incomplete"] = incomplete
+        extra["planned_cases"] = planned if planned is not None else len(cases)
     summary = summarize(cases)
     finished = _now()
     started = finished - timedelta(seconds=float(wall_time_s))
@@ -151,7 +142,8 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
         "finished": finished.isoformat(timespec="seconds"),
         "wall_time_s": float(wall_time_s),
         "tolerances": dict(tolerances or {}),
-        "ok": summary["by_status"]["fail"] == 0 and summary["by_status"]["error"] == 0,
+        "ok": (summary["by_status"]["fail"] == 0 and summary["by_status"]["error"] == 0
+               and not incomplete),
         "summary": summary,
         **extra,
         "cases": cases,
@@ -223,8 +215,12 @@ def headline(report: dict) -> str:
     """One line: OK/FAILED, cases, verdicts per status, fixed-upstream count."""
     s = report["summary"]
     counts = ", ".join(f"{s['by_status'][k]} {k}" for k in STATUSES)
-    return (f"{'OK' if report['ok'] else 'FAILED'}: {s['cases']} cases; {counts}; "
+    line = (f"{'OK' if report['ok'] else 'FAILED'}: {s['cases']} cases; {counts}; "
             f"{len(s['fixed_upstream'])} fixed upstream?")
+    if report.get("incomplete"):
+        line = (f"INCOMPLETE ({report['incomplete']}; {report.get('planned_cases', '?')} "
+                f"planned): " + line)
+    return line
 
 
 def machine_line(report: dict) -> str:

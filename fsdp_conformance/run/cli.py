@@ -1,13 +1,19 @@
 """``fsdp-conformance run``: the conformance run with a live progress bar, a summary
 table and the report (JSON + Markdown, written atomically).
 
+Rule: an interrupted run (Ctrl-C, SIGTERM: a CI job's time limit) still writes the report
+of the cases decided so far, marked incomplete (``"incomplete"``: why, ``"planned_cases"``),
+before it exits.
+
 Exit codes: 0 when no (case, property) fails or errors, 1 otherwise, 2 for usage errors
-(bad world sizes, a backend the machine cannot run, a selection that matches no case).
+(bad world sizes, a backend the machine cannot run, a selection that matches no case),
+130 interrupted by Ctrl-C, 143 by SIGTERM (the partial report is written either way).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -66,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     from ..harness import close_pools
     from ..properties.run_props import TOLERANCES
     from ..report.run_report import build_report, render_table, write_run_report
-    from .execute import run_cases
+    from .execute import RunInterrupted, run_all
 
     backend = args.backend or "gloo"
     if backend == "nccl" and not torch.cuda.is_available():
@@ -116,20 +122,29 @@ def main(args: argparse.Namespace) -> int:
                 print(f"[{done:.0f}/{len(cases)}] failing cases: {failed}, "
                       f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
+        def on_sigterm(signum, frame) -> None:
+            raise RunInterrupted("interrupted (SIGTERM)")
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
         try:
-            results = run_cases(cases, backend=backend, timeout=args.timeout,
-                                fault_timeout=max(30.0, args.timeout / 4),
-                                on_result=on_result)
+            run = run_all(cases, backend=backend, timeout=args.timeout,
+                          fault_timeout=max(30.0, args.timeout / 4), on_result=on_result)
         finally:
+            signal.signal(signal.SIGTERM, previous)
             close_pools()
     wall = time.perf_counter() - t0
-    report = build_report(results, tier=args.tier, backend=backend, seed=args.seed,
+    report = build_report(run.results, tier=args.tier, backend=backend, seed=args.seed,
                           world_sizes=world_sizes, wall_time_s=wall,
                           argv=["fsdp-conformance", *sys.argv[2:]], selection=args.keyword,
-                          tolerances={k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()})
+                          tolerances={k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()},
+                          scaling=run.scaling, incomplete=run.interrupted, planned=run.planned)
     md = args.md or os.path.splitext(args.json)[0] + ".md"
     write_run_report(report, args.json, md)
     # a log (CI) is not a terminal: rich would wrap the matrix at 80 columns
     render_table(report, Console() if sys.stdout.isatty() else Console(width=200))
-    print(f"{len(results)} cases in {wall:.0f} s; report: {args.json}, {md}")
+    print(f"{len(run.results)} cases in {wall:.0f} s; report: {args.json}, {md}")
+    if run.interrupted:
+        print(f"INCOMPLETE: {run.interrupted}; the report holds the cases decided so far",
+              file=sys.stderr)
+        return 143 if "SIGTERM" in run.interrupted else 130
     return 0 if report["ok"] else 1

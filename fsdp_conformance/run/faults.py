@@ -1,4 +1,5 @@
-"""P15: bad inputs a load path must reject, and how the rejection is judged.
+"""P15's bad inputs: how the controller damages what a save side wrote (the judgement is
+properties/fault_props.py).
 
 Faults (``Case.fault``), applied by the controller to what the save side wrote:
     missing_fqn     a param that has state is removed from the state and its group
@@ -10,7 +11,7 @@ Faults (``Case.fault``), applied by the controller to what the save side wrote:
     truncated_file  the saved file (a DCP data file for DCP paths) is cut in half
     corrupt_file    64 bytes in the middle of that file are flipped
 
-Judgement (rule): pass when every rank raised, quickly, and the error names the problem
+Judgement (properties/fault_props.py): pass when every rank raised, quickly, and the error names the problem
 (the param or key for dict faults; for file faults the file's name or a word that says the
 file is damaged: corrupt, truncated, archive, EOF, checksum...). Fail when the load succeeded (a silent wrong load), when
 some ranks raised while others were left waiting (a hang in the making), when it timed
@@ -18,16 +19,14 @@ out, or when the error does not name the offending param or key.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..cases import Case
-from ..harness.errors import RankError, RankTimeout
-from ..properties.verdict import Verdict, fail, passed
 from ..sut.paths import DCP_DIR, FULL_FILE, is_full_path, rank_file
+from ..sut.registry import api_path
 
 BOGUS = "no_such.param"
 
@@ -35,7 +34,7 @@ BOGUS = "no_such.param"
 def _target_file(case: Case, workdir: Path) -> Path:
     if is_full_path(case.api):
         return workdir / FULL_FILE
-    if case.api.endswith(".sharded") and (workdir / DCP_DIR).is_dir():
+    if api_path(case.api).writes == "dcp" and (workdir / DCP_DIR).is_dir():
         files = sorted((workdir / DCP_DIR).glob("*.distcp"))
         if files:
             return max(files, key=lambda p: p.stat().st_size)
@@ -98,48 +97,3 @@ def apply_fault(case: Case, workdir: Path) -> dict[str, Any]:
         raise ValueError(f"unknown fault {kind!r}")
     torch.save(sd, path)
     return {"kind": kind, "file": path.name, "names": names, "state_key": tensor_key}
-
-
-_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Warning)\b.*")
-# Words that say a file is damaged, for file faults (the file's name counts too).
-_FILE_WORDS = ("corrupt", "truncat", "archive", "zip", "eof", "central directory", "checksum",
-               "crc", "unexpected end")
-
-
-def _last_line(text: str) -> str:
-    """The exception line of a traceback (its last ``SomeError: ...`` line)."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    hits = [ln for ln in lines if _EXC_LINE.match(ln)]
-    return hits[-1] if hits else (lines[-1] if lines else text)
-
-
-def p15_verdict(case: Case, what: dict[str, Any], outcome: Any) -> Verdict:
-    """Judge the load of damaged input (module docstring)."""
-    desc = f"{what['kind']} in {what['file']}" + (f" ({what['names'][0]})" if what["names"] else "")
-    if isinstance(outcome, RankTimeout):
-        return fail(f"{desc}: the load hung (no rank finished in time):\n{outcome}")
-    if not isinstance(outcome, RankError):
-        return fail(f"{desc}: loaded silently on every rank: no error was raised")
-    raised = [f for f in outcome.failures if f.kind.startswith("exception")]
-    stuck = [f for f in outcome.failures if f.kind in ("stuck-after-error", "hung")]
-    died = [f for f in outcome.failures if f.kind == "died"]
-    msgs = "\n".join(f"rank {f.rank}: {_last_line(f.detail)}" for f in raised)
-    if died:
-        return fail(f"{desc}: rank(s) {[f.rank for f in died]} died while loading "
-                    f"({died[0].detail.strip()[:200]}):\n{msgs}")
-    quiet = sorted(set(range(case.dst_world_size)) - {f.rank for f in outcome.failures})
-    if quiet:
-        return fail(f"{desc}: rank(s) {[f.rank for f in raised]} raised but rank(s) {quiet} "
-                    f"loaded silently:\n{msgs}")
-    if stuck:
-        return fail(f"{desc}: rank(s) {[f.rank for f in raised]} raised but rank(s) "
-                    f"{[f.rank for f in stuck]} were left waiting in a collective:\n{msgs}")
-    text = "\n".join(_last_line(f.detail) for f in raised)
-    if what["names"]:
-        if not any(str(n) in text for n in what["names"]):
-            return fail(f"{desc}: every rank raised, but the error does not name "
-                        f"{what['names'][0]!r}:\n{msgs}")
-    elif not (what["file"] in text or any(w in text.lower() for w in _FILE_WORDS)):
-        return fail(f"{desc}: every rank raised, but the error names neither the file nor "
-                    f"the damage:\n{msgs}")
-    return passed(f"{desc}: every rank raised a clear error:\n{msgs}")

@@ -28,6 +28,7 @@ from typing import Iterable, Sequence
 
 from ..cases import FAULTS, Case
 from ..sut.paths import FSDP1_PATHS, resizable
+from ..sut.registry import family_of
 from ..zoo import FUSED, MODELS, OPTIMIZERS
 
 OPTS = tuple(OPTIMIZERS)
@@ -55,7 +56,7 @@ def default_paths() -> tuple[str, ...]:
 def _ok_groups(c: Case) -> bool:
     # FSDP1 flat units need all their params in one param group: two groups only with
     # use_orig_params=True or a plan whose units split the group boundary ("nested").
-    return c.groups == 1 or c.use_orig_params or c.api.startswith("fsdp2") or (
+    return c.groups == 1 or c.use_orig_params or c.family == "fsdp2" or (
         c.plan == "nested" and c.dst_plan == "nested" and c.model == "mlp")
 
 
@@ -78,7 +79,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                               load_world_size=3 - j % 2 if resizable(api) else None,
                               load_plan=ALT_PLAN[model] if resizable(api) else None,
                               use_orig_params=bool(j % 2)))
-        if api.startswith("fsdp1"):
+        if family_of(api) == "fsdp1":
             for k, strat in enumerate(("SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")):
                 ws = 4 if strat == "HYBRID_SHARD" else 2
                 cases.append(Case(api=api, strategy=strat, world_size=ws, optimizer="adamw",
@@ -159,7 +160,7 @@ def _dedupe(cases: Iterable[Case]) -> list[Case]:
     the original params), so FSDP2 cases are normalised to False first."""
     seen, out = set(), []
     for c in cases:
-        if c.api.startswith("fsdp2") and c.use_orig_params:
+        if c.family == "fsdp2" and c.use_orig_params:
             c = dataclasses.replace(c, use_orig_params=False)
         if c.id not in seen:
             seen.add(c.id)

@@ -13,7 +13,8 @@ from fsdp_conformance.cases import Case
 from fsdp_conformance.report.diff import compare_runs
 from fsdp_conformance.report.html import render_html
 from fsdp_conformance.report.run_report import build_report, check_schema, render_markdown
-from fsdp_conformance.run.execute import REMEASURED, run_cases
+from fsdp_conformance.bounds.kind import REMEASURED
+from fsdp_conformance.run.execute import run_cases
 
 CASE = Case(api="fsdp1.full", model=b.BOUNDS_MODEL, plan="nested", optimizer="adam",
             dtype="fp32", world_size=2, steps=1, bounds=True)

@@ -13,7 +13,8 @@ import torch
 
 from fsdp_conformance.run import matrix
 from fsdp_conformance.cases import Case
-from fsdp_conformance.run.execute import evaluate, run_cases
+from fsdp_conformance.properties.roundtrip import round_trip_verdicts as evaluate
+from fsdp_conformance.run.execute import run_cases
 from fsdp_conformance.sut import fsdp2_paths, paths
 from fsdp_conformance.zoo import OPTIMIZERS
 
@@ -188,21 +189,30 @@ ALIASED = Case(api="fsdp1.full", optimizer="adam", use_orig_params=True, world_s
 
 
 def test_known_entry_covers_its_wrong_values_but_not_a_new_crash():
-    from fsdp_conformance.properties.verdict import error, fail
-    from fsdp_conformance.run.execute import _apply_known, _failed
+    from fsdp_conformance.properties.verdict import Verdict, error, fail, suite_error
+    from fsdp_conformance.known.apply import apply_known as _apply_known
+    from fsdp_conformance.run.lifecycle import failed_verdicts as _failed
 
     v = _apply_known(ALIASED, {"P1": fail("exp_avg differs")})
     assert v["P1"].status == "known" and v["P1"].known == "orig-params-full-osd-aliasing"
     crash = _apply_known(ALIASED, _failed(ALIASED, error("load side failed: brand-new crash")))
     assert {x.status for p, x in crash.items() if p not in ("P5", "P12", "P13", "P14", "P15")} \
         == {"error"}
-    ours = _apply_known(ALIASED, _failed(ALIASED, error("the suite failed while evaluating")))
+    ours = _apply_known(ALIASED, _failed(ALIASED, suite_error("evaluating: KeyError")))
     assert "known" not in {x.status for x in ours.values()}
+    # the origin decides, not the text: a torch error that happens to start with the words
+    # the suite uses is still a torch error, and the suite's own failure stays an error
+    # whatever its text says
+    mimic = _apply_known(ALIASED, {"P1": fail("the suite failed: exp_avg differs")})
+    assert mimic["P1"].status == "known"
+    ours = _apply_known(ALIASED, {"P1": Verdict("fail", "exp_avg differs", origin="suite")})
+    assert ours["P1"].status == "fail"
 
 
 def test_known_crash_is_matched_by_its_symptom_and_carries_downstream():
     from fsdp_conformance.properties.verdict import error
-    from fsdp_conformance.run.execute import _apply_known, _failed
+    from fsdp_conformance.known.apply import apply_known as _apply_known
+    from fsdp_conformance.run.lifecycle import failed_verdicts as _failed
 
     case = Case(api="fsdp1.sharded", optimizer="sgd", world_size=2)
     msg = 'load failed: ValueError: `optim_state_dict` must have the keys "state"to be valid'
@@ -216,7 +226,8 @@ def test_full_tier_crashes_are_known_by_their_symptom_only():
     ignored module, the world-size-1 save crash of frozen params with use_orig_params (any
     load size), and DSD dropping frozen params' state; another crash there stays an error."""
     from fsdp_conformance.properties.verdict import error, fail
-    from fsdp_conformance.run.execute import _apply_known, _failed
+    from fsdp_conformance.known.apply import apply_known as _apply_known
+    from fsdp_conformance.run.lifecycle import failed_verdicts as _failed
 
     ignored = Case(api="fsdp1.sharded", optimizer="adagrad", model="buffers", world_size=4)
     st = "RuntimeError: torch function 'addcmul_', with args: (ShardedTensor(ShardedTensorMe"
@@ -258,7 +269,7 @@ def test_bf16_resume_comparison_names_a_type_change():
 
 
 def test_p15_fails_when_a_rank_loads_silently_or_dies():
-    from fsdp_conformance.run.faults import p15_verdict
+    from fsdp_conformance.properties.fault_props import p15_verdict
     from fsdp_conformance.harness.errors import RankError, RankFailure
 
     case = Case(api="fsdp1.full", optimizer="adam", world_size=2, fault="truncated_file")

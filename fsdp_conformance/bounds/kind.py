@@ -1,0 +1,64 @@
+"""The bounds kind of case (P13/P14): measure a path's save and load, judge them against the
+calibration.
+
+Rules
+- The path's save and load are measured (``measure.measure_case``, ``BOUNDS_REPEATS``
+  repeats) and judged against the calibration file (bounds/rules.py). Noise only ever adds
+  time, a real slowdown or extra copy persists: a case whose first measurement fails P13 or
+  P14 is measured once more and judged on that second measurement alone (the first failure
+  is kept in the detail). The run measures a still-failing case again after every other
+  case (run/execute.py), and that later result stands.
+- A calibration file that cannot be read makes P13/P14 "error" naming it. Every other
+  property is n/a.
+"""
+from __future__ import annotations
+
+from ..cases import Case
+from ..properties.catalogue import PROPS
+from ..properties.verdict import Verdict, error, na
+from ..run.lifecycle import Outcome, Step, StepFailed
+
+BOUNDS_ONLY = "bounds case: only P13/P14"
+REMEASURED = "measured twice: the first measurement failed"
+
+
+class BoundsKind:
+    """Measure and judge P13/P14 (module rules)."""
+
+    name = "bounds"
+
+    def decides(self, case: Case) -> tuple[str, ...]:
+        return ("P13", "P14")
+
+    def undecided(self, case: Case) -> dict[str, Verdict]:
+        return {p: na(BOUNDS_ONLY) for p in PROPS if p not in ("P13", "P14")}
+
+    def run(self, step: Step) -> Outcome:
+        from ..harness.errors import RankError
+        from . import rules
+        from .measure import measure_case
+
+        case = step.case
+        try:
+            cal = rules.load_calibration(step.env.calibration)
+        except rules.CalibrationError as exc:
+            return Outcome(verdicts={"P13": error(str(exc)), "P14": error(str(exc))})
+        first = ""
+        for attempt in (1, 2):
+            try:
+                meas = measure_case(case, step.workdir, repeats=rules.BOUNDS_REPEATS,
+                                    backend=step.env.backend, timeout=step.env.timeout)
+            except RankError as exc:
+                raise StepFailed("measuring the path", exc, hung=False) from exc
+            meas, p13, p14 = rules.verdicts(case, meas, cal)
+            failed = [(p, v) for p, v in (("P13", p13), ("P14", p14)) if v.status == "fail"]
+            if not failed or attempt == 2:
+                break
+            first = "\n".join(f"first measurement, {p}: {v.detail}" for p, v in failed)
+        if first:  # the verdicts are the second measurement's; say what the first saw
+            p13, p14 = (Verdict(v.status, f"{v.detail}\n({REMEASURED})\n{first}")
+                        for v in (p13, p14))
+        for ph in ("save", "load"):
+            if ph in meas:
+                step.timings[ph] = meas[ph]["time_s"]
+        return Outcome(verdicts={"P13": p13, "P14": p14}, measurements=meas)

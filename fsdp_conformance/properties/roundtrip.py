@@ -1,0 +1,98 @@
+"""P0-P11 of a round-trip case: the save side's and the load side's observations judged
+against the reference and the single-process run.
+
+Rules
+- The family of the case's API path (``sut.registry``) picks the reference layout and the
+  family's P0/P1/P3 functions (``fsdp2_run_props`` for ``fully_shard``, ``run_props`` for
+  FSDP1); everything else is the same for every path.
+- When the save recorded an error or the shards do not tile, every property that needs the
+  saved dict carries that one verdict (one root cause).
+- P2 and P6 are n/a for models with ignored modules (no single-process run can match).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .. import reference as ref
+from ..cases import Case
+from .baseline import local_run
+from ..sut.registry import api_path
+from ..zoo import model_spec
+from . import run_props as rp
+from .catalogue import NO_REKEY
+from .layouts import reference_layout
+from .reference_props import p0_layout
+from .verdict import Verdict, error, na, passed
+
+DCP_DIR = "dcp"  # where the DCP paths write (sut/paths.py DCP_DIR)
+ROUND_TRIP: tuple[str, ...] = tuple(f"P{i}" for i in range(12))
+"""The properties a round-trip case decides."""
+
+
+def _read_dcp(path: Path) -> dict | None:
+    """A DCP directory's optimizer state as one full dict, read without a process group."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = path.parent / "dcp_full.pt"
+    try:
+        dcp_to_torch_save(str(path), str(out))
+        return torch.load(out, weights_only=False)["optim"]
+    except Exception:  # noqa: BLE001  (P8 reports it as an error)
+        return None
+
+
+def round_trip_verdicts(case: Case, save_obs: list[dict], load_obs: list[dict], workdir: Path) -> dict[str, Verdict]:
+    """P0-P11 of a round-trip case from what the save and load ranks recorded (``workdir``:
+    the case's files, for P8's DCP read-back)."""
+    api = case.api
+    v: dict[str, Verdict] = {}
+    ordered = case.groups == 1  # several groups: the optimizer's order is the groups' order
+    if case.family == "fsdp2":  # FSDP2: per-parameter layout and its own reference
+        from ..properties import fsdp2_run_props as f2
+
+        layout, dst = f2.layouts(case)
+        v["P0"] = f2.p0(layout, dst, save_obs, load_obs, ordered)
+        p1_saved, p3_loaded, gather = f2.p1_saved, f2.p3_loaded, f2.gather
+    else:
+        layout = reference_layout(case)
+        dst = reference_layout(case, load_side=True)
+        p0s = p0_layout(layout, save_obs, ordered=ordered)
+        p0l = p0_layout(dst, load_obs, ordered=ordered)
+        v["P0"] = p0s if p0s.status != "pass" else (
+            Verdict(p0l.status, "load side: " + p0l.detail) if p0l.status != "pass" else
+            passed(f"save side {p0s.detail}; load side {p0l.detail}"))
+        p1_saved, p3_loaded, gather = rp.p1_saved, rp.p3_loaded, ref.gather_full
+    full, bad = rp.to_full(api, save_obs)
+    local = local_run(case)
+    if full is None:
+        for p in ("P1", "P2", "P3", "P4", "P6", "P7", "P8", "P9", "P10", "P11"):
+            v[p] = bad
+    else:
+        v["P1"] = p1_saved(layout, save_obs, full, api)
+        ignored = model_spec(case.model).ignored
+        why = (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank on "
+               f"the rank's own rows, and they feed every other param's gradient, so no "
+               f"single-process run can match") if ignored else ""
+        v["P2"] = na(why) if why else rp.p2_vs_local(layout, full, local, case.dtype)
+        same = case.dst_world_size == case.world_size and case.dst_plan == case.plan
+        v["P3"] = p3_loaded(dst, full, load_obs, own=save_obs if same else None)
+        v["P4"] = rp.p4_flatten(dst, load_obs, api)
+        v["P6"] = na(why) if why else rp.p6_resume(dst, load_obs, local, case.dtype, gather=gather)
+        v["P7"] = rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan) if not any(
+            rp.recorded_error(o.get("loaded")) for o in load_obs) else error(
+            "load failed: " + next(rp.recorded_error(o["loaded"]) for o in load_obs if rp.recorded_error(o.get("loaded"))))
+        dcp_full = _read_dcp(workdir / DCP_DIR) if api_path(api).writes == "dcp" else None
+        v["P8"] = rp.p8_serialise(api, save_obs, load_obs, full, dcp_full)
+        v["P9"] = (f2.p9_sharded(full, save_obs) if api == "fsdp2.sharded"
+                   else rp.p9_flags(layout, api, save_obs))
+        v["P10"] = rp.p10_partial(case, layout, dst, full, load_obs, local, gather=gather)
+        v["P11"] = rp.p11_groups(full, load_obs, local)
+    if not api_path(api).rekeys:
+        v["P5"] = na(NO_REKEY)
+    elif full is None:
+        v["P5"] = bad
+    else:
+        v["P5"] = rp.p5_rekey_path(case, full, load_obs)
+    return {p: v[p] for p in ROUND_TRIP}

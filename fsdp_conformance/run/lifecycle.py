@@ -1,0 +1,163 @@
+"""One case lifecycle: ``execute(case, env)`` for every kind of case.
+
+Rules
+- A kind of case (``CaseKind``: round trip, fault, golden fixture, bounds, a user's own path)
+  says which properties it decides (``decides``), what the others are (``undecided``: n/a
+  with the reason) and how to run (``run``). Everything else is the lifecycle's, and only
+  here: the case's work directory (created empty, removed afterwards, nothing written
+  anywhere else), the pools (``Step.on_pool``), the timings (``total`` always), turning a
+  rank failure into verdicts, the known torch limitations, and the ``CaseResult``.
+- ``execute`` never raises for a torch, rank or suite failure:
+    a pool call that raises, dies or times out (``StepFailed``) -> every property the kind
+        decides is "error" naming the step ("save side failed: ...", "load side hung: ...")
+        with every rank's traceback or stack (the pool rebuilds itself);
+    any other exception -> "error" of origin "suite": a bug of this package, never turned
+        "known" by a torch limitation.
+  Ctrl-C (KeyboardInterrupt) and SystemExit propagate: the run decides what to keep.
+- Known torch limitations (``known.apply``) are applied to every verdict of every kind, once.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from ..cases import Case
+from ..properties.catalogue import PROPS
+from ..properties.verdict import Verdict, error, suite_error
+from .result import CaseResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseEnv:
+    """Where and how a case runs (one per run; the lifecycle adds the work directory)."""
+
+    rundir: Path
+    """The run's directory: each case gets a fresh sub-directory, removed after the case."""
+    backend: str | None = None
+    """Process-group backend of the pools (None: gloo on CPU)."""
+    timeout: float = 120.0
+    """Seconds a save or load may take on the ranks before it is a hang."""
+    fault_timeout: float = 30.0
+    """Seconds a fault case's load may take before it is a hang (P15)."""
+    calibration: str | None = None
+    """Bounds calibration file for P13/P14 (None: the packaged one)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What a kind's ``run`` decided."""
+
+    verdicts: Mapping[str, Verdict]
+    """Verdict of each property the kind decides (``CaseKind.decides``)."""
+    measurements: Mapping[str, dict] = field(default_factory=dict)
+    """A bounds case's measurements ({phase: measurement}); empty for other kinds."""
+
+
+class StepFailed(Exception):
+    """A pool call of a case failed (a rank raised, died or hung): ``step`` names it."""
+
+    def __init__(self, step: str, exc: BaseException, *, hung: bool) -> None:
+        super().__init__(f"{step} {'hung' if hung else 'failed'}: {exc}")
+        self.step, self.exc, self.hung = step, exc, hung
+
+
+@dataclass(kw_only=True)
+class Step:
+    """The case being run, as a kind sees it: its work directory, its environment, its
+    timings (seconds, by step) and the one way to run a rank function on a pool."""
+
+    case: Case
+    """The case."""
+    env: CaseEnv
+    """The run's environment."""
+    workdir: Path
+    """The case's own work directory (exists, empty at the start)."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds by step ("save", "load"); the lifecycle adds "total"."""
+
+    def on_pool(self, step: str, world_size: int, fn: Callable[..., Any], *,
+                timeout: float | None = None) -> list:
+        """``fn(ctx, case, workdir)`` on every rank of a pool of ``world_size`` ranks; the
+        ranks' results in rank order. A rank that raised, died or hung -> ``StepFailed``."""
+        from ..harness import get_pool
+        from ..harness.errors import RankError, RankTimeout
+
+        try:
+            return get_pool(world_size, self.env.backend).run(
+                fn, self.case, str(self.workdir), seed=self.case.seed,
+                timeout=self.env.timeout if timeout is None else timeout)
+        except RankError as exc:
+            raise StepFailed(step, exc, hung=isinstance(exc, RankTimeout)) from exc
+
+
+class CaseKind(Protocol):
+    """One kind of case. ``run`` may raise ``StepFailed`` (through ``Step.on_pool``); any
+    other exception it lets out is a bug of the suite."""
+
+    name: str
+
+    def decides(self, case: Case) -> tuple[str, ...]:
+        """The properties this case decides."""
+
+    def undecided(self, case: Case) -> dict[str, Verdict]:
+        """Every other property, n/a with the reason."""
+
+    def run(self, step: Step) -> Outcome:
+        """Run the case and decide ``decides(case)``."""
+
+
+def workdir_of(case: Case, rundir: Path) -> Path:
+    """The case's work directory under ``rundir`` (a digest of its id: stable, short)."""
+    return rundir / hashlib.sha1(case.id.encode()).hexdigest()[:16]
+
+
+def all_props(v: Verdict, props: Sequence[str] = PROPS) -> dict[str, Verdict]:
+    return {p: v for p in props}
+
+
+def execute(case: Case, env: CaseEnv, kind: CaseKind | None = None):
+    """Run one case of ``kind`` (default ``kinds.kind_of(case)``) and return its
+    ``CaseResult`` (module rules)."""
+    from ..known.apply import apply_known
+    from .kinds import kind_of
+
+    kind = kind or kind_of(case)
+    workdir = workdir_of(case, env.rundir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    step = Step(case=case, env=env, workdir=workdir)
+    t0 = time.perf_counter()
+    measurements: Mapping[str, dict] = {}
+    try:
+        try:
+            out = kind.run(step)
+            decided, measurements = dict(out.verdicts), out.measurements
+        except StepFailed as exc:
+            decided = all_props(error(str(exc)), kind.decides(case))
+        except Exception:  # noqa: BLE001  (a bug of the suite: say so, keep going)
+            decided = all_props(suite_error(f"the suite failed while running this {kind.name} "
+                                            f"case:\n" + traceback.format_exc()),
+                                kind.decides(case))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    verdicts = {**kind.undecided(case), **decided}
+    missing = [p for p in PROPS if p not in verdicts]
+    if missing:
+        raise AssertionError(f"{kind.name} case {case.id}: no verdict for {missing}")
+    step.timings["total"] = time.perf_counter() - t0
+    return CaseResult(case, apply_known(case, {p: verdicts[p] for p in PROPS}),
+                      dict(step.timings), dict(measurements))
+
+
+def failed_verdicts(case: Case, v: Verdict, kind: CaseKind | None = None) -> dict[str, Verdict]:
+    """The verdicts of a case of ``kind`` that could not run: ``v`` for every property it
+    decides, its usual n/a for the others (before known limitations)."""
+    from .kinds import kind_of
+
+    kind = kind or kind_of(case)
+    return {**kind.undecided(case), **all_props(v, kind.decides(case))}

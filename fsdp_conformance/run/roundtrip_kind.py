@@ -1,0 +1,57 @@
+"""The round-trip kind of case (P0-P11): save at N on one pool, load at M on another, judge.
+
+Rules
+- The save side runs on a pool of ``case.world_size`` ranks, the load side on one of
+  ``case.dst_world_size`` (the path's rank functions: sut/registry.py).
+- A save call that raised on a rank (recorded, not raised) means nothing was written: every
+  property the case decides is "error" naming the rank and torch's traceback, and the load
+  is not attempted.
+- Otherwise every property is judged on the controller (properties/roundtrip.py).
+"""
+from __future__ import annotations
+
+from ..cases import Case
+from ..properties.catalogue import NO_REKEY, ONLY_BOUNDS, ONLY_FAULT, ONLY_GOLDEN, PROPS
+from ..properties.roundtrip import ROUND_TRIP, round_trip_verdicts
+from ..properties.run_props import recorded_error
+from ..properties.verdict import Verdict, error, na
+from ..sut.registry import api_path
+from .lifecycle import Outcome, Step, all_props
+
+
+def _rekeys(case: Case) -> bool:
+    return api_path(case.api).rekeys
+
+
+class RoundTripKind:
+    """Save, load, judge P0-P11 (module rules)."""
+
+    name = "round-trip"
+
+    def decides(self, case: Case) -> tuple[str, ...]:
+        return tuple(p for p in ROUND_TRIP if p != "P5" or _rekeys(case))
+
+    def undecided(self, case: Case) -> dict[str, Verdict]:
+        out = {"P12": na(ONLY_GOLDEN), **{p: na(w) for p, w in ONLY_BOUNDS.items()},
+               "P15": na(ONLY_FAULT)}
+        if not _rekeys(case):
+            out["P5"] = na(NO_REKEY)
+        return out
+
+    def run(self, step: Step) -> Outcome:
+        case, path = step.case, api_path(step.case.api)
+        save_obs = step.on_pool("save side", case.world_size, path.save_side)
+        step.timings["save"] = max(o["timings"].get("save", 0.0) for o in save_obs)
+        failed = [o for o in save_obs if recorded_error(o.get("saved"))]
+        if failed:  # nothing was written: there is nothing to load
+            return Outcome(verdicts=all_props(error(
+                f"torch raised in the {case.api} save call on rank {failed[0]['rank']}, so "
+                f"nothing could be loaded:\n{recorded_error(failed[0]['saved'])}"),
+                self.decides(case)))
+        load_obs = step.on_pool("load side", case.dst_world_size, path.load_side)
+        step.timings["load"] = max(o["timings"].get("load", 0.0) for o in load_obs)
+        verdicts = round_trip_verdicts(case, save_obs, load_obs, step.workdir)
+        return Outcome(verdicts={p: verdicts[p] for p in self.decides(case)})
+
+
+assert set(PROPS) >= set(ROUND_TRIP)

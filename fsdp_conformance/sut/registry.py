@@ -1,0 +1,103 @@
+"""The registry of API paths: every save/load path the conformance run drives, found by name.
+
+Rules
+- A path is one ``ApiPath`` record here and one module that holds its rank functions
+  ``save_side(ctx, case, workdir) -> dict`` and ``load_side(ctx, case, workdir) -> dict``
+  (the ``PathSides`` protocol). Adding a path is one module and one line in ``PATHS``.
+- Code that must treat paths differently asks the record (``family``, ``writes``,
+  ``rekeys``, ``resizable``), never the path's name: no ``api.startswith("fsdp2")``.
+- This module imports neither torch nor the path modules: ``ApiPath.sides()`` imports the
+  path's module when a case needs it (on the controller to pass the rank function to the
+  pool, on the ranks to run it).
+- Besides the run's paths, two differential observers (``"fsdp1"``, ``"fsdp2"``: every path
+  of that API on one rank pool, suites/differential) and a user's own path
+  (``"custom:<name>"``, the plugin; it runs under FSDP1) have a family too (``family_of``).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Protocol
+
+FAMILIES = ("fsdp1", "fsdp2")
+CUSTOM_PREFIX = "custom:"
+
+
+class PathSides(Protocol):
+    """What a path module holds: the rank functions the pools run."""
+
+    def save_side(self, ctx: Any, case: Any, workdir: str) -> dict:
+        """Train, save through the path, write the files; record what was saved."""
+
+    def load_side(self, ctx: Any, case: Any, workdir: str) -> dict:
+        """Build fresh, load through the path, save again, resume; record it all."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiPath:
+    """One save path of the conformance run and the load path that reads what it writes."""
+
+    name: str
+    """The path's name, ``Case.api`` (``"<family>.<what>"``)."""
+    family: str
+    """The FSDP API it belongs to: ``"fsdp1"`` (FullyShardedDataParallel, flat params) or
+    ``"fsdp2"`` (``fully_shard``, per-parameter DTensors). Decides the model wrapping, the
+    reference layout and the property family that judge the path."""
+    module: str
+    """Module (relative to ``fsdp_conformance.sut``) holding ``save_side`` / ``load_side``."""
+    writes: str
+    """What the save writes: ``"full"`` (one torch.save'd full dict), ``"per_rank"`` (one
+    torch.save'd file per rank) or ``"dcp"`` (a DCP directory)."""
+    rekeys: bool = False
+    """The path rekeys the dict (P5 applies)."""
+    resizable: bool = True
+    """The load side may run at another world size or wrapping than the save."""
+
+    def sides(self) -> ModuleType:
+        """The path's module (``PathSides``), imported on first use."""
+        return importlib.import_module(f"fsdp_conformance.sut.{self.module}")
+
+    @property
+    def save_side(self) -> Callable[..., dict]:
+        return self.sides().save_side
+
+    @property
+    def load_side(self) -> Callable[..., dict]:
+        return self.sides().load_side
+
+
+PATHS: tuple[ApiPath, ...] = (
+    ApiPath(name="fsdp1.legacy_full", family="fsdp1", module="paths", writes="full"),
+    ApiPath(name="fsdp1.legacy_scatter", family="fsdp1", module="paths", writes="full"),
+    ApiPath(name="fsdp1.legacy_sharded", family="fsdp1", module="paths", writes="per_rank",
+            resizable=False),
+    ApiPath(name="fsdp1.full", family="fsdp1", module="paths", writes="full"),
+    ApiPath(name="fsdp1.sharded", family="fsdp1", module="paths", writes="dcp"),
+    ApiPath(name="fsdp1.rekey", family="fsdp1", module="paths", writes="full", rekeys=True),
+    ApiPath(name="fsdp2.full", family="fsdp2", module="fsdp2_paths", writes="full"),
+    ApiPath(name="fsdp2.sharded", family="fsdp2", module="fsdp2_paths", writes="dcp"),
+)
+PATH_NAMES: tuple[str, ...] = tuple(p.name for p in PATHS)
+_BY_NAME = {p.name: p for p in PATHS}
+
+
+def api_path(name: str) -> ApiPath:
+    """The registered path called ``name``; a KeyError naming the registered ones otherwise."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no API path {name!r}; registered paths: {', '.join(PATH_NAMES)}") from None
+
+
+def family_of(api: str) -> str:
+    """The FSDP API a ``Case.api`` runs under: a registered path's family, a differential
+    observer's own name, and ``"fsdp1"`` for a user's own path (``custom:<name>``)."""
+    if api in _BY_NAME:
+        return _BY_NAME[api].family
+    if api in FAMILIES:
+        return api
+    if api.startswith(CUSTOM_PREFIX):
+        return "fsdp1"
+    raise KeyError(f"no API path {api!r}; registered paths: {', '.join(PATH_NAMES)}, "
+                   f"observers {', '.join(FAMILIES)}, or '{CUSTOM_PREFIX}<name>'")
