@@ -37,7 +37,7 @@ def guarded(fn, *args, **kwargs) -> tuple[Any, float]:
 
     try:
         return timed(fn, *args, **kwargs)
-    except (Exception, CheckpointException) as exc:  # noqa: BLE001  (recorded: the verdict shows it)
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001  (the verdict shows it)
         detail = traceback.format_exc()
         mark_failed(exc, detail)
         return {"error": detail}, 0.0
