@@ -32,7 +32,8 @@ from typing import Any, Callable, Sequence
 
 from .context import RankContext
 from .errors import PoolClosed, RankError, RankFailure, RankTimeout
-from .pool import DEFAULT_TIMEOUT_S, _check_importable
+from .pool import DEFAULT_TIMEOUT_S
+from .refs import check_importable
 from .worker import run_call
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -190,7 +191,7 @@ class AttachedPool:
         if len(per_rank_args) != self.world_size:
             raise ValueError(f"per_rank_args has {len(per_rank_args)} entries, "
                              f"world size is {self.world_size}")
-        _check_importable(fn)
+        check_importable(fn)
         timeout = self.timeout if timeout is None else float(timeout)
         call_id = self._next_id
         self._next_id += 1

@@ -11,11 +11,27 @@ Rules
                                       running after a short grace (blocked in a collective that
                                       the failed rank never joined) are shown with their stacks,
                                       and the pool is rebuilt on the next call
+    some rank returned a failure   -> (the rank caught it, returned it as a value and said so
+                                      with ``outcome.mark_failed``, as ``sut.common.guarded``
+                                      does) the same grace: if every rank finishes within it,
+                                      the results are returned as usual, failures inside them;
+                                      if not, RankError with the marked ranks' tracebacks
+                                      (kind "exception <Type> (returned)") and the stacks of
+                                      the ranks still running ("stuck-after-error"), and the
+                                      pool is rebuilt on the next call
     a rank process exited          -> RankDied (exit code / signal, log tail); pool rebuilt
     the timeout passed             -> RankTimeout with every unfinished rank's Python stack;
                                       pool rebuilt
     Ctrl-C in the controller       -> every rank is killed, the pool is closed, the
                                       KeyboardInterrupt propagates
+- The grace (``ERROR_GRACE_S``) starts when a failed rank's call ends (raised, or returned
+  marked), never at the mark itself: a rank that marks a failure and goes on working is
+  still running, not failed. So a call is decided within the grace of its first failure
+  whenever the failed rank comes back, instead of at the timeout.
+- A rank function is refused in the controller, before any rank is spawned or called, when
+  the ranks could not import it (``refs.check_importable``: lambdas, nested functions, a
+  ``__main__`` without a file); so is starting a pool from a ``__main__`` the rank processes
+  cannot re-run (a script read from stdin).
 - No rank outlives the controller: each holds a lifeline pipe whose other end only the
   controller holds; when it closes (exit, crash or SIGKILL) the rank exits.
 """
@@ -34,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .errors import PoolClosed, RankDied, RankError, RankFailure, RankTimeout
+from .refs import check_importable, main_rerun_problem
 from .worker import LOG_FILE, STACK_FILE
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -159,6 +176,9 @@ class RankPool:
             raise PoolClosed("this RankPool was closed")
         if not self._broken:
             return
+        problem = main_rerun_problem()
+        if problem is not None:
+            raise RuntimeError(f"cannot start a RankPool: {problem}")
         self._teardown(graceful=False)
         self._generation += 1
         import torch.distributed as dist
@@ -267,7 +287,7 @@ class RankPool:
         if len(per_rank_args) != self.world_size:
             raise ValueError(f"per_rank_args has {len(per_rank_args)} entries, "
                              f"world size is {self.world_size}")
-        _check_importable(fn)
+        check_importable(fn)
         if self._broken:
             if self._generation > 0:
                 self.rebuilds += 1
@@ -292,6 +312,7 @@ class RankPool:
         results: dict[int, Any] = {}
         errors: dict[int, RankFailure] = {}
         died: dict[int, RankFailure] = {}
+        marked: dict[int, RankFailure] = {}  # returned, but said the call failed on it
         pending = set(range(self.world_size))
         grace_deadline = None
         while pending:
@@ -323,16 +344,25 @@ class RankPool:
                     continue  # stale reply of an earlier call (cannot happen in a healthy pool)
                 elif msg[0] == "ok":
                     results[r] = msg[2]
+                    if len(msg) > 3 and msg[3]:
+                        marked[r] = _marked_failure(r, msg[3], self.rank_dir(r) / LOG_FILE)
                     pending.discard(r)
                 else:
                     errors[r] = RankFailure(r, f"exception {msg[2]}", msg[3],
                                             _tail(self.rank_dir(r) / LOG_FILE, 10))
                     pending.discard(r)
-            if (errors or died) and pending and grace_deadline is None:
+            if (errors or died or marked) and pending and grace_deadline is None:
                 grace_deadline = time.monotonic() + ERROR_GRACE_S
 
         if not pending and not errors and not died:
             return [results[r] for r in range(self.world_size)]
+        if marked and pending and not errors and not died:
+            stuck = self._stacks(pending, "stuck-after-error")
+            self._mark_broken()
+            raise RankError(f"{name} failed on rank(s) {sorted(marked)} (caught there and "
+                            f"returned as its result; world size {self.world_size}); rank(s) "
+                            f"{sorted(pending)} did not finish (blocked waiting for the failed "
+                            f"rank?) and the pool will be rebuilt", [*marked.values(), *stuck])
 
         if died:
             others = self._stacks(pending, "stuck-after-error")
@@ -410,22 +440,14 @@ class RankPool:
         self._teardown(graceful=False)
 
 
+def _marked_failure(rank: int, marks, log: Path) -> RankFailure:
+    """A rank that returned with failure marks (``outcome.FailureMark``), as a RankFailure:
+    the first mark's type in ``kind``, every mark's traceback in ``detail``."""
+    detail = "\n".join(m.detail.rstrip() for m in marks)
+    return RankFailure(rank, f"exception {marks[0].exc_type} (returned)", detail, _tail(log, 10))
+
+
 def _barrier(ctx) -> None:
     import torch.distributed as dist
 
     dist.barrier(group=ctx.group)
-
-
-def _check_importable(fn) -> None:
-    """Functions cross to the ranks by reference: they must be importable module attributes."""
-    qual = getattr(fn, "__qualname__", "")
-    mod = getattr(fn, "__module__", None)
-    if not callable(fn) or mod is None or "<lambda>" in qual or "<locals>" in qual:
-        raise TypeError(f"RankPool.run needs an importable module-level function, got {fn!r} "
-                        f"(lambdas and nested functions cannot be sent to the ranks)")
-    if mod == "__main__":
-        import __main__
-
-        if not getattr(__main__, "__file__", None):
-            raise TypeError(f"{qual} is defined in an interactive __main__; define it in a "
-                            f"module so the ranks can import it")

@@ -2,7 +2,10 @@
 
 Protocol on the duplex connection (controller <-> this rank), all messages pickled tuples:
   controller -> rank: ("call", call_id, fn, args, kwargs, seed) | ("stop",)
-  rank -> controller: ("ready", pid) | ("ok", call_id, result) | ("err", call_id, type_name, traceback)
+  rank -> controller: ("ready", pid) | ("ok", call_id, result, marks)
+                      | ("err", call_id, type_name, traceback)
+  ``marks``: the ``outcome.FailureMark``s the call made (failures it caught and returned as
+  values); empty for a call that went well.
 
 Lifetime rules: the rank exits when the controller closes the lifeline (its death included,
 SIGKILL too), when it gets ("stop",), or when its connection breaks. SIGINT is ignored here:
@@ -24,6 +27,7 @@ from typing import Any
 import torch  # noqa: F401  (preloaded by the forkserver: ranks start without paying the import)
 import torch.distributed as dist
 
+from . import outcome
 from .context import RankContext
 from .seeding import seed_everything
 
@@ -58,8 +62,10 @@ def _device_for(backend: str, local_rank: int):
 
 
 def run_call(ctx: RankContext, fn, args: tuple, kwargs: dict, seed: int) -> Any:
-    """Seed, then call ``fn(ctx, *args, **kwargs)``; shared by spawned and attached ranks."""
+    """Seed, then call ``fn(ctx, *args, **kwargs)``; shared by spawned and attached ranks.
+    The call starts with no failure marks (``outcome.start_call``)."""
     ctx.seed = seed
+    outcome.start_call()
     seed_everything(seed)
     return fn(ctx, *args, **kwargs)
 
@@ -101,7 +107,7 @@ def serve(conn, ctx: RankContext) -> None:
         _, call_id, fn, args, kwargs, seed = msg
         try:
             result = run_call(ctx, fn, args, kwargs, seed)
-            reply = ("ok", call_id, result)
+            reply = ("ok", call_id, result, outcome.take_marks())
             try:
                 conn.send(reply)
             except Exception as exc:  # result not picklable: say so instead of dying

@@ -37,7 +37,6 @@ Rules
 from __future__ import annotations
 
 import time
-import traceback
 import uuid
 from pathlib import Path
 from typing import Any
@@ -48,8 +47,9 @@ from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler
 from .fsdp1 import named_local, optimizer_keys, train
 from .fsdp2 import _cpu, _is_dtensor, mesh_shape, param_layout, wrap_fsdp2
+from .common import guarded, is_error, timed
 from .paths import (DCP_DIR, FULL_FILE, MODEL_FILE, SCHED_FILE, _atomic_save, _devices,
-                    _timed, is_full_path, rank_file, read_saved, resizable)
+                    is_full_path, rank_file, read_saved, resizable)
 
 __all__ = ["FSDP2_PATHS", "FULL_FILE", "MODEL_FILE", "SCHED_FILE", "DCP_DIR", "is_full_path",
            "resizable", "rank_file", "save_side", "load_side"]
@@ -58,16 +58,6 @@ FSDP2_PATHS = ("fsdp2.full", "fsdp2.sharded")
 # How long a rank whose load call raised waits for the other ranks to return from theirs
 # before it concludes they are blocked in a collective (see ``_load_guarded``).
 STRAND_WAIT_S = 5.0
-
-
-def _guarded(fn, *args, **kwargs) -> tuple[Any, float]:
-    """``sut.paths._guarded``, also for DCP's ``CheckpointException`` (a ``BaseException``)."""
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    try:
-        return _timed(fn, *args, **kwargs)
-    except (Exception, CheckpointException):  # noqa: BLE001  (recorded: the verdict shows it)
-        return {"error": traceback.format_exc()}, 0.0
 
 
 def _check(api: str) -> None:
@@ -147,7 +137,7 @@ def sharded_to_neutral(sharded: dict) -> dict:
 
 def _record(case: Case, saved: Any, keys: list[str]) -> Any:
     """The saved object in the neutral named form sent back to the controller."""
-    if isinstance(saved, dict) and "error" in saved:
+    if is_error(saved):
         return saved
     if case.api == "fsdp2.sharded":
         return sharded_to_neutral(saved)
@@ -183,11 +173,11 @@ def save_side(ctx, case: Case, workdir: str) -> dict:
                            "mesh_shape": mesh_shape(ctx, case), "meta": param_layout(model),
                            "local": local_state(optim, keys)}
     params = full_params(model)
-    saved, t_save = _guarded(save_path, case, model, optim)
+    saved, t_save = guarded(save_path, case, model, optim)
     out["timings"] = {"save": t_save}
     out["saved_devices"] = sorted(_devices(saved))
     out["saved"] = _record(case, saved, keys)
-    if not (isinstance(saved, dict) and "error" in saved):
+    if not is_error(saved):
         out["timings"]["write"] = write_saved(ctx, case, model, saved, workdir)
     if ctx.rank == 0:
         out["params"] = params
@@ -196,10 +186,10 @@ def save_side(ctx, case: Case, workdir: str) -> dict:
             _atomic_save(sched.state_dict(), workdir / SCHED_FILE)
     # P9: the same save with the flag flipped.
     if case.api == "fsdp2.full":
-        flipped, _ = _guarded(save_path, case, model, optim, cpu_offload=False)
+        flipped, _ = guarded(save_path, case, model, optim, cpu_offload=False)
         out["all_ranks"] = _record(case, flipped, keys)
     else:
-        offloaded, _ = _guarded(save_path, case, model, optim, cpu_offload=True)
+        offloaded, _ = guarded(save_path, case, model, optim, cpu_offload=True)
         out["offloaded_devices"] = sorted(_devices(offloaded))
         out["offloaded"] = _record(case, offloaded, keys)
     return out
@@ -238,9 +228,9 @@ def _load_guarded(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> t
     def marker(r: int) -> Path:
         return workdir / f".load_returned_{box[0]}_rank{r}"
 
-    res, took = _guarded(load_path, ctx, case, model, optim, saved, workdir)
+    res, took = guarded(load_path, ctx, case, model, optim, saved, workdir)
     marker(ctx.rank).touch()
-    if not (isinstance(res, dict) and "error" in res) or ctx.world_size == 1:
+    if not is_error(res) or ctx.world_size == 1:
         return res, took
     deadline = time.monotonic() + STRAND_WAIT_S
     while True:
@@ -270,17 +260,17 @@ def load_side(ctx, case: Case, workdir: str) -> dict:
     if ctx.rank == 0 and is_full_path(case.api):
         out["reread"] = _cpu(named_local(saved, keys)) if saved else {}
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
-        _, out["timings"]["load"] = _timed(load_path, ctx, case, model, optim, saved, workdir)
+        _, out["timings"]["load"] = timed(load_path, ctx, case, model, optim, saved, workdir)
         out["loaded"] = local_state(optim, keys)
         return out
     res, out["timings"]["load"] = _load_guarded(ctx, case, model, optim, saved, workdir)
-    if isinstance(res, dict) and "error" in res:
+    if is_error(res):
         out["loaded"] = res
         return out
     if sched is not None:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     out["loaded"] = local_state(optim, keys)
-    resaved, out["timings"]["resave"] = _guarded(save_path, case, model, optim)
+    resaved, out["timings"]["resave"] = guarded(save_path, case, model, optim)
     out["resaved"] = _record(case, resaved, keys)
     out["losses"] = train(ctx, case, model, optim, case.resume_steps, start_step=case.steps,
                           sched=sched)

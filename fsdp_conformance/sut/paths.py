@@ -25,7 +25,9 @@ Rules
   through the path (timed), saves again (P7) and trains ``case.resume_steps`` more steps (P6).
 - Everything returned is on CPU, cloned, in the reference's neutral named form. Ranks only
   record; the controller decides every verdict.
-- A path that raises is recorded as ``{"error": traceback}`` except on the load side of a
+- A path that raises is recorded as ``{"error": traceback}`` (``common.guarded``: DCP's
+  ``CheckpointException`` included; the rank marks the call failed so that the pool decides
+  it within its error grace when other ranks are left waiting) except on the load side of a
   fault case (``case.fault``), where the exception propagates so the pool reports which
   ranks raised and which were left waiting (P15).
 """
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
 import warnings
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ import torch
 from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler
 from . import fsdp1
+from .common import guarded, is_error, timed
 from .fsdp1 import _cpu, _sharded_to_neutral, clean_name, named_local, optimizer_keys
 
 FSDP1_PATHS = ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded",
@@ -104,21 +106,6 @@ def load_params(model, params: dict[str, torch.Tensor]) -> None:
     with FSDP.summon_full_params(model, writeback=True), torch.no_grad():
         for n, p in model.named_parameters():
             p.copy_(params[clean_name(n)])
-
-
-def _timed(fn, *args, **kwargs) -> tuple[Any, float]:
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t0
-
-
-def _guarded(fn, *args, **kwargs) -> tuple[Any, float]:
-    try:
-        return _timed(fn, *args, **kwargs)
-    except Exception:  # noqa: BLE001  (recorded: the verdict shows the traceback)
-        return {"error": traceback.format_exc()}, 0.0
 
 
 def save_path(case: Case, model, optim, *, rank0_only: bool = True,
@@ -212,7 +199,7 @@ def _atomic_save(obj: Any, path: Path) -> None:
 
 def _record(case: Case, saved: Any, rank: int, keys: list[str]) -> Any:
     """The saved object in the neutral named form sent back to the controller."""
-    if isinstance(saved, dict) and "error" in saved:
+    if is_error(saved):
         return saved
     if case.api in ("fsdp1.sharded", "fsdp1.legacy_sharded"):
         return _sharded_to_neutral(saved)
@@ -242,14 +229,14 @@ def save_side(ctx, case: Case, workdir: str) -> dict:
                            "meta": fsdp1.flat_metadata(model),
                            "local": _cpu(named_local(optim.state_dict(), keys))}
     params = full_params(model)
-    saved, t_save = _guarded(save_path, case, model, optim)
+    saved, t_save = guarded(save_path, case, model, optim)
     out["timings"] = {"save": t_save}
     out["saved_devices"] = sorted(_devices(saved))
     out["saved"] = _record(case, saved, ctx.rank, keys)
-    if not (isinstance(saved, dict) and "error" in saved):
+    if not is_error(saved):
         out["timings"]["write"] = write_saved(ctx, case, model, saved, workdir)
     if ctx.rank == 0 and case.api == "fsdp1.rekey" and "error" not in out["saved"]:
-        out["saved_ids"] = _cpu(_guarded(to_param_ids, case, saved)[0])
+        out["saved_ids"] = _cpu(guarded(to_param_ids, case, saved)[0])
     if ctx.rank == 0:
         out["params"] = params
         _atomic_save(params, workdir / MODEL_FILE)
@@ -257,7 +244,7 @@ def save_side(ctx, case: Case, workdir: str) -> dict:
             _atomic_save(sched.state_dict(), workdir / SCHED_FILE)
     # P9: the same save with the flags flipped (all ranks, no offload).
     if case.api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.full"):
-        flipped, _ = _guarded(save_path, case, model, optim, rank0_only=False, offload=False)
+        flipped, _ = guarded(save_path, case, model, optim, rank0_only=False, offload=False)
         out["all_ranks"] = _record(case, flipped, ctx.rank, keys)
     return out
 
@@ -334,22 +321,22 @@ def load_side(ctx, case: Case, workdir: str) -> dict:
     out["weights_only_refused"] = note
     if ctx.rank == 0 and case.api == "fsdp1.rekey":
         out["reread_ids"] = _cpu(saved)
-        names, _ = _guarded(to_param_names, case, saved)
+        names, _ = guarded(to_param_names, case, saved)
         out["reread"] = _cpu(names)
     elif ctx.rank == 0 and is_full_path(case.api):
         out["reread"] = _cpu(named_local(saved, keys)) if saved else {}
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
-        _, out["timings"]["load"] = _timed(load_path, ctx, case, model, optim, saved, workdir)
+        _, out["timings"]["load"] = timed(load_path, ctx, case, model, optim, saved, workdir)
         out["loaded"] = _cpu(named_local(optim.state_dict(), keys))
         return out
-    res, out["timings"]["load"] = _guarded(load_path, ctx, case, model, optim, saved, workdir)
-    if isinstance(res, dict) and "error" in res:
+    res, out["timings"]["load"] = guarded(load_path, ctx, case, model, optim, saved, workdir)
+    if is_error(res):
         out["loaded"] = res
         return out
     if sched is not None:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     out["loaded"] = _cpu(named_local(optim.state_dict(), keys))
-    resaved, out["timings"]["resave"] = _guarded(save_path, case, model, optim)
+    resaved, out["timings"]["resave"] = guarded(save_path, case, model, optim)
     out["resaved"] = _record(case, resaved, ctx.rank, keys)
     out["losses"] = fsdp1.train(ctx, case, model, optim, case.resume_steps,
                                 start_step=case.steps, sched=sched)
