@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from fsdp_conformance import runner
+from fsdp_conformance.run import execute as runner
 from fsdp_conformance.cases import Case
 from fsdp_conformance.harness import RankError, RankPool, RankTimeout, get_pool, probes
 from fsdp_conformance.harness.pool import DEFAULT_TIMEOUT_S
