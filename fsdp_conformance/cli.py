@@ -80,7 +80,7 @@ def _add_reshard(sub) -> None:
 
 
 def _reshard(args) -> int:
-    from .convert import DTYPES, ConvertError, LayoutSpec, convert
+    from .reshard import DTYPES, ConvertError, LayoutSpec, convert
 
     def fqns(s):
         return None if s is None else tuple(x.strip() for x in s.split(",") if x.strip())
