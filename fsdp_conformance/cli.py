@@ -9,7 +9,7 @@ import sys
 # Modules that each add one sub-command: ``add_parser(sub)`` registers it (its parser's
 # names in ``COMMANDS``) and ``main(args) -> int`` runs it (``args.command`` says which).
 COMMAND_MODULES: tuple[str, ...] = ("gate", "fixtures.cli", "report.cli", "bench.cli",
-                                    "inspect_cli", "bounds_cli")
+                                    "inspect.cli", "bounds_cli")
 
 
 def _parser() -> argparse.ArgumentParser:
