@@ -6,10 +6,10 @@ from .report.diff import Comparison, Thresholds, compare_files
 from .report.html import render_html
 from .golden import FixtureError, golden_cases
 from .golden import generate as generate_fixtures
-from .inspect_ckpt import Finding as InspectFinding
-from .inspect_ckpt import Summary as CheckpointSummary
-from .inspect_ckpt import inspect_path
-from .inspect_cli import render_text as render_inspect
+from .inspect import Finding as InspectFinding
+from .inspect import Summary as CheckpointSummary
+from .inspect import inspect_path
+from .inspect.render import render_text as render_inspect
 
 __version__ = "0.1.0"
 

@@ -1,15 +1,31 @@
-"""``fsdp-conformance`` command line. Exit codes: 0 ok, 1 a check or target failed,
-2 usage error."""
+"""``fsdp-conformance`` command line: one table of commands. Exit codes: 0 ok, 1 a check
+or target failed, 2 usage error (``usage.UsageError``).
+
+Rule: each command is one module with ``add_parser(sub)`` (registers the command's parser)
+and ``main(args) -> int`` (runs it); ``COMMANDS`` maps the command name to its module, and
+a module that registers several commands (``report``, ``compare``) appears once per name.
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
 
-# Modules that each add one sub-command: ``add_parser(sub)`` registers it (its parser's
-# names in ``COMMANDS``) and ``main(args) -> int`` runs it (``args.command`` says which).
-COMMAND_MODULES: tuple[str, ...] = ("gate.upgrade", "golden.cli", "report.cli", "bench.cli",
-                                    "inspect_cli", "bounds.cli")
+COMMANDS: dict[str, str] = {
+    "run": "run.cli",
+    "gate": "gate.upgrade",
+    "fixtures": "golden.cli",
+    "report": "report.cli",
+    "compare": "report.cli",
+    "bench": "bench.cli",
+    "inspect": "inspect.cli",
+    "bounds": "bounds.cli",
+    "reshard": "reshard.cli",
+}
+
+
+def _module(name: str):
+    return importlib.import_module(f"fsdp_conformance.{name}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,106 +33,14 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Conformance suite for optimizer-state "
                                             "checkpointing under PyTorch FSDP.")
     sub = p.add_subparsers(dest="command", required=True)
-    from .run.cli import add_parser as add_run
-
-    add_run(sub)
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"fsdp_conformance.{name}").add_parser(sub)
-    _add_reshard(sub)
+    for name in dict.fromkeys(COMMANDS.values()):  # each module once, in table order
+        _module(name).add_parser(sub)
     return p
-
-
-def _add_reshard(sub) -> None:
-    """``reshard``: convert a saved optimizer checkpoint (fsdp_conformance/convert.py)."""
-    r = sub.add_parser(
-        "reshard", help="convert a saved optimizer checkpoint to another world size / wrapping",
-        description="Offline (CPU, no process group) conversion of optimizer state. INPUT is a "
-                    "torch.save'd full FQN-keyed dict (a file), a DCP checkpoint (a directory "
-                    "with .metadata) or a directory of per-rank files (--pattern). Writes a NEW "
-                    "directory of per-rank files (or a full dict file with --out-format full); "
-                    "never writes over an existing path. Exit codes: 0 ok, 1 the checkpoint does "
-                    "not fit the layout, 2 usage error (bad arguments, unreadable input, refused "
-                    "output).")
-    r.add_argument("input", help="full-dict file, DCP directory, or directory of per-rank files")
-    r.add_argument("--out", required=True, help="output directory (or file with --out-format "
-                                                "full); must not exist")
-    r.add_argument("--model", required=True,
-                   help="zoo model name, or module:callable (a factory returning the unwrapped "
-                        "nn.Module)")
-    r.add_argument("--plan", default="root",
-                   help="source wrapping: a zoo plan name or comma-separated FQNs of submodules "
-                        "that are their own FSDP unit (default: root only)")
-    r.add_argument("--dst-plan", default=None, help="destination wrapping (default: --plan)")
-    r.add_argument("--ignored", default=None,
-                   help="comma-separated FQNs of ignored modules (default: the zoo model's)")
-    r.add_argument("--src-world-size", type=int, default=None,
-                   help="source world size (per-rank input; default: count the files)")
-    r.add_argument("--dst-world-size", type=int, required=True, help="destination world size")
-    r.add_argument("--use-orig-params", action="store_true", help="source use_orig_params=True")
-    r.add_argument("--dst-use-orig-params", choices=["same", "true", "false"], default="same",
-                   help="destination use_orig_params (default: same as the source)")
-    strategies = ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]
-    r.add_argument("--strategy", default="FULL_SHARD", choices=strategies,
-                   help="source sharding strategy")
-    r.add_argument("--dst-strategy", default=None, choices=strategies,
-                   help="destination sharding strategy (default: --strategy)")
-    r.add_argument("--shard-world-size", type=int, default=None,
-                   help="HYBRID_SHARD shard group size, source")
-    r.add_argument("--dst-shard-world-size", type=int, default=None,
-                   help="HYBRID_SHARD shard group size, destination")
-    r.add_argument("--dtype", default="auto", choices=["auto", "fp32", "fp64", "bf16", "fp16"],
-                   help="dtype that sets FSDP's alignment with use_orig_params (param dtype or "
-                        "MixedPrecision.param_dtype; auto: the checkpoint's state dtype)")
-    r.add_argument("--input-kind", default="auto", choices=["auto", "full", "ranks", "dcp"])
-    r.add_argument("--pattern", default="optim_rank{rank}.pt",
-                   help="per-rank file names, input and output (default optim_rank{rank}.pt)")
-    r.add_argument("--dcp-key", default=None,
-                   help="top-level key holding the optimizer dict in a DCP checkpoint "
-                        "(default: the only one found)")
-    r.add_argument("--out-format", default="ranks", choices=["ranks", "full"])
-    r.add_argument("--keys", default="auto", choices=["auto", "ids", "names"],
-                   help="per-rank output keys: int ids (optim.load_state_dict) or names "
-                        "(default: like the per-rank input; ids for a full/DCP input)")
-
-
-def _reshard(args) -> int:
-    from .convert import DTYPES, ConvertError, LayoutSpec, convert
-
-    def fqns(s):
-        return None if s is None else tuple(x.strip() for x in s.split(",") if x.strip())
-
-    dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
-    dst_uop = args.use_orig_params if args.dst_use_orig_params == "same" else (
-        args.dst_use_orig_params == "true")
-    src = LayoutSpec(args.model, args.plan, args.src_world_size or 0, args.use_orig_params,
-                     args.strategy, args.shard_world_size, fqns(args.ignored), dtype)
-    dst = LayoutSpec(args.model, args.dst_plan if args.dst_plan is not None else args.plan,
-                     args.dst_world_size, dst_uop, args.dst_strategy or args.strategy,
-                     args.dst_shard_world_size, fqns(args.ignored), dtype)
-    try:
-        res = convert(args.input, args.out, dst, src=src, kind=args.input_kind,
-                      pattern=args.pattern, out_format=args.out_format, keys=args.keys,
-                      dcp_key=args.dcp_key)
-    except ConvertError as e:
-        print(f"fsdp-conformance reshard: error: {e}", file=sys.stderr)
-        return e.exit_code
-    print(res.summary())
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "run":
-        from .run.cli import main as run_main
-
-        return run_main(args)
-    if args.command == "reshard":
-        return _reshard(args)
-    for name in COMMAND_MODULES:
-        mod = importlib.import_module(f"fsdp_conformance.{name}")
-        if args.command in getattr(mod, "COMMANDS", ()):
-            return mod.main(args)
-    return 2
+    return _module(COMMANDS[args.command]).main(args)
 
 
 if __name__ == "__main__":

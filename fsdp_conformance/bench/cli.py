@@ -13,7 +13,6 @@ import inspect
 import sys
 from typing import Callable
 
-COMMANDS = ("bench",)
 
 # benchmark name -> module with ``main(out: str, quick: bool, **options) -> int``
 BENCHMARKS: dict[str, str] = {

@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-COMMANDS = ("bounds",)
 STABILITY_SCHEMA = "fsdp-conformance/bounds-stability/1"
 
 
@@ -56,13 +55,9 @@ def add_parser(sub) -> None:
 def _cases(args) -> list:
     from ..run import matrix
 
-    try:
-        ws = sorted({int(x) for x in args.world_sizes.split(",") if x.strip()})
-    except ValueError:
-        raise ValueError(f"--world-sizes must be comma-separated integers, got "
-                         f"{args.world_sizes!r}") from None
-    if not ws or ws[0] < 1:
-        raise ValueError(f"--world-sizes must be positive, got {args.world_sizes!r}")
+    from ..usage import parse_world_sizes
+
+    ws = parse_world_sizes(args.world_sizes)
     if args.runs < 1:
         raise ValueError(f"--runs must be >= 1, got {args.runs}")
     cases = [c for c in matrix.TIERS[args.tier](matrix.default_paths()) if c.bounds]

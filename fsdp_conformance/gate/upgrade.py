@@ -41,7 +41,6 @@ from typing import Sequence
 
 from ..report.io import write_json_atomic, write_text_atomic
 
-COMMANDS = ("gate",)
 REPO = Path(__file__).resolve().parents[2]
 SETUP_ENV = REPO / "scripts" / "setup-env"
 _SPEC = re.compile(r"^torch(==|>=|<=|~=)?[0-9][0-9A-Za-z.+\-]*$")

@@ -17,13 +17,9 @@ from pathlib import Path
 from .diff import (RUN_SCHEMA, Thresholds, compare_files, load_any, render_markdown,
                    render_rich, render_text)
 from .io import write_json_atomic, write_text_atomic
+from ..usage import UsageError
 from .run_report import ReportFormatError
 
-COMMANDS = ("report", "compare")
-
-
-class UsageError(ValueError):
-    """Bad arguments: exit code 2."""
 
 
 def add_parser(sub) -> None:

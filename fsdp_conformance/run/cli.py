@@ -46,13 +46,12 @@ def _world_sizes(arg: str | None, backend: str) -> list[int]:
 
             return [w for w in (1, 2, 3, 4) if w <= torch.cuda.device_count()]
         return [1, 2, 3, 4]
+    from ..usage import UsageError, parse_world_sizes
+
     try:
-        ws = sorted({int(x) for x in arg.split(",") if x.strip()})
-    except ValueError:
-        raise SystemExit(_usage(f"--world-sizes must be comma-separated integers, got {arg!r}"))
-    if not ws or ws[0] < 1:
-        raise SystemExit(_usage(f"--world-sizes must be positive, got {arg!r}"))
-    return ws
+        return parse_world_sizes(arg)
+    except UsageError as exc:
+        raise SystemExit(_usage(str(exc))) from None
 
 
 def _usage(msg: str) -> int:

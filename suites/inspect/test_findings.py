@@ -11,8 +11,8 @@ import zipfile
 import pytest
 import torch
 
-from fsdp_conformance.convert import UsageError
-from fsdp_conformance.inspect_ckpt import inspect_path
+from fsdp_conformance.reshard import UsageError
+from fsdp_conformance.inspect import inspect_path
 from suites.inspect.made import (MODEL_FQNS, MODEL_SHAPES, flip_tensor_byte, fqn_osd, named,
                                 save, trained)
 from suites.inspect.test_fixtures import FIXTURES

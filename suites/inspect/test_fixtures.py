@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from fsdp_conformance.convert import UsageError
-from fsdp_conformance.inspect_ckpt import SHARDED_KINDS, Summary, inspect_path
+from fsdp_conformance.reshard import UsageError
+from fsdp_conformance.inspect import SHARDED_KINDS, Summary, inspect_path
 from suites.conftest import ROOT
 
 FIXTURES = ROOT / "fixtures" / "2.13.0"

@@ -1,4 +1,4 @@
-"""``fsdp-conformance reshard`` (fsdp_conformance/convert.py): every input kind round-trips
+"""``fsdp-conformance reshard`` (fsdp_conformance/reshard/): every input kind round-trips
 (convert N -> M, then the reference gather of the output == the gather of the input,
 bitwise), outputs never overwrite anything, bad input gives an error naming the file, the
 param and the rank.
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fsdp_conformance import cli
-from fsdp_conformance import convert as cv
+from fsdp_conformance import reshard as cv
 from fsdp_conformance import reference as ref
 from fsdp_conformance.properties.statediff import assert_state_dicts_equal
 from fsdp_conformance.harness.probes import fsdp1_checkpoint

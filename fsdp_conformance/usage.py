@@ -1,0 +1,50 @@
+"""What every command line of the package shares: the one ``UsageError`` and the one
+``--world-sizes`` parser. Imports nothing heavy (no torch).
+
+Rules
+- An error the user can act on names the problem: the file, and where they apply the rank,
+  the param (FQN or optimizer key) and the state key, unless the message already says them
+  (``NamedError``). ``exit_code`` is what a command returns for it.
+- ``UsageError`` (exit code 2): bad arguments, an unreadable or missing input, an output that
+  would overwrite something. Every command raises this one class.
+- World sizes are comma-separated positive integers, deduplicated and sorted.
+"""
+from __future__ import annotations
+
+import os
+
+
+class NamedError(Exception):
+    """An error that names where the problem is; ``exit_code`` is what the CLI returns."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, path: str | os.PathLike | None = None,
+                 rank: int | None = None, param: str | None = None, key: str | None = None):
+        self.path = None if path is None else str(path)
+        self.rank, self.param, self.key = rank, param, key
+        where = [w for w, v in (("param", param), ("key", key)) if v is not None
+                 and repr(v) not in message]
+        where = [f"{w} {(param if w == 'param' else key)!r}" for w in where]
+        if rank is not None and f"rank {rank}" not in message:
+            where.append(f"rank {rank}")
+        if where:
+            message += f" (at {', '.join(where)})"
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+
+class UsageError(NamedError, ValueError):
+    """Bad arguments, an unreadable or missing input, or an output that would overwrite."""
+
+    exit_code = 2
+
+
+def parse_world_sizes(text: str, option: str = "--world-sizes") -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]`` (module rule); a UsageError naming ``option`` otherwise."""
+    try:
+        ws = sorted({int(x) for x in str(text).split(",") if x.strip()})
+    except ValueError:
+        raise UsageError(f"{option} must be comma-separated integers, got {text!r}") from None
+    if not ws or ws[0] < 1:
+        raise UsageError(f"{option} must be positive, got {text!r}")
+    return ws
