@@ -7,11 +7,12 @@ import dataclasses
 import pytest
 from hypothesis import Phase, given, settings
 
-from fsdp_conformance import matrix, roundtrip
-from fsdp_conformance import strategies as fst
+from fsdp_conformance import matrix
 from fsdp_conformance.cases import Case
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.sut.paths import resizable
+from fsdp_conformance.user import CustomPath, RoundtripFailure, run_checked
+from fsdp_conformance.user import strategies as fst
 from fsdp_conformance.zoo import FUSED
 
 
@@ -62,7 +63,7 @@ def test_drawn_module_trees_conform(fsdp_roundtrip, uc):
     assert r.properties["P6"].status in ("pass", "known", "n/a")
 
 
-BUGGY = roundtrip.CustomPath.of("suites.plugin.userfns:save_dropping_lr", "suites.plugin.userfns:load")
+BUGGY = CustomPath.of("suites.plugin.userfns:save_dropping_lr", "suites.plugin.userfns:load")
 
 
 def test_failure_shrinks_and_prints_case_id_and_reproducer():
@@ -76,9 +77,9 @@ def test_failure_shrinks_and_prints_case_id_and_reproducer():
     def find(case):
         case = dataclasses.replace(case, api=BUGGY.api)
         seen.append(case.id)
-        roundtrip.run_checked([case], custom=BUGGY)
+        run_checked([case], custom=BUGGY)
 
-    with pytest.raises(roundtrip.RoundtripFailure) as info:
+    with pytest.raises(RoundtripFailure) as info:
         find()
     msg = str(info.value)
     shrunk = seen[-1]  # hypothesis replays the minimal example last
