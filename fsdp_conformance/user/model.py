@@ -24,7 +24,6 @@ from ..cases import CUSTOM_PREFIX
 from .refs import Ref
 
 
-
 def plan_name(plan: Sequence[str]) -> str:
     """Readable, content-derived name of a wrapping plan: "root", "encoder+head", or
     "plan-<hash>" for long ones."""
