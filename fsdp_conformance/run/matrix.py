@@ -53,7 +53,7 @@ def default_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
-def _ok_groups(c: Case) -> bool:
+def groups_fit_units(c: Case) -> bool:
     # FSDP1 flat units need all their params in one param group: two groups only with
     # use_orig_params=True or a plan whose units split the group boundary ("nested").
     return c.groups == 1 or c.use_orig_params or c.family == "fsdp2" or (
@@ -96,7 +96,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
     cases += faults(paths)
     cases += golden(paths, fixtures, "quick")
     cases += bounds(paths)
-    return _dedupe(c for c in cases if _ok_groups(c))
+    return _dedupe(c for c in cases if groups_fit_units(c))
 
 
 def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
@@ -120,7 +120,7 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
     for api, dtype, opt in itertools.product(paths, ("fp32", "bf16"), OPTS):
         cases.append(Case(api=api, optimizer=opt, dtype=dtype, world_size=2))
     cases += golden(paths, fixtures, "full")
-    return _dedupe(c for c in cases if _ok_groups(c))
+    return _dedupe(c for c in cases if groups_fit_units(c))
 
 
 def golden(paths: Sequence[str], fixtures: str | None, tier: str) -> list[Case]:

@@ -31,13 +31,13 @@ def clean_name(name: str) -> str:
     return name
 
 
-def _cpu(x: Any) -> Any:
+def to_cpu(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x.detach().to("cpu", copy=True)
     if isinstance(x, dict):
-        return {k: _cpu(v) for k, v in x.items()}
+        return {k: to_cpu(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_cpu(v) for v in x)
+        return type(x)(to_cpu(v) for v in x)
     return x
 
 
@@ -173,16 +173,16 @@ def _sharded_to_neutral(sharded: dict) -> dict:
         conv = {}
         for n, v in state.items():
             if hasattr(v, "local_shards") and hasattr(v, "metadata"):
-                shards = [(tuple(s.metadata.shard_offsets), _cpu(s.tensor))
+                shards = [(tuple(s.metadata.shard_offsets), to_cpu(s.tensor))
                           for s in v.local_shards()]
                 conv[n] = {"global_shape": tuple(v.metadata().size), "shards": shards}
             elif hasattr(v, "to_local") and hasattr(v, "placements"):
                 conv[n] = {"global_shape": tuple(v.shape), "dtensor": True,
-                           "local": _cpu(v.to_local())}
+                           "local": to_cpu(v.to_local())}
             else:
-                conv[n] = _cpu(v)
+                conv[n] = to_cpu(v)
         out[clean_name(key) if isinstance(key, str) else key] = conv
-    return {"state": out, "param_groups": _cpu(sharded.get("param_groups", []))}
+    return {"state": out, "param_groups": to_cpu(sharded.get("param_groups", []))}
 
 
 def observe(ctx, case: Case) -> dict:
@@ -198,10 +198,10 @@ def observe(ctx, case: Case) -> dict:
     losses = train(ctx, case, fsdp, optim, case.steps)
     out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
                            "meta": flat_metadata(fsdp)}
-    out["local"] = _cpu(named_local(optim.state_dict(), keys))
+    out["local"] = to_cpu(named_local(optim.state_dict(), keys))
     full_legacy = _guard(FSDP.full_optim_state_dict, fsdp, optim, rank0_only=False)
-    out["full_legacy"] = _cpu(full_legacy)
-    out["full_legacy_rank0_only"] = _cpu(_guard(FSDP.full_optim_state_dict, fsdp, optim,
+    out["full_legacy"] = to_cpu(full_legacy)
+    out["full_legacy_rank0_only"] = to_cpu(_guard(FSDP.full_optim_state_dict, fsdp, optim,
                                                 rank0_only=True))
 
     def full_current():
@@ -210,13 +210,13 @@ def observe(ctx, case: Case) -> dict:
                                   FullOptimStateDictConfig(rank0_only=False)):
             return FSDP.optim_state_dict(fsdp, optim)
 
-    out["full_current"] = _cpu(_guard(full_current))
+    out["full_current"] = to_cpu(_guard(full_current))
     if "error" not in full_legacy:
         out.update(_load_paths(ctx, fsdp, optim, keys, full_legacy))
     sharded = _guard(FSDP.sharded_optim_state_dict, fsdp, optim)
     out["sharded_legacy"] = (sharded if "error" in sharded else _sharded_to_neutral(sharded))
     if "error" not in sharded:
-        out["flatten_legacy"] = _cpu(_guard(
+        out["flatten_legacy"] = to_cpu(_guard(
             lambda: named_local(FSDP.flatten_sharded_optim_state_dict(sharded, fsdp, optim),
                                 keys)))
     return out
@@ -233,12 +233,12 @@ def _load_paths(ctx, fsdp, optim, keys: list[str], full: dict) -> dict:
             return named_local(FSDP.optim_state_dict_to_load(fsdp, optim, full), keys)
 
     return {
-        "shard_legacy": _cpu(_guard(
+        "shard_legacy": to_cpu(_guard(
             lambda: named_local(FSDP.shard_full_optim_state_dict(full, fsdp), keys))),
-        "scatter_legacy": _cpu(_guard(
+        "scatter_legacy": to_cpu(_guard(
             lambda: named_local(FSDP.scatter_full_optim_state_dict(
                 full if ctx.rank == 0 else None, fsdp), keys))),
-        "to_load": _cpu(_guard(to_load)),
+        "to_load": to_cpu(_guard(to_load)),
     }
 
 

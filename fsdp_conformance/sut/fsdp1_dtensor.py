@@ -22,7 +22,7 @@ from typing import Any
 from ..cases import Case
 from ..zoo import build_model, build_optimizer, model_spec
 from .fsdp1 import _strategy, clean_name, flat_metadata, named_local, optimizer_keys, train
-from .fsdp2 import _cpu, _guard, sharded_record
+from .fsdp2 import local_to_cpu, _guard, sharded_record
 
 
 def _mesh(ctx, case: Case):
@@ -67,7 +67,7 @@ def observe(ctx, case: Case) -> dict:
     losses = train(ctx, case, fsdp, optim, case.steps)
     out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
                            "meta": flat_metadata(fsdp)}
-    out["local"] = _cpu(named_local(optim.state_dict(), keys))
+    out["local"] = local_to_cpu(named_local(optim.state_dict(), keys))
 
     def sharded():
         with FSDP.state_dict_type(fsdp, StateDictType.SHARDED_STATE_DICT):
@@ -87,5 +87,5 @@ def observe(ctx, case: Case) -> dict:
         with FSDP.state_dict_type(fsdp, StateDictType.SHARDED_STATE_DICT):
             return named_local(FSDP.optim_state_dict_to_load(fsdp, optim, live), keys)
 
-    out["to_load"] = _cpu(_guard(to_load))
+    out["to_load"] = local_to_cpu(_guard(to_load))
     return out

@@ -40,16 +40,16 @@ def _is_dtensor(x: Any) -> bool:
     return hasattr(x, "to_local") and hasattr(x, "placements") and hasattr(x, "device_mesh")
 
 
-def _cpu(x: Any) -> Any:
+def local_to_cpu(x: Any) -> Any:
     """Detached CPU clones; DTensors become their local tensor."""
     if _is_dtensor(x):
         x = x.to_local()
     if isinstance(x, torch.Tensor):
         return x.detach().to("cpu", copy=True)
     if isinstance(x, dict):
-        return {k: _cpu(v) for k, v in x.items()}
+        return {k: local_to_cpu(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_cpu(v) for v in x)
+        return type(x)(local_to_cpu(v) for v in x)
     return x
 
 
@@ -67,12 +67,12 @@ def dtensor_record(v) -> dict:
 
     _, offset = compute_local_shape_and_global_offset(v.shape, v.device_mesh, v.placements)
     pieces = _guard(ref.to_pieces, v)
-    return {"global_shape": tuple(v.shape), "dtensor": True, "local": _cpu(v.to_local()),
+    return {"global_shape": tuple(v.shape), "dtensor": True, "local": local_to_cpu(v.to_local()),
             "placements": [_placement(p) for p in v.placements],
             "mesh_shape": tuple(v.device_mesh.shape),
             "coordinate": tuple(v.device_mesh.get_coordinate()),
             "torch_offset": tuple(int(o) for o in offset),
-            "pieces": _cpu(pieces)}
+            "pieces": local_to_cpu(pieces)}
 
 
 def param_layout(model: nn.Module) -> list[dict]:
@@ -94,9 +94,9 @@ def param_layout(model: nn.Module) -> list[dict]:
 
 def sharded_record(sharded: dict) -> dict:
     """A sharded (DTensor-valued) optimizer dict as plain data, FQN-keyed."""
-    state = {k: {n: dtensor_record(v) if _is_dtensor(v) else _cpu(v) for n, v in st.items()}
+    state = {k: {n: dtensor_record(v) if _is_dtensor(v) else local_to_cpu(v) for n, v in st.items()}
              for k, st in sharded.get("state", {}).items()}
-    return {"state": state, "param_groups": _cpu(sharded.get("param_groups", []))}
+    return {"state": state, "param_groups": local_to_cpu(sharded.get("param_groups", []))}
 
 
 def shard_group_size(case: Case, world_size: int) -> int:
@@ -168,7 +168,7 @@ def _optimizer(case: Case, model: nn.Module):
 
 def local_state(model: nn.Module, optim, keys: list[str]) -> dict:
     """The rank's ``optim.state_dict()``: FQN-keyed, DTensors as their local tensors, CPU."""
-    return _cpu(named_local(optim.state_dict(), keys))
+    return local_to_cpu(named_local(optim.state_dict(), keys))
 
 
 def _options(**kw):
@@ -238,17 +238,17 @@ def load_paths(ctx, case: Case, plan: str, full: dict | None, *, flattened: dict
     if full is not None:
         variants = [("set_full", {})] + ([("set_full_nonstrict", {"strict": False})] if strict_off else [])
         for name, extra in variants:
-            run(name, _cpu(full), full_state_dict=True, **extra)
+            run(name, local_to_cpu(full), full_state_dict=True, **extra)
             bname = name.replace("set_full", "set_full_broadcast")
             if _agree_all(ctx, "error" not in out[name]):
-                run(bname, _cpu(full) if ctx.rank == 0 else {}, full_state_dict=True,
+                run(bname, local_to_cpu(full) if ctx.rank == 0 else {}, full_state_dict=True,
                     broadcast_from_rank0=True, **extra)
             else:
                 out[bname] = {"n/a": f"skipped: {name} rejected this dict on some rank; with "
                                      "broadcast_from_rank0 the other ranks could wait for rank 0 "
                                      "forever"}
     if flattened is not None:
-        run("set_flattened", _cpu(flattened), full_state_dict=True, flatten_optimizer_state_dict=True)
+        run("set_flattened", local_to_cpu(flattened), full_state_dict=True, flatten_optimizer_state_dict=True)
     if sharded is not None:
         run("set_sharded", sharded, full_state_dict=False)
     return out
@@ -269,7 +269,7 @@ def observe(ctx, case: Case, nonstrict: bool = True, extras: bool = True) -> dic
     out["local"] = local_state(model, optim, keys)
     saved = save_paths(ctx, model, optim, extras)
     for name in ("full", "full_rank0", "flattened"):
-        out[name] = _cpu(saved[name])
+        out[name] = local_to_cpu(saved[name])
     for name in ("sharded", "sharded_offload"):
         v = saved[name]
         out[name] = v if "error" in v or "n/a" in v else _guard(sharded_record, v)
@@ -278,8 +278,8 @@ def observe(ctx, case: Case, nonstrict: bool = True, extras: bool = True) -> dic
     if not _agree_all(ctx, ok["full"] and ok["sharded"] and (ok["flattened"] or not extras)):
         ok = dict.fromkeys(ok, False)  # every rank must take the same load paths
     # what a checkpoint holds: rank 0's full dict (ignored params: rank 0's own values)
-    full = _from_rank0(ctx, _cpu(saved["full"])) if ok["full"] else None
-    flat = _from_rank0(ctx, _cpu(saved["flattened"])) if ok["flattened"] and extras else None
+    full = _from_rank0(ctx, local_to_cpu(saved["full"])) if ok["full"] else None
+    flat = _from_rank0(ctx, local_to_cpu(saved["flattened"])) if ok["flattened"] and extras else None
     sharded = saved["sharded"] if ok["sharded"] else None
     out.update(load_paths(ctx, case, case.plan, full, flattened=flat, sharded=sharded,
                           strict_off=nonstrict))
@@ -304,7 +304,7 @@ def save_full(ctx, case: Case) -> dict:
     losses = train(ctx, case, model, optim, case.steps)
     full = _guard(get_optimizer_state_dict, model, optim, options=_options(full_state_dict=True))
     return {"rank": ctx.rank, "keys": keys, "losses": losses, "mesh_shape": mesh_shape(ctx, case),
-            "local": local_state(model, optim, keys), "full": _cpu(full)}
+            "local": local_state(model, optim, keys), "full": local_to_cpu(full)}
 
 
 def load_full(ctx, case: Case, full: dict, nonstrict: bool = True) -> dict:

@@ -46,7 +46,7 @@ import torch
 from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler
 from .fsdp1 import named_local, optimizer_keys, train
-from .fsdp2 import _cpu, _is_dtensor, mesh_shape, param_layout, wrap_fsdp2
+from .fsdp2 import local_to_cpu, _is_dtensor, mesh_shape, param_layout, wrap_fsdp2
 from .common import guarded, is_error, timed
 from .paths import (DCP_DIR, FULL_FILE, MODEL_FILE, SCHED_FILE, _atomic_save, _devices,
                     is_full_path, rank_file, read_saved, resizable)
@@ -81,7 +81,7 @@ def _build(ctx, case: Case, load_side: bool):
 
 def local_state(optim, keys: list[str]) -> dict:
     """The rank's ``optim.state_dict()``: FQN-keyed, DTensors as their local tensors, CPU."""
-    return _cpu(named_local(optim.state_dict(), keys))
+    return local_to_cpu(named_local(optim.state_dict(), keys))
 
 
 def full_params(model) -> dict[str, torch.Tensor]:
@@ -127,12 +127,12 @@ def sharded_to_neutral(sharded: dict) -> dict:
                 _, off = compute_local_shape_and_global_offset(v.shape, v.device_mesh,
                                                                v.placements)
                 conv[n] = {"global_shape": tuple(v.shape), "dtensor": True,
-                           "local": _cpu(v.to_local()),
+                           "local": local_to_cpu(v.to_local()),
                            "offsets": tuple(int(o) for o in off)}
             else:
-                conv[n] = _cpu(v)
+                conv[n] = local_to_cpu(v)
         state[fqn] = conv
-    return {"state": state, "param_groups": _cpu(sharded.get("param_groups", []))}
+    return {"state": state, "param_groups": local_to_cpu(sharded.get("param_groups", []))}
 
 
 def _record(case: Case, saved: Any, keys: list[str]) -> Any:
@@ -141,7 +141,7 @@ def _record(case: Case, saved: Any, keys: list[str]) -> Any:
         return saved
     if case.api == "fsdp2.sharded":
         return sharded_to_neutral(saved)
-    return _cpu(named_local(saved, keys)) if saved else {}
+    return local_to_cpu(named_local(saved, keys)) if saved else {}
 
 
 def write_saved(ctx, case: Case, model, saved: Any, workdir: Path) -> float:
@@ -258,7 +258,7 @@ def load_side(ctx, case: Case, workdir: str) -> dict:
     out["timings"]["read"] = time.perf_counter() - t0
     out["weights_only_refused"] = note
     if ctx.rank == 0 and is_full_path(case.api):
-        out["reread"] = _cpu(named_local(saved, keys)) if saved else {}
+        out["reread"] = local_to_cpu(named_local(saved, keys)) if saved else {}
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
         _, out["timings"]["load"] = timed(load_path, ctx, case, model, optim, saved, workdir)
         out["loaded"] = local_state(optim, keys)

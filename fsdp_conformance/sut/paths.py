@@ -45,7 +45,7 @@ from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler
 from . import fsdp1
 from .common import guarded, is_error, timed
-from .fsdp1 import _cpu, _sharded_to_neutral, clean_name, named_local, optimizer_keys
+from .fsdp1 import to_cpu, _sharded_to_neutral, clean_name, named_local, optimizer_keys
 
 FSDP1_PATHS = ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded",
                "fsdp1.full", "fsdp1.sharded", "fsdp1.rekey")
@@ -203,7 +203,7 @@ def _record(case: Case, saved: Any, rank: int, keys: list[str]) -> Any:
         return saved
     if case.api in ("fsdp1.sharded", "fsdp1.legacy_sharded"):
         return _sharded_to_neutral(saved)
-    return _cpu(named_local(saved, keys)) if saved else {}
+    return to_cpu(named_local(saved, keys)) if saved else {}
 
 
 def _devices(obj: Any) -> set[str]:
@@ -227,7 +227,7 @@ def save_side(ctx, case: Case, workdir: str) -> dict:
     losses = fsdp1.train(ctx, case, model, optim, case.steps, sched=sched)
     out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
                            "meta": fsdp1.flat_metadata(model),
-                           "local": _cpu(named_local(optim.state_dict(), keys))}
+                           "local": to_cpu(named_local(optim.state_dict(), keys))}
     params = full_params(model)
     saved, t_save = guarded(save_path, case, model, optim)
     out["timings"] = {"save": t_save}
@@ -236,7 +236,7 @@ def save_side(ctx, case: Case, workdir: str) -> dict:
     if not is_error(saved):
         out["timings"]["write"] = write_saved(ctx, case, model, saved, workdir)
     if ctx.rank == 0 and case.api == "fsdp1.rekey" and "error" not in out["saved"]:
-        out["saved_ids"] = _cpu(guarded(to_param_ids, case, saved)[0])
+        out["saved_ids"] = to_cpu(guarded(to_param_ids, case, saved)[0])
     if ctx.rank == 0:
         out["params"] = params
         _atomic_save(params, workdir / MODEL_FILE)
@@ -320,14 +320,14 @@ def load_side(ctx, case: Case, workdir: str) -> dict:
     out["timings"]["read"] = time.perf_counter() - t0
     out["weights_only_refused"] = note
     if ctx.rank == 0 and case.api == "fsdp1.rekey":
-        out["reread_ids"] = _cpu(saved)
+        out["reread_ids"] = to_cpu(saved)
         names, _ = guarded(to_param_names, case, saved)
-        out["reread"] = _cpu(names)
+        out["reread"] = to_cpu(names)
     elif ctx.rank == 0 and is_full_path(case.api):
-        out["reread"] = _cpu(named_local(saved, keys)) if saved else {}
+        out["reread"] = to_cpu(named_local(saved, keys)) if saved else {}
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
         _, out["timings"]["load"] = timed(load_path, ctx, case, model, optim, saved, workdir)
-        out["loaded"] = _cpu(named_local(optim.state_dict(), keys))
+        out["loaded"] = to_cpu(named_local(optim.state_dict(), keys))
         return out
     res, out["timings"]["load"] = guarded(load_path, ctx, case, model, optim, saved, workdir)
     if is_error(res):
@@ -335,12 +335,12 @@ def load_side(ctx, case: Case, workdir: str) -> dict:
         return out
     if sched is not None:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
-    out["loaded"] = _cpu(named_local(optim.state_dict(), keys))
+    out["loaded"] = to_cpu(named_local(optim.state_dict(), keys))
     resaved, out["timings"]["resave"] = guarded(save_path, case, model, optim)
     out["resaved"] = _record(case, resaved, ctx.rank, keys)
     out["losses"] = fsdp1.train(ctx, case, model, optim, case.resume_steps,
                                 start_step=case.steps, sched=sched)
-    out["final_local"] = _cpu(named_local(optim.state_dict(), keys))
+    out["final_local"] = to_cpu(named_local(optim.state_dict(), keys))
     params = full_params(model)
     if ctx.rank == 0:
         out["final_params"] = params

@@ -34,7 +34,7 @@ from torch import nn
 
 from ..cases import Case
 from ..zoo import OPTIMIZERS, build_model, build_optimizer, loss_of, make_batch
-from .fsdp1 import _cpu, _guard, clean_name, named_local, optimizer_keys, train, wrap_fsdp1
+from .fsdp1 import to_cpu, _guard, clean_name, named_local, optimizer_keys, train, wrap_fsdp1
 
 
 def plain_model(case: Case) -> nn.Module:
@@ -114,7 +114,7 @@ def _fsdp_to_plain(case: Case, full: dict) -> dict[str, Any]:
     out: dict[str, Any] = {"a_groups": how}
     out["a_same_object"] = _guard(lambda: _rekey(full, "name", model, optim) is full)
     a_ids = _guard(_rekey, full, "id", model, optim)
-    out["a_ids"] = _cpu(a_ids)
+    out["a_ids"] = to_cpu(a_ids)
     if "error" in a_ids:
         out["a_loaded"] = out["a_names"] = {"n/a": "rekey to PARAM_ID raised"}
     else:
@@ -123,11 +123,11 @@ def _fsdp_to_plain(case: Case, full: dict) -> dict[str, Any]:
             return optim.state_dict()
 
         loaded = _guard(load)
-        out["a_loaded"] = _cpu(loaded)
-        out["a_names"] = (_cpu(_guard(_rekey, loaded, "name", model, optim))
+        out["a_loaded"] = to_cpu(loaded)
+        out["a_names"] = (to_cpu(_guard(_rekey, loaded, "name", model, optim))
                           if "error" not in loaded else {"n/a": "load_state_dict raised"})
     if uses_model_order(model, optim):
-        out["a_ids_legacy"] = _cpu(_guard(_rekey, full, "id", model, None))
+        out["a_ids_legacy"] = to_cpu(_guard(_rekey, full, "id", model, None))
     else:
         out["a_ids_legacy"] = {"n/a": "the plain optimizer does not hold model.parameters() in "
                                       "order (several groups or a param left out): the "
@@ -150,7 +150,7 @@ def observe(ctx, case: Case) -> dict:
     # FSDP -> plain: the full dict lives on rank 0 only (rank0_only=True, the default)
     full = _guard(FSDP.full_optim_state_dict, fsdp, fsdp_optim, rank0_only=True)
     if ctx.rank == 0:
-        out["full"] = _cpu(full)
+        out["full"] = to_cpu(full)
         if "error" in full:
             na = {"n/a": "full_optim_state_dict raised (see 'full')"}
             out.update({k: na for k in ("a_ids", "a_loaded", "a_names", "a_ids_legacy")})
@@ -162,15 +162,15 @@ def observe(ctx, case: Case) -> dict:
     optim = plain_optimizer(case, model)
     out["plain_losses"] = train_plain(case, model, optim)
     b_osd = optim.state_dict()
-    out["b_osd"] = _cpu(b_osd)
+    out["b_osd"] = to_cpu(b_osd)
     b_names = _guard(_rekey, b_osd, "name", model, optim)
-    out["b_names"] = _cpu(b_names)
+    out["b_names"] = to_cpu(b_names)
     if "error" in b_names:
         na = {"n/a": "rekey to PARAM_NAME raised (see 'b_names')"}
         out.update(b_ids=na, b_reloaded=na, b_shard=na)
         return out
     b_ids = _guard(_rekey, b_names, "id", model, optim)
-    out["b_ids"] = _cpu(b_ids)
+    out["b_ids"] = to_cpu(b_ids)
 
     def reload():
         fresh_model = plain_model(case)
@@ -178,7 +178,7 @@ def observe(ctx, case: Case) -> dict:
         fresh.load_state_dict(_rekey(b_names, "id", fresh_model, fresh))
         return fresh.state_dict()
 
-    out["b_reloaded"] = _cpu(_guard(reload))
-    out["b_shard"] = _cpu(_guard(lambda: named_local(
+    out["b_reloaded"] = to_cpu(_guard(reload))
+    out["b_shard"] = to_cpu(_guard(lambda: named_local(
         FSDP.shard_full_optim_state_dict(b_names, fsdp, optim=fsdp_optim), keys)))
     return out

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from examples.my_model import GatedBlock, GatedNet, batch, loss, make_optimizer
-from fsdp_conformance import roundtrip
-from fsdp_conformance.roundtrip import Limitation, RoundtripFailure, user_model
+from fsdp_conformance.user import (Limitation, RoundtripFailure, check, failing, user_cases,
+                                   user_model)
 
 USER = dict(plan=["body", "head"], optimizer=make_optimizer, loss=loss)
 FNS = "suites.plugin.userfns:"
@@ -72,8 +72,8 @@ def test_planted_bug_extra_step_on_save_is_named(fsdp_roundtrip):
 
 def test_reproducer_from_the_message_reruns_the_case(tmp_path, capsys):
     with pytest.raises(RoundtripFailure) as info:
-        roundtrip.check(GatedNet, batch, **USER, world_sizes=["2->1"],
-                        save_fn=FNS + "save_dropping_lr", load_fn=FNS + "load")
+        check(GatedNet, batch, **USER, world_sizes=["2->1"],
+              save_fn=FNS + "save_dropping_lr", load_fn=FNS + "load")
     code = str(info.value).split("run from your project root):\n", 1)[1]
     script = tmp_path / "repro.py"
     script.write_text("\n".join(ln[4:] for ln in code.splitlines()) + "\n")
@@ -96,19 +96,19 @@ def test_declared_limitation_turns_matching_failures_known(fsdp_roundtrip):
 
 def test_strict_declared_limitation_that_does_not_reproduce_fails():
     with pytest.raises(RoundtripFailure, match="did not reproduce in any case: 'P11'"):
-        roundtrip.check(GatedNet, batch, **USER, world_sizes=[1], paths=["fsdp1.full"],
-                        known=[Limitation.of("P11", reason="lr dropped")])
+        check(GatedNet, batch, **USER, world_sizes=[1], paths=["fsdp1.full"],
+              known=[Limitation.of("P11", reason="lr dropped")])
 
 
 def test_known_torch_limitation_applies_to_a_user_optimizer_of_the_same_class():
     # AdamW + use_orig_params on CPU: FSDP1's full dict aliases exp_avg (known.py); the
     # user's optimizer factory is matched to the zoo's "adamw" for known.py.
-    [r] = roundtrip.check(GatedNet, batch, **USER, use_orig_params=True, world_sizes=[2],
-                          paths=["fsdp1.full"])
+    [r] = check(GatedNet, batch, **USER, use_orig_params=True, world_sizes=[2],
+                paths=["fsdp1.full"])
     assert r.properties["P1"].status == "known"
     assert r.properties["P1"].known == "orig-params-full-osd-aliasing"
     assert "exp_avg" in r.properties["P1"].detail
-    assert not roundtrip.failing(r)
+    assert not failing(r)
 
 
 def _local_factory():
@@ -138,9 +138,9 @@ def test_plan_as_policy_or_classes_and_group_unit_check():
         user_model(GatedNet, batch, plan=["body.9"])
     # the root unit would hold the head (group 1) with everything else (group 0)
     with pytest.raises(ValueError, match=r"unit '<root>' .* holds params of param groups \[0, 1\]"):
-        roundtrip.user_cases(user_model(GatedNet, batch, plan=["body"], optimizer=make_optimizer),
-                             world_sizes=[2])
-    cases = roundtrip.user_cases(by_class, world_sizes=[2], use_orig_params=True)
+        user_cases(user_model(GatedNet, batch, plan=["body"], optimizer=make_optimizer),
+                   world_sizes=[2])
+    cases = user_cases(by_class, world_sizes=[2], use_orig_params=True)
     assert [c.groups for c in cases] == [2, 2]
 
 

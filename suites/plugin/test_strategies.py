@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 from hypothesis import Phase, given, settings
 
-from fsdp_conformance import roundtrip
 from fsdp_conformance.run import matrix
-from fsdp_conformance import strategies as fst
 from fsdp_conformance.cases import Case
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.sut.paths import resizable
+from fsdp_conformance.user import CustomPath, RoundtripFailure, run_checked
+from fsdp_conformance.user import strategies as fst
 from fsdp_conformance.zoo import FUSED
 
 
@@ -21,7 +21,7 @@ from fsdp_conformance.zoo import FUSED
 @settings(max_examples=150, deadline=None, database=None)
 def test_drawn_cases_are_valid(case):
     assert isinstance(case, Case) and case.id
-    assert matrix._ok_groups(case)
+    assert matrix.groups_fit_units(case)
     if not resizable(case.api):
         assert case.dst_world_size == case.world_size and case.dst_plan == case.plan
     assert case.impl != "fused" or case.optimizer in FUSED
@@ -63,7 +63,7 @@ def test_drawn_module_trees_conform(fsdp_roundtrip, uc):
     assert r.properties["P6"].status in ("pass", "known", "n/a")
 
 
-BUGGY = roundtrip.CustomPath.of("suites.plugin.userfns:save_dropping_lr", "suites.plugin.userfns:load")
+BUGGY = CustomPath.of("suites.plugin.userfns:save_dropping_lr", "suites.plugin.userfns:load")
 
 
 def test_failure_shrinks_and_prints_case_id_and_reproducer():
@@ -77,9 +77,9 @@ def test_failure_shrinks_and_prints_case_id_and_reproducer():
     def find(case):
         case = dataclasses.replace(case, api=BUGGY.api)
         seen.append(case.id)
-        roundtrip.run_checked([case], custom=BUGGY)
+        run_checked([case], custom=BUGGY)
 
-    with pytest.raises(roundtrip.RoundtripFailure) as info:
+    with pytest.raises(RoundtripFailure) as info:
         find()
     msg = str(info.value)
     shrunk = seen[-1]  # hypothesis replays the minimal example last

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from examples.my_model import GatedNet, batch, loss, make_optimizer
 from fsdp_conformance.cases import Case
-from fsdp_conformance.unittest_support import FSDPTestCase, conformance_cases, world_sizes
+from fsdp_conformance.user.unittest_support import FSDPTestCase, conformance_cases, world_sizes
 
 USER = dict(plan=["body", "head"], optimizer=make_optimizer, loss=loss, paths=["fsdp1.full"])
 

@@ -1,0 +1,104 @@
+"""The round trip of a user's own model (and, optionally, their own save/load code) through
+FSDP optimizer-state checkpointing, judged by the conformance properties: ``check``. The
+library behind the pytest plugin's ``fsdp_roundtrip`` fixture and ``FSDPTestCase``; it works
+without pytest too::
+
+    from fsdp_conformance import check
+    check("mypkg.models:make_model", "mypkg.models:batch", plan=["encoder", "head"],
+          optimizer="mypkg.models:make_optimizer")      # raises RoundtripFailure on a failure
+
+Rules
+- Everything the ranks need crosses as an import reference (``refs.Ref``); the user model is
+  checked and named in the controller (``model.user_model``).
+- Built-in API paths (``sut.paths``): every property of ``runner.evaluate``. The user's own
+  save/load (``model.CustomPath``): see ``verdicts``.
+- Verdicts go through ``known.py``, then through the limitations the caller declares
+  (``limitations.Limitation``); a failing property, or a strict declared limitation that
+  matches nothing, raises ``RoundtripFailure`` with every failing case's detail, a rerun line
+  and a standalone reproducer.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from ..cases import Case
+from .cases import user_cases
+from .failures import RoundtripFailure, failing, failure_message
+from .limitations import Limitation
+from .model import CustomPath, UserModel, user_model
+from .protocols import (DataFn, LoadFn, LossFn, ModelFactory, OptimizerFactory, Rerun,
+                        ResultSink, SaveFn)
+from .run import run_user_case
+
+
+def check(model: ModelFactory | str | None = None, data: DataFn | str | None = None, *,
+          plan=(), load_plan=None, optimizer: OptimizerFactory | str = "adam",
+          loss: LossFn | str | None = None, ignored: Iterable[str] = (),
+          name: str | None = None, paths=None, world_sizes=None,
+          use_orig_params: bool = False, save_fn: SaveFn | str | None = None,
+          load_fn: LoadFn | str | None = None,
+          custom_name: str | None = None, steps: int = 2, resume_steps: int = 2,
+          batch: int = 12, dtype: str = "fp64", seed: int = 0, groups: int | None = None,
+          tier: str = "quick", backend: str | None = None, timeout: float = 120.0,
+          known: Sequence = (), only: Sequence[str] | None = None,
+          rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
+    """Round-trip a user's model through the chosen paths and world-size pairs (or through
+    ``save_fn``/``load_fn``), judge every property and raise :class:`RoundtripFailure` if any
+    fails. Returns the CaseResults. ``only``: run just the cases with these ids; ``known``:
+    declared limitations (:meth:`Limitation.of` arguments)."""
+    if model is None or data is None:
+        raise TypeError("check needs a model factory and a data factory")
+    if (save_fn is None) != (load_fn is None):
+        raise TypeError("pass both save_fn and load_fn (or neither)")
+    user = user_model(model, data, plan=plan, load_plan=load_plan, optimizer=optimizer,
+                      loss=loss, ignored=ignored, name=name)
+    custom = CustomPath.of(save_fn, load_fn, custom_name) if save_fn is not None else None
+    cases = user_cases(user, paths=paths, world_sizes=world_sizes,
+                       use_orig_params=use_orig_params, custom=custom, steps=steps,
+                       resume_steps=resume_steps, batch=batch, dtype=dtype, seed=seed,
+                       groups=groups, tier=tier)
+    if only:
+        cases = [c for c in cases if c.id in set(only)]
+    return run_checked(cases, user, custom, backend=backend, timeout=timeout, known=known,
+                       rerun=rerun, on_result=on_result)
+
+
+def run_checked(cases: Sequence[Case], user: UserModel | None = None,
+                custom: CustomPath | None = None, *, backend: str | None = None,
+                timeout: float = 120.0, known: Sequence = (),
+                rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
+    """Run ``cases``; raise :class:`RoundtripFailure` if any property fails or errors, or if
+    a strict declared limitation matched nothing."""
+    declared = [Limitation.of(k) if not isinstance(k, Limitation) else k for k in known]
+    hits: set = set()
+    results = []
+    for case in cases:
+        r = run_user_case(case, user, custom, backend=backend, timeout=timeout,
+                          declared=declared, hits=hits)
+        results.append(r)
+        if on_result is not None:
+            on_result(r)
+    if any(failing(r) for r in results):
+        raise RoundtripFailure(failure_message(results, user=user, custom=custom, rerun=rerun),
+                               results)
+    unused = [d for d in declared if d.strict and d.key not in hits]
+    if unused and results:
+        raise RoundtripFailure(
+            "declared known limitation(s) did not reproduce in any case: "
+            + ", ".join(repr(d.key) for d in unused)
+            + "\n(fixed upstream? remove the declaration, or pass strict=False)\ncases: "
+            + ", ".join(r.case.id for r in results), results)
+    return results
+
+
+def reproduce(case: Case, user: UserModel | None = None, custom: CustomPath | None = None,
+              *, backend: str | None = None, timeout: float = 120.0) -> int:
+    """Run one case, print every verdict; 0 if none fails or errors, else 1 (what the
+    reproducers printed by failure messages call)."""
+    r = run_user_case(case, user, custom, backend=backend, timeout=timeout)
+    for p, v in r.properties.items():
+        print(f"{p:>4} {v.status:6} {v.detail.splitlines()[0] if v.detail else ''}")
+    bad = failing(r)
+    if bad:
+        print("\n" + failure_message([r], user=user, custom=custom))
+    return 1 if bad else 0

@@ -1,0 +1,115 @@
+"""The plugin's kinds of case (run/lifecycle.py ``CaseKind``): a user's own model through a
+built-in path, and a user's own save/load functions (``CustomPath``).
+
+Rules
+- A user model is registered (``UserModel.register``) in the controller and, before every
+  call, on each rank (``rank_side``).
+- Built-in path with a user model: the round trip's properties (``round_trip_verdicts``),
+  with P10 from the evidence where the zoo's rule does not know the model (``verdicts``).
+- Custom path: separate stages (``rank_side.rank_custom``: train, save, load, resume,
+  again); a stage that raises is recorded and the later stages that still make sense run.
+  Failing to build or train the model under FSDP fails every property it decides; the file
+  format is the user's own, so P1/P4/P5/P8/P9 are n/a.
+- Known torch limitations see the case as the zoo case it stands for (``known_view``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cases import Case
+from ..harness.errors import RankError
+from ..known.apply import apply_known
+from ..properties.verdict import Verdict, fail
+from ..run.lifecycle import Outcome, Step, StepFailed, all_props
+from ..run.roundtrip_kind import RoundTripKind
+from .limitations import known_view
+from .model import CustomPath, UserModel
+from .rank_side import rank_custom, rank_load, rank_save
+from .verdicts import CUSTOM_DECIDES, custom_undecided, evaluate_custom, evaluate_user, \
+    rank_error_text
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserModelKind(RoundTripKind):
+    """A built-in API path with the user's own model (module rules)."""
+
+    user: UserModel
+    """The user's model, optimizer and data."""
+    name = "user-model round-trip"
+
+    def run(self, step: Step) -> Outcome:
+        case = step.case
+        self.user.register()
+        save_obs = step.on_pool("save side", case.world_size, rank_save,
+                                before=(self.user, None))
+        step.timings["save"] = max(o.get("timings", {}).get("save", 0.0) for o in save_obs)
+        load_obs = step.on_pool("load side", case.dst_world_size, rank_load,
+                                before=(self.user, None))
+        step.timings["load"] = max(o.get("timings", {}).get("load", 0.0) for o in load_obs)
+        v = evaluate_user(case, save_obs, load_obs, step.workdir)
+        return Outcome(verdicts={p: v[p] for p in self.decides(case)})
+
+    def known(self, case: Case, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
+        return apply_known(known_view(case, self.user), verdicts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CustomPathKind:
+    """The user's own save and load functions (module rules)."""
+
+    custom: CustomPath
+    """The user's save/load functions."""
+    user: UserModel | None = None
+    """The user's model (None: the case's zoo model)."""
+    name = "custom-path round-trip"
+
+    def decides(self, case: Case) -> tuple[str, ...]:
+        return CUSTOM_DECIDES
+
+    def undecided(self, case: Case) -> dict[str, Verdict]:
+        return custom_undecided()
+
+    def known(self, case: Case, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
+        return apply_known(known_view(case, self.user), verdicts)
+
+    def run(self, step: Step) -> Outcome:
+        case = step.case
+        if self.user is not None:
+            self.user.register()
+
+        def stage(ws: int, name: str) -> list[dict]:
+            return step.on_pool(name, ws, rank_custom, before=(self.user, self.custom),
+                                after=(name,))
+
+        def merge(obs: list[dict], more: list[dict]) -> None:
+            for o, m in zip(obs, more):
+                o.update({k: v for k, v in m.items() if k != "timings"})
+                o.setdefault("timings", {}).update(m.get("timings", {}))
+
+        errors: dict[str, RankError] = {}
+        try:
+            save_obs = stage(case.world_size, "train")
+        except StepFailed as exc:
+            return Outcome(verdicts=all_props(fail(
+                "building or training the model under FSDP raised:\n"
+                + rank_error_text(exc.exc)), self.decides(case)))
+        load_obs = None
+        try:
+            merge(save_obs, stage(case.world_size, "save"))
+            step.timings["save"] = max(o["timings"].get("save", 0.0) for o in save_obs)
+        except StepFailed as exc:
+            errors["save"] = exc.exc
+        if "save" not in errors:
+            try:
+                load_obs = stage(case.dst_world_size, "load")
+                step.timings["load"] = max(o["timings"].get("load", 0.0) for o in load_obs)
+            except StepFailed as exc:
+                errors["load"] = exc.exc
+        if load_obs is not None:
+            for name in ("resume", "again"):
+                try:
+                    merge(load_obs, stage(case.dst_world_size, name))
+                except StepFailed as exc:
+                    errors[name] = exc.exc
+        v = evaluate_custom(case, save_obs, load_obs, errors)
+        return Outcome(verdicts={p: v[p] for p in self.decides(case)})

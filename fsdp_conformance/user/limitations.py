@@ -1,0 +1,91 @@
+"""Torch limitations a caller declares for a test (``Limitation``, the plugin's
+``fsdp_known`` marker, ``check(known=...)``), and how verdicts meet them.
+
+Rules
+- Verdicts go through ``known.py`` first (a user optimizer counts as the zoo optimizer of the
+  same class for matching: ``known_view``), then through the declared limitations: a failing
+  verdict they cover becomes "known"; a strict one that matches nothing fails the check
+  ("fixed upstream?").
+
+No torch at import: the plugin reads ``fsdp_known`` markers while it collects.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from ..properties.verdict import Verdict
+from .spec import PROPERTY_NAMES
+
+if TYPE_CHECKING:
+    from ..cases import Case
+    from .model import UserModel
+
+
+@dataclass(frozen=True)
+class Limitation:
+    """A torch limitation declared by the caller for a test. Build it with
+    :meth:`Limitation.of`."""
+
+    key: str
+    """A key of ``known.py``, or the declared property ids joined by commas."""
+    props: tuple[str, ...]
+    """The property ids whose failing (or erroring) verdicts it covers."""
+    _: KW_ONLY
+    reason: str = ""
+    """What torch gets wrong (and the upstream issue, if there is one)."""
+    symptom: str = ""
+    """A text the verdict's detail must contain to be covered ("": any)."""
+    strict: bool = True
+    """A check in which it matches nothing fails ("fixed upstream?")."""
+
+    @classmethod
+    def of(cls, key_or_props, *, reason: str = "", symptom: str = "", props=None,
+           strict: bool = True) -> "Limitation":
+        """A key of ``known.py`` (its properties, reason and symptom), or property ids
+        ("P1", "P1,P6", ["P1", "P6"]) with a ``reason``."""
+        from ..known.entries import KNOWN
+
+        if isinstance(key_or_props, Limitation):
+            return key_or_props
+        entry = next((k for k in KNOWN if k.key == key_or_props), None)
+        if entry is not None:
+            return cls(entry.key, tuple(props or entry.props + entry.also),
+                       reason=reason or entry.reason, symptom=symptom or entry.symptom,
+                       strict=strict)
+        ids = key_or_props.split(",") if isinstance(key_or_props, str) else list(key_or_props)
+        ids = [p.strip() for p in ids]
+        if not ids or any(p not in PROPERTY_NAMES for p in ids):
+            raise ValueError(f"fsdp_known: {key_or_props!r} is neither a key of "
+                             f"fsdp_conformance/known.py ({sorted(k.key for k in KNOWN)}) nor "
+                             f"property ids like 'P1' or 'P1,P6'")
+        if not reason:
+            raise ValueError(f"fsdp_known({key_or_props!r}) needs reason=... (what torch gets "
+                             f"wrong, and the upstream issue if there is one)")
+        return cls(",".join(ids), tuple(props or ids), reason=reason, symptom=symptom,
+                   strict=strict)
+
+
+def apply_declared(verdicts: dict[str, Verdict], declared: Sequence[Limitation],
+                   hits: set | None = None) -> dict[str, Verdict]:
+    """Failing verdicts covered by a declared limitation become "known" (``hits`` collects
+    the keys that matched)."""
+    out = {}
+    for p, v in verdicts.items():
+        if v.status in ("fail", "error"):
+            lim = next((d for d in declared if p in d.props and d.symptom in v.detail), None)
+            if lim is not None:
+                v = Verdict("known", f"declared known limitation {lim.key!r}: {lim.reason}"
+                                     f"\n\n{v.detail}", lim.key)
+                if hits is not None:
+                    hits.add(lim.key)
+        out[p] = v
+    return out
+
+
+def known_view(case: Case, user: UserModel | None) -> Case:
+    """The case known.py sees: a user optimizer counts as the zoo optimizer of its class."""
+    if user is not None and user.optimizer_kind and user.optimizer_kind != case.optimizer:
+        return dataclasses.replace(case, optimizer=user.optimizer_kind)
+    return case

@@ -1,0 +1,181 @@
+"""A user's model and checkpoint code as the ranks rebuild them: ``UserModel`` (checked and
+named by :func:`user_model`) and ``CustomPath`` (the user's own save/load functions).
+
+Rules
+- A user model is registered by name (``zoo.register_model``) in the controller and, before
+  every call, on each rank; from there it is an ordinary zoo case: built with torch seeded
+  by the case's seed, one global batch per step (ranks take rows ``r::world_size``). The
+  loss must be a mean over the batch's rows (FSDP averages gradients over ranks), or P2/P6
+  cannot match the single-process run.
+- Names are unique per process: a second model with the same factory name but other
+  callables gets ``<name>~2`` (the per-case caches, e.g. local_run's, stay honest).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from .. import zoo
+from ..cases import CUSTOM_PREFIX
+from .refs import Ref
+
+
+def plan_name(plan: Sequence[str]) -> str:
+    """Readable, content-derived name of a wrapping plan: "root", "encoder+head", or
+    "plan-<hash>" for long ones."""
+    if not plan:
+        return "root"
+    name = "+".join(plan)
+    if len(name) <= 40:
+        return name
+    return "plan-" + hashlib.sha1("\n".join(plan).encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
+class UserModel:
+    """A user's model as the ranks rebuild it. Build it with :func:`user_model`, which checks
+    and names everything."""
+
+    name: str
+    """The zoo name it is registered under (what case ids show)."""
+    factory: Ref
+    """``factory() -> nn.Module``."""
+    data: Ref
+    """``data(step, batch) -> Tensor``: the global batch of a step."""
+    _: KW_ONLY
+    plan: tuple[str, ...] = ()
+    """FQNs of submodules that are their own FSDP unit at the save (the root always is one)."""
+    load_plan: tuple[str, ...] | None = None
+    """The plan at the load, if it differs (None: the save's)."""
+    optimizer: str | Ref = "adam"
+    """A zoo optimizer name, or ``factory(named_params) -> Optimizer``."""
+    loss: Ref | None = None
+    """``loss(model, x) -> scalar`` (a mean over the batch's rows); None: the zoo's."""
+    ignored: tuple[str, ...] = ()
+    """FQNs of submodules FSDP ignores."""
+    optimizer_name: str = "adam"
+    """The zoo name the optimizer is registered under."""
+    optimizer_kind: str = ""
+    """The zoo optimizer of the same class (what known.py matches), or ""."""
+
+    @property
+    def plan_name(self) -> str:
+        return plan_name(self.plan)
+
+    @property
+    def load_plan_name(self) -> str | None:
+        return None if self.load_plan is None else plan_name(self.load_plan)
+
+    def register(self) -> None:
+        """Register the model (and a user optimizer) in this process's zoo."""
+        plans = {self.plan_name: self.plan}
+        if self.load_plan is not None:
+            plans[self.load_plan_name] = self.load_plan
+        zoo.register_model(self.name, self.factory.resolve(), plans=plans,
+                           ignored=self.ignored, batch_fn=self.data.resolve(),
+                           loss_fn=self.loss.resolve() if self.loss else None)
+        if isinstance(self.optimizer, Ref):
+            zoo.register_optimizer(self.optimizer_name, self.optimizer.resolve())
+
+
+# Names given out in this process: name -> identity of what it names (unique names keep the
+# per-case caches, e.g. local_run's, honest).
+_MODEL_NAMES: dict[str, tuple] = {}
+_OPT_NAMES: dict[str, Ref] = {}
+
+
+def _unique(base: str, ident: Any, taken: dict) -> str:
+    name, i = base, 1
+    while name in taken and taken[name] != ident:
+        i += 1
+        name = f"{base}~{i}"
+    taken[name] = ident
+    return name
+
+
+def _wrap_fqns(model, plan, what: str) -> tuple[str, ...]:
+    """A plan as FQNs: a list of FQNs, a policy ``policy(module) -> bool`` or a set of module
+    classes (as torch's ModuleWrapPolicy), evaluated on the model built in the controller."""
+    if plan is None:
+        return ()
+    if isinstance(plan, str):
+        plan = [plan]
+    mods = dict(model.named_modules())
+    if callable(plan) and not isinstance(plan, (list, tuple, set, frozenset)):
+        return tuple(n for n, m in mods.items() if n and plan(m))
+    items = list(plan)
+    if items and all(isinstance(c, type) and issubclass(c, nn.Module) for c in items):
+        return tuple(n for n, m in mods.items() if n and isinstance(m, tuple(items)))
+    bad = [f for f in items if not isinstance(f, str) or f not in mods or f == ""]
+    if bad:
+        raise ValueError(f"{what}: {bad} are not submodules of {type(model).__name__}; "
+                         f"submodules: {[n for n in mods if n][:30]}")
+    return tuple(dict.fromkeys(items))
+
+
+def _optimizer_kind(optim) -> str:
+    """The zoo optimizer with the same class (and momentum, for SGD), or ""."""
+    cls = type(optim)
+    if cls.__name__ == "SGD":
+        return "sgd_momentum" if optim.defaults.get("momentum", 0) else "sgd"
+    for name, (zcls, _) in zoo.OPTIMIZERS.items():
+        if zcls is cls and name != "sgd_momentum":
+            return name
+    return ""
+
+
+def user_model(model, data, *, plan=(), load_plan=None, optimizer="adam", loss=None,
+               ignored: Iterable[str] = (), name: str | None = None) -> UserModel:
+    """Check and name a user's model (see :class:`UserModel`). ``model``, ``data``,
+    ``optimizer`` (unless a zoo name) and ``loss`` are module-level callables or
+    "package.module:name" strings; ``plan``/``load_plan`` a list of submodule FQNs, a policy
+    ``policy(module) -> bool`` or a set of module classes."""
+    factory, data_ref = Ref.of(model, "model factory"), Ref.of(data, "data factory")
+    loss_ref = Ref.of(loss, "loss function") if loss is not None else None
+    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG as it was
+        torch.manual_seed(0)
+        built = factory.resolve()()
+    fqns = _wrap_fqns(built, plan, "plan")
+    load_fqns = None if load_plan is None else _wrap_fqns(built, load_plan, "load_plan")
+    ignored = tuple(ignored)
+    _wrap_fqns(built, list(ignored), "ignored")
+    if isinstance(optimizer, str) and optimizer in zoo.OPTIMIZERS:
+        opt, opt_name, kind = optimizer, optimizer, optimizer
+    else:
+        opt = Ref.of(optimizer, "optimizer factory")
+        opt_name = _unique(opt.name, opt, _OPT_NAMES)
+        kind = _optimizer_kind(opt.resolve()(list(built.named_parameters())))
+    base = name or factory.name
+    ident = (factory, data_ref, loss_ref, ignored)
+    mname = _unique(base, ident, _MODEL_NAMES)
+    return UserModel(mname, factory, data_ref, plan=fqns, load_plan=load_fqns, optimizer=opt,
+                     loss=loss_ref, ignored=ignored, optimizer_name=opt_name,
+                     optimizer_kind=kind)
+
+
+@dataclass(frozen=True)
+class CustomPath:
+    """A user's own checkpoint code, run on every rank in place of a built-in API path (the
+    directory is shared by all ranks)."""
+
+    save: Ref
+    """``save(fsdp_model, optimizer, directory)``, on every rank after training."""
+    load: Ref
+    """``load(fsdp_model, optimizer, directory)``, on every rank, on a fresh model whose
+    params are already restored."""
+    _: KW_ONLY
+    name: str = "user"
+    """What case ids show, as ``custom:<name>``."""
+
+    @classmethod
+    def of(cls, save, load, name: str | None = None) -> "CustomPath":
+        s, l_ = Ref.of(save, "save_fn"), Ref.of(load, "load_fn")
+        return cls(s, l_, name=name or s.name)
+
+    @property
+    def api(self) -> str:
+        return CUSTOM_PREFIX + self.name

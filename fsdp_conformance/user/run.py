@@ -1,0 +1,43 @@
+"""Running one user case on the shared pools through the one lifecycle (run/lifecycle.py):
+save, load and judge it in the controller. Never raises for a torch or rank failure.
+
+Rules
+- Zoo cases without a custom path run as any case of the conformance run (``kind_of``).
+- A user model through a built-in path is a ``UserModelKind`` case; the user's own
+  save/load functions a ``CustomPathKind`` case (user/kinds.py).
+- Verdicts go through the known torch limitations (in the lifecycle), then through the
+  declared limitations (``limitations.apply_declared``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from ..cases import Case
+from ..run.lifecycle import CaseEnv, execute
+from .kinds import CustomPathKind, UserModelKind
+from .limitations import Limitation, apply_declared
+from .model import CustomPath, UserModel
+
+
+def run_user_case(case: Case, user: UserModel | None = None, custom: CustomPath | None = None,
+                  *, backend: str | None = None, timeout: float = 120.0,
+                  declared: Sequence[Limitation] = (), hits: set | None = None):
+    """Save, load and judge one case on the shared pools (module rules); its CaseResult."""
+    rundir = Path(tempfile.mkdtemp(prefix="fsdpc-rt-"))
+    try:
+        env = CaseEnv(rundir=rundir, backend=backend, timeout=timeout,
+                      fault_timeout=min(timeout, 30.0))
+        if custom is not None:
+            kind = CustomPathKind(custom=custom, user=user)
+        elif user is not None:
+            kind = UserModelKind(user=user)
+        else:
+            kind = None
+        r = execute(case, env, kind)
+        return dataclasses.replace(r, properties=apply_declared(r.properties, declared, hits))
+    finally:
+        shutil.rmtree(rundir, ignore_errors=True)

@@ -1,0 +1,382 @@
+"""The pytest plugin's implementation: options and their values, the ``fsdp`` and
+``fsdp_known`` markers at collection, the ``fsdp_roundtrip`` / ``fsdp_case`` fixture objects,
+and the session's run report (merged across pytest-xdist workers). ``fsdp_conformance.plugin``
+is the shell pytest loads: its hooks and fixtures call the functions here.
+
+Rules
+- No torch at import, and none while a session that uses no fsdp fixture or marker loads,
+  configures and collects: modules that import torch are imported inside the functions that
+  need them.
+- Options are read as the command-line option, else the ini key of the same name.
+- Results of every round trip the session runs are kept on ``config.stash``; an xdist worker
+  hands them to the controller (``workeroutput``), which writes the one report.
+- Pools alive before this session (an in-process pytest run inside another) belong to
+  whoever started them: the session leaves them open.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import KW_ONLY, dataclass
+
+import pytest
+
+from .limitations import Limitation
+from .spec import ACTIVE, DEFAULT_PAIRS, TIERS, pair_id, world_size_pair
+
+RESULTS = pytest.StashKey[list]()
+STARTED = pytest.StashKey[float]()
+NESTED = pytest.StashKey[bool]()
+OUTER_TIER = pytest.StashKey[object]()
+REGISTRY = "fsdp_conformance.harness.registry"
+WORKER_KEY = "fsdpc_results"
+
+
+# --------------------------------------------------------------------------- options
+def add_options(parser) -> None:
+    group = parser.getgroup("fsdp-conformance")
+    group.addoption("--fsdp-timeout", type=float, default=None,
+                    help="per-call timeout in seconds for rank pools (default 120)")
+    group.addoption("--fsdp-backend", choices=["gloo", "nccl"], default=None,
+                    help="process-group backend of the pools (default: nccl with one GPU per "
+                         "rank, else gloo)")
+    group.addoption("--fsdp-world-sizes", default=None,
+                    help="comma-separated world sizes allowed, e.g. 1,2 (others are skipped)")
+    group.addoption("--fsdp-tier", choices=list(TIERS), default=None,
+                    help="quick (default): few paths/world sizes, CI hypothesis profile; "
+                         "full: every FSDP1 path and world-size pair, nightly profile")
+    group.addoption("--fsdp-report", default=None, metavar="PATH",
+                    help="write the run report (JSON, and Markdown beside it) of every case "
+                         "this session ran")
+    group.addoption("--fsdp-case", action="append", default=None, metavar="ID",
+                    help="run only the round-trip case with this id (repeatable)")
+    parser.addini("fsdp_timeout", "per-call timeout in seconds for rank pools", default="120")
+    parser.addini("fsdp_backend", "process-group backend (gloo or nccl)", default="")
+    parser.addini("fsdp_world_sizes", "comma-separated world sizes allowed", default="")
+    parser.addini("fsdp_tier", "quick or full", default="quick")
+    parser.addini("fsdp_report", "path of the run report", default="")
+
+
+def configure(config) -> None:
+    config.addinivalue_line("markers", "gpu: needs CUDA (skipped with a reason without it)")
+    config.addinivalue_line(
+        "markers", "fsdp(world_sizes=[1, 2, '2->4'], backend=None): run the test once per "
+                   "world size (ids ws1, ws2, ws2->4); fsdp_roundtrip uses that size")
+    config.addinivalue_line(
+        "markers", "fsdp_known(key_or_props, reason='', symptom='', strict=True): a known "
+                   "torch limitation of this test (a key of fsdp_conformance/known.py, or "
+                   "property ids with a reason)")
+    config.stash[RESULTS] = []
+    config.stash[STARTED] = time.time()
+    config.stash[OUTER_TIER] = ACTIVE["tier"]
+    registry = sys.modules.get(REGISTRY)  # only if loaded: no import of torch here
+    config.stash[NESTED] = bool(registry is not None and registry.live_pools())
+    ACTIVE["tier"] = tier(config)
+    allowed_world_sizes(config)  # a bad value is a usage error now, not at the first test
+
+
+def unconfigure(config) -> None:
+    ACTIVE["tier"] = config.stash.get(OUTER_TIER, None)
+
+
+def option(config, name: str):
+    """Command-line option ``name`` (its dest), else the ini key of the same name."""
+    val = config.getoption(name, default=None)
+    if val in (None, ""):
+        val = config.getini(name) or None
+    return val
+
+
+def timeout(config) -> float:
+    return float(option(config, "fsdp_timeout") or 120)
+
+
+def backend(config) -> str | None:
+    return option(config, "fsdp_backend")
+
+
+def tier(config) -> str:
+    t = option(config, "fsdp_tier") or "quick"
+    if t not in TIERS:
+        raise pytest.UsageError(f"fsdp_tier must be quick or full, got {t!r}")
+    return t
+
+
+def allowed_world_sizes(config) -> set[int] | None:
+    raw = option(config, "fsdp_world_sizes")
+    if not raw:
+        return None
+    try:
+        sizes = {int(x) for x in str(raw).split(",") if x.strip()}
+    except ValueError:
+        raise pytest.UsageError(f"--fsdp-world-sizes must be comma-separated integers, "
+                                f"got {raw!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise pytest.UsageError(f"--fsdp-world-sizes must be positive, got {raw!r}")
+    return sizes
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def marker_backend(request) -> str | None:
+    """The backend of the test's ``fsdp`` marker, else the session's."""
+    m = request.node.get_closest_marker("fsdp")
+    return (m.kwargs.get("backend") if m is not None else None) or backend(request.config)
+
+
+@dataclass(frozen=True)
+class RoundtripSettings:
+    """What a round-trip test runs with: the session's options and the test's markers."""
+
+    _: KW_ONLY
+    backend: str | None
+    """Process-group backend (the ``fsdp`` marker's, else ``--fsdp-backend``; None: auto)."""
+    timeout: float
+    """Per-call timeout of the rank pools, in seconds."""
+    tier: str
+    """quick or full: the default paths and world-size pairs."""
+    allowed: set[int] | None
+    """``--fsdp-world-sizes`` (None: every size)."""
+    only: tuple[str, ...] | None
+    """``--fsdp-case`` ids (None: every case)."""
+    known: tuple[Limitation, ...]
+    """The test's ``fsdp_known`` markers."""
+    world_sizes: tuple | None
+    """The world size an ``fsdp`` marker parametrized the test with, as a one-item list
+    (None: no marker)."""
+
+    @classmethod
+    def of(cls, request) -> "RoundtripSettings":
+        config = request.config
+        only = config.getoption("fsdp_case", default=None) or None
+        callspec = getattr(request.node, "callspec", None)
+        param = callspec.params.get("fsdp_world_size") if callspec is not None else None
+        return cls(backend=marker_backend(request), timeout=timeout(config), tier=tier(config),
+                   allowed=allowed_world_sizes(config), only=tuple(only) if only else None,
+                   known=tuple(Limitation.of(*m.args, **m.kwargs)
+                               for m in request.node.iter_markers("fsdp_known")),
+                   world_sizes=(param,) if param is not None else None)
+
+
+# --------------------------------------------------------------------------- collection
+def marker_sizes(marker) -> list:
+    sizes = marker.kwargs.get("world_sizes", marker.args[0] if marker.args else [2])
+    return [sizes] if isinstance(sizes, (int, str)) else list(sizes)
+
+
+def generate_tests(metafunc) -> None:
+    """One test per world size of an ``fsdp`` marker; the conformance matrix for a test
+    taking ``fsdp_conformance_case``."""
+    config = metafunc.config
+    marker = metafunc.definition.get_closest_marker("fsdp")
+    if marker is None and "fsdp_conformance_case" not in metafunc.fixturenames:
+        return
+    allowed = allowed_world_sizes(config)
+    if marker is not None:
+        be = marker.kwargs.get("backend") or backend(config)
+        params = []
+        for spec in marker_sizes(marker):
+            pair = world_size_pair(spec)
+            marks = []
+            if allowed is not None and not set(pair) <= allowed:
+                marks.append(pytest.mark.skip(
+                    reason=f"world size {pair_id(pair)[2:]} not in --fsdp-world-sizes "
+                           f"{','.join(map(str, sorted(allowed)))}"))
+            elif be == "nccl" and gpu_count() < max(pair):
+                marks.append(pytest.mark.skip(
+                    reason=f"backend nccl needs {max(pair)} CUDA devices; this machine has "
+                           f"{gpu_count()}"))
+            value = pair[0] if pair[0] == pair[1] else pair
+            params.append(pytest.param(value, id=pair_id(pair), marks=marks))
+        if "fsdp_world_size" not in metafunc.fixturenames:
+            metafunc.fixturenames.append("fsdp_world_size")
+        metafunc.parametrize("fsdp_world_size", params, indirect=True)
+    if "fsdp_conformance_case" in metafunc.fixturenames:
+        from ..run import matrix
+
+        cases = matrix.select(matrix.TIERS[tier(config)](matrix.default_paths()),
+                              world_sizes=sorted(allowed or (1, 2, 3, 4)))
+        metafunc.parametrize("fsdp_conformance_case", cases, ids=[c.id for c in cases])
+
+
+def mark_items(config, items) -> None:
+    """``fsdp_known`` on a test without a round-trip fixture: xfail; ``gpu`` without CUDA:
+    skip, with the reason."""
+    for item in items:
+        uses = {"fsdp_roundtrip", "fsdp_case"} & set(getattr(item, "fixturenames", ()))
+        for m in item.iter_markers("fsdp_known"):
+            if uses:
+                continue
+            lim = Limitation.of(*m.args, **m.kwargs)
+            item.add_marker(pytest.mark.xfail(
+                reason=f"known torch limitation {lim.key}: {lim.reason}", strict=lim.strict))
+    if not any(item.get_closest_marker("gpu") for item in items):
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none (torch "
+                                   f"{torch.__version__}, cuda available: False)")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
+
+
+# --------------------------------------------------------------------------- fixtures
+def pool_getter(config):
+    """The ``rank_pool`` fixture's value: ``get(world_size, backend=None)`` -> the session's
+    shared RankPool."""
+    from ..harness import get_pool
+
+    timeout_s = timeout(config)
+    default_backend = backend(config)
+
+    def get(world_size: int, backend: str | None = None):
+        return get_pool(world_size, backend or default_backend, timeout=timeout_s)
+
+    return get
+
+
+class Roundtrip:
+    """The ``fsdp_roundtrip`` fixture (see ``driver.check`` for every argument)."""
+
+    def __init__(self, request):
+        self._request = request
+        s = RoundtripSettings.of(request)
+        self.settings = s
+        self.backend, self.timeout, self.tier, self.allowed = (s.backend, s.timeout, s.tier,
+                                                              s.allowed)
+        self.only = list(s.only) if s.only else None
+        self.known = list(s.known)
+        self.default_world_sizes = list(s.world_sizes) if s.world_sizes else None
+        self.results: list = []
+
+    def _record(self, result) -> None:
+        self.results.append(result)
+        self._request.config.stash[RESULTS].append(result)
+
+    def rerun(self, case) -> str:
+        return f"pytest '{self._request.node.nodeid}' --fsdp-case '{case.id}'"
+
+    def _pairs(self, world_sizes):
+        pairs = [world_size_pair(w) for w in (world_sizes or self.default_world_sizes
+                                              or DEFAULT_PAIRS[self.tier])]
+        if self.allowed is not None:
+            kept = [p for p in pairs if set(p) <= self.allowed]
+            if not kept:
+                pytest.skip(f"no world-size pair of {pairs} within --fsdp-world-sizes "
+                            f"{','.join(map(str, sorted(self.allowed)))}")
+            pairs = kept
+        return pairs
+
+    def _fail_clean(self, fn, *args, **kwargs):
+        from .failures import RoundtripFailure
+
+        try:
+            return fn(*args, **kwargs)
+        except RoundtripFailure as exc:
+            message = str(exc)
+        pytest.fail(message, pytrace=False)  # outside the except: no chained repeat
+
+    def __call__(self, model, data, *, world_sizes=None, **kwargs) -> list:
+        """Round-trip ``model`` (see ``driver.check``); returns the CaseResults."""
+        from .driver import check
+
+        kwargs.setdefault("tier", self.tier)
+        results = self._fail_clean(
+            check, model, data, world_sizes=self._pairs(world_sizes), backend=self.backend,
+            timeout=self.timeout, known=self.known, only=self.only, rerun=self.rerun,
+            on_result=self._record, **kwargs)
+        if self.only and not results:
+            pytest.skip(f"no case of this test matches --fsdp-case {self.only}")
+        return results
+
+    def check(self, case, user=None, custom=None):
+        """Run one ready ``Case`` (a zoo model, or ``user``'s; through a built-in path or
+        ``custom``); fail the test if a property fails. Returns the CaseResult."""
+        from .driver import run_checked
+
+        if self.allowed is not None and not {case.world_size, case.dst_world_size} <= self.allowed:
+            pytest.skip(f"{case.id}: world sizes outside --fsdp-world-sizes")
+        return self._fail_clean(run_checked, [case], user, custom, backend=self.backend,
+                                timeout=self.timeout, known=self.known, rerun=self.rerun,
+                                on_result=self._record)[0]
+
+
+def case_runner(request):
+    """The ``fsdp_case`` fixture's value: ``run(case)`` runs a zoo ``Case`` as the
+    conformance run does; a known limitation that no longer reproduces fails."""
+    rt = Roundtrip(request)
+
+    def run(case):
+        r = rt.check(case)
+        fixed = {p: v for p, v in r.properties.items() if v.fixed_upstream}
+        if fixed:
+            pytest.fail(f"{case.id}: fixed upstream? " + "; ".join(
+                f"{p}: known limitation {v.known!r} did not reproduce" for p, v in fixed.items())
+                + " -- retire the entry in fsdp_conformance/known.py", pytrace=False)
+        return r
+
+    return run
+
+
+# --------------------------------------------------------------------------- report
+def encode_result(r) -> dict:
+    return {"case": r.case.to_dict(), "timings": dict(r.timings),
+            "properties": {p: [v.status, v.detail, v.known] for p, v in r.properties.items()}}
+
+
+def decode_result(d: dict):
+    from ..cases import Case
+    from ..properties.verdict import Verdict
+    from ..report.run_report import CaseResult
+
+    return CaseResult(Case(**d["case"]), {p: Verdict(*v) for p, v in d["properties"].items()},
+                      d["timings"])
+
+
+def collect_worker(node) -> None:
+    """xdist controller: collect a worker's results for the report."""
+    data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+    if data:
+        node.config.stash[RESULTS].extend(decode_result(d) for d in json.loads(data))
+
+
+def write_report(config, path: str) -> None:
+    from ..properties.run_props import TOLERANCES
+    from ..report.run_report import build_report, write_run_report
+
+    results = config.stash[RESULTS]
+    sizes = sorted({w for r in results for w in (r.case.world_size, r.case.dst_world_size)})
+    report = build_report(
+        results, tier=tier(config), backend=backend(config) or "gloo", seed=0,
+        world_sizes=sizes, wall_time_s=time.time() - config.stash[STARTED],
+        argv=["pytest", *config.invocation_params.args],
+        selection=config.getoption("keyword", default=None) or None,
+        tolerances={k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()})
+    write_run_report(report, path, os.path.splitext(path)[0] + ".md")
+
+
+def finish(session) -> None:
+    """Hand the results to the xdist controller, or write the report; close this session's
+    pools."""
+    config = session.config
+    try:
+        if hasattr(config, "workerinput"):  # xdist worker: hand results to the controller
+            config.workeroutput[WORKER_KEY] = json.dumps(
+                [encode_result(r) for r in config.stash[RESULTS]])
+        else:
+            path = option(config, "fsdp_report")
+            if path:
+                write_report(config, str(path))
+    finally:
+        registry = sys.modules.get(REGISTRY)
+        if registry is not None and not config.stash.get(NESTED, False):
+            registry.close_pools()

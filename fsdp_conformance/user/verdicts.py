@@ -1,0 +1,190 @@
+"""The verdicts of a user round trip, from the observations the ranks sent back: a built-in
+path with a user model (``evaluate_user``: the round trip's P0-P11, plus P10 from the evidence)
+and the user's own save/load code (``evaluate_custom``).
+
+Rules (custom save/load)
+- The file format is the user's; judged are P0 (layout), P2 (training matches one process),
+  P3 (each rank's state after the load == ``reference.shard_full`` of the state at the save,
+  bitwise), P6 (resumed training == uninterrupted), P7 (the save leaves the optimizer
+  unchanged, and load -> save -> load gives bitwise the state of the first load), P10
+  (partial state) and P11 (param groups). P1, P4, P5, P8 and P9 judge torch's own dicts and
+  files: n/a.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import reference as ref
+from ..cases import Case
+from ..properties.statediff import diff_state_dicts, format_diff
+from ..properties.fault_props import exception_line
+from ..properties.baseline import local_run
+from ..properties import run_props as rp
+from ..properties.layouts import reference_layout
+from ..properties.reference_props import p0_layout
+from ..properties.verdict import Verdict, error, fail, na, passed
+from ..properties.catalogue import ONLY_BOUNDS, ONLY_GOLDEN, PROPS
+from ..properties.roundtrip import round_trip_verdicts
+from ..zoo import model_spec
+
+
+_err = rp.recorded_error
+THEIRS = "the file format is the user's own: judged by what the load restores (P3, P7)"
+CUSTOM_DECIDES: tuple[str, ...] = ("P0", "P2", "P3", "P6", "P7", "P10", "P11")
+"""The properties a custom-path round trip decides."""
+
+
+def custom_undecided() -> dict[str, Verdict]:
+    """The n/a of a custom-path round trip: torch's own dicts and files are not involved."""
+    out = {p: na(THEIRS) for p in ("P1", "P4", "P5", "P8", "P9")}
+    out.update({"P12": na(ONLY_GOLDEN), **{p: na(w) for p, w in ONLY_BOUNDS.items()},
+                "P15": na("not a bad-input case")})
+    return out
+
+
+def _tail(tb: str, lines: int = 12) -> str:
+    return "\n".join(tb.strip().splitlines()[-lines:])
+
+
+def _partial(layout, local) -> bool:
+    """Some (non-ignored) param has no optimizer state in the single-process run."""
+    skip = {s.fqn for s in layout.plain_params}
+    have = set(local.optim_at_save["state"])
+    return any(n not in have for n in local.params_at_save if n not in skip)
+
+
+def p10_user(case: Case, layout, dst, full: dict | None, load_obs, local) -> Verdict:
+    """P10 for a user model: partial state (no step yet, or params without state in the
+    single-process run): the params with state, and their state names, are those of the
+    single-process run, in what was saved (``full``, if there is one) and after the load."""
+    if not (case.steps == 0 or _partial(layout, local)):
+        return na("every param has state in this case: nothing partial to check")
+    skip = {s.fqn for s in layout.plain_params}
+
+    def shape_of(d):
+        return {k: sorted(v) for k, v in d["state"].items() if k not in skip}
+
+    want = shape_of(local.optim_at_save)
+    problems = []
+    if full is not None and shape_of(full) != want:
+        problems.append(f"saved: params/state names {shape_of(full)}, single-process run has {want}")
+    if all("loaded" in o and not _err(o["loaded"]) for o in load_obs):
+        try:
+            back = ref.gather_full(dst, [o["loaded"] for o in load_obs])
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.gather_full rejected the loaded dicts: {exc}")
+        if shape_of(back) != want:
+            problems.append(f"after loading: params/state names {shape_of(back)}, expected {want}")
+    if problems:
+        return fail("\n".join(problems))
+    return passed(f"{len(want)} params with state, as in the single-process run")
+
+
+def rank_error_text(exc) -> str:
+    """A RankError as: each raising rank's exception line, the ranks left waiting, then the
+    first traceback's last lines."""
+    fails = list(getattr(exc, "failures", []))
+    raised = [f for f in fails if f.kind.startswith("exception")]
+    lines = [f"rank {f.rank}: {exception_line(f.detail)}" for f in raised]
+    others = [f for f in fails if not f.kind.startswith("exception")]
+    if others:
+        lines.append(f"rank(s) {[f.rank for f in others]}: {others[0].kind} "
+                     f"(blocked in a collective the failing rank never joined?)")
+    if raised:
+        lines += ["traceback of rank %d (last lines):" % raised[0].rank,
+                  _tail(raised[0].detail, 8)]
+    elif others:
+        lines.append(_tail(others[0].detail, 8))
+    return "\n".join(lines) or str(exc)
+
+
+def _p7_custom(save_obs, load_obs, again_error) -> Verdict:
+    problems = []
+    for o in save_obs:
+        d = diff_state_dicts(o["local"], o["after_save"])
+        if d:
+            problems.append(f"rank {o['rank']}: the save function changed the optimizer state "
+                            f"(expected: the state before saving; got: after):\n" + format_diff(d))
+    if again_error is not None:
+        problems.append("load -> save -> load raised:\n" + rank_error_text(again_error))
+    else:
+        for o in load_obs:
+            r = o["rank"]
+            d = diff_state_dicts(o["loaded"], o["loaded_again"])
+            if d:
+                problems.append(f"rank {r}: loading the same checkpoint twice gives different "
+                                f"states:\n" + format_diff(d))
+            d = diff_state_dicts(o["loaded_again"], o["after_resave"])
+            if d:
+                problems.append(f"rank {r}: saving right after the load changed the optimizer "
+                                f"state:\n" + format_diff(d))
+            d = diff_state_dicts(o["loaded_again"], o["reloaded"])
+            if d:
+                problems.append(f"rank {r}: load -> save -> load is not a fixpoint (expected: "
+                                f"the state after the first load; got: after the second):\n"
+                                + format_diff(d))
+    if problems:
+        return fail("\n\n".join(problems))
+    return passed("the save leaves the state unchanged; load -> save -> load bitwise the same")
+
+
+def evaluate_custom(case: Case, save_obs: list[dict], load_obs: list[dict] | None,
+                    errors: dict | None = None) -> dict[str, Verdict]:
+    """Every property of a custom-path round trip (module docstring). ``errors``: the
+    RankError of a stage ("save", "load", "resume", "again"), if it raised; ``load_obs``
+    is None when the load side never ran."""
+    errors = errors or {}
+    layout = reference_layout(case)
+    dst = reference_layout(case, load_side=True)
+    v: dict[str, Verdict] = {}
+    ordered = case.groups == 1
+    p0s = p0_layout(layout, save_obs, ordered=ordered)
+    p0l = p0_layout(dst, load_obs, ordered=ordered) if load_obs else passed("")
+    v["P0"] = p0s if p0s.status != "pass" else (
+        Verdict(p0l.status, "load side: " + p0l.detail) if p0l.status != "pass" else
+        passed(f"save side {p0s.detail}" + (f"; load side {p0l.detail}" if load_obs else "")))
+    v.update(custom_undecided())
+    local = local_run(case)
+    try:
+        full = ref.gather_full(layout, [o["local"] for o in save_obs])
+    except ref.StateDictMismatch as exc:
+        bad = error(f"reference.gather_full rejected torch's local dicts: {exc}")
+        return {p: v.get(p, bad) for p in PROPS}
+    ignored = model_spec(case.model).ignored
+    why = (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank, so no "
+           f"single-process run can match") if ignored else ""
+    v["P2"] = na(why) if why else rp.p2_vs_local(layout, full, local, case.dtype)
+    for stage, what in (("save", "the save function"), ("load", "the load function")):
+        if errors.get(stage) is not None:
+            detail = f"{what} raised:\n" + rank_error_text(errors[stage])
+            for p in ("P3", "P6", "P7", "P10", "P11"):
+                v[p] = fail(detail)
+            return {p: v[p] for p in PROPS}
+    same = case.dst_world_size == case.world_size and case.dst_plan == case.plan
+    v["P3"] = rp.p3_loaded(dst, full, load_obs, own=save_obs if same else None)
+    if errors.get("resume") is not None:
+        v["P6"] = fail("training after the load raised (the loaded state cannot be trained "
+                       "on):\n" + rank_error_text(errors["resume"]))
+    else:
+        v["P6"] = na(why) if why else rp.p6_resume(dst, load_obs, local, case.dtype)
+    v["P7"] = _p7_custom(save_obs, load_obs, errors.get("again"))
+    v["P10"] = p10_user(case, layout, dst, None, load_obs, local)
+    v["P11"] = rp.p11_groups(full, load_obs, local)
+    return {p: v[p] for p in PROPS}
+
+
+def evaluate_user(case: Case, save_obs, load_obs, workdir: Path) -> dict[str, Verdict]:
+    """A built-in path with a user model: ``round_trip_verdicts``, and P10 from the evidence
+    (which params the single-process run has state for) where the zoo's rule does not
+    know the model."""
+    v = round_trip_verdicts(case, save_obs, load_obs, workdir)
+    if v["P10"].status == "n/a":
+        layout = reference_layout(case)
+        local = local_run(case)
+        if _partial(layout, local):
+            full, bad = rp.to_full(case.api, save_obs)
+            v["P10"] = bad if full is None else p10_user(
+                case, layout, reference_layout(case, load_side=True), full, load_obs, local)
+    return v
+
+
