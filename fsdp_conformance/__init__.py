@@ -40,10 +40,10 @@ _EXPORTS = {
     "generate_fixtures": ("fsdp_conformance.golden", "generate"),
     "golden_cases": ("fsdp_conformance.golden", "golden_cases"),
     # offline checkpoints: inspect and convert
-    "CheckpointSummary": ("fsdp_conformance.inspect.summary", "Summary"),
-    "InspectFinding": ("fsdp_conformance.inspect.summary", "Finding"),
-    "inspect_path": ("fsdp_conformance.inspect.entry", "inspect_path"),
-    "render_inspect": ("fsdp_conformance.inspect.render", "render_text"),
+    "CheckpointSummary": ("fsdp_conformance.inspection.summary", "Summary"),
+    "InspectFinding": ("fsdp_conformance.inspection.summary", "Finding"),
+    "inspect_path": ("fsdp_conformance.inspection.entry", "inspect_path"),
+    "render_inspect": ("fsdp_conformance.inspection.render", "render_text"),
     "convert": ("fsdp_conformance.reshard.conversion", "convert"),
     "UsageError": ("fsdp_conformance.usage", "UsageError"),
 }

@@ -18,7 +18,7 @@ COMMANDS: dict[str, str] = {
     "report": "report.cli",
     "compare": "report.cli",
     "bench": "bench.cli",
-    "inspect": "inspect.cli",
+    "inspect": "inspection.cli",
     "bounds": "bounds.cli",
     "reshard": "reshard.cli",
 }

@@ -6,7 +6,7 @@ Rules:
   time against world size (log y, at the size of its world-size fit), and peak memory per
   rank of the path's largest case, beside the full state and one rank's shard (dashed).
 - matplotlib's Agg canvas and default style, no pyplot state, no PNG metadata beyond the
-  format's own: the same report gives the same bytes (report/html.py's ``_png``).
+  format's own: the same report gives the same bytes (report/html.py's ``png_img``).
 - The HTML page is self-contained (report/html.py's CSS, PNGs inlined as base64, no
   scripts, nothing fetched) and every text from the report is escaped.
 """
@@ -16,7 +16,7 @@ import base64
 from pathlib import Path
 from typing import Any, Callable
 
-from ..report.html import _CSS, _e, _png
+from ..report.html import PAGE_CSS, esc, png_img
 from ..report.io import write_bytes_atomic, write_text_atomic
 from ..report.run_report import machine_line
 
@@ -132,7 +132,7 @@ def peak_memory(report: dict) -> bytes:
 
 
 def _png_bytes(fig) -> bytes:
-    return base64.b64decode(_png(fig).split(",", 1)[1])
+    return base64.b64decode(png_img(fig).split(",", 1)[1])
 
 
 def _k(k: float | None) -> str:
@@ -140,7 +140,7 @@ def _k(k: float | None) -> str:
 
 
 def _size(n: int) -> str:
-    from .scaling import size_label
+    from .summary import size_label
 
     return size_label(n)
 
@@ -151,8 +151,8 @@ PLOTS = (("time_vs_bytes", time_vs_bytes, "time against state bytes"),
 
 
 def _table(header: Any, rows: list[list[str]]) -> str:
-    out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"]
-    out += ["<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows]
+    out = ["<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"]
+    out += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows]
     return "\n".join(out + ["</table>"])
 
 
@@ -171,21 +171,21 @@ def _benchmark_rows(report: dict) -> list[list[str]]:
 
 def render_html(report: dict, pngs: dict[str, bytes]) -> str:
     """The page: facts, the summary table, failures, the three plots, every benchmark."""
-    from .scaling import SUMMARY_HEADER, summary_rows
+    from .summary import SUMMARY_HEADER, summary_rows
 
     m = report.get("machine_info") or {}
     commit = report.get("commit_info") or {}
     title = f"fsdp-conformance bench scaling: torch {m.get('torch_version', '?')}"
     nfail = len(report["failed"])
     out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-           f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
-           f"<h1>{_e(title)}</h1>",
+           f"<title>{esc(title)}</title><style>{PAGE_CSS}</style></head><body>",
+           f"<h1>{esc(title)}</h1>",
            f"<p class='verdict {'failed' if nfail else 'ok'}'>{len(report['benchmarks'])} "
            f"benchmarks, {nfail} failed</p>", "<ul>",
-           f"<li>machine: {_e(machine_line(report))}</li>",
-           f"<li>commit: <code>{_e(commit.get('id'))}</code>"
-           f"{' (dirty)' if commit.get('dirty') else ''}; {_e(report['datetime'])}</li>",
-           f"<li>backend {_e(report['backend'])}; {'quick' if report['quick'] else 'full'} grid "
+           f"<li>machine: {esc(machine_line(report))}</li>",
+           f"<li>commit: <code>{esc(commit.get('id'))}</code>"
+           f"{' (dirty)' if commit.get('dirty') else ''}; {esc(report['datetime'])}</li>",
+           f"<li>backend {esc(report['backend'])}; {'quick' if report['quick'] else 'full'} grid "
            f"of {len(report['grid']['cases'])} cases; wall time {report['wall_time_s']:.0f} s</li>",
            "</ul>",
            "<h2>Summary</h2>",
@@ -197,13 +197,13 @@ def render_html(report: dict, pngs: dict[str, bytes]) -> str:
            _table(SUMMARY_HEADER, summary_rows(report))]
     if nfail:
         out.append(f"<h2>Failed ({nfail})</h2>")
-        out += [f"<h3><code>{_e(f['name'])}</code></h3><pre>{_e(f['error'])}</pre>"
+        out += [f"<h3><code>{esc(f['name'])}</code></h3><pre>{esc(f['error'])}</pre>"
                 for f in report["failed"]]
     out.append("<h2>Plots</h2>")
     for key, _, alt in PLOTS:
         if key in pngs:
             uri = "data:image/png;base64," + base64.b64encode(pngs[key]).decode("ascii")
-            out.append(f'<img src="{uri}" alt="{_e(alt)}">')
+            out.append(f'<img src="{uri}" alt="{esc(alt)}">')
     out += ["<h2>Every benchmark</h2>",
             _table(("name", "min ms", "median ms", "rounds", "floor ms", "x floor", "GB/s",
                     "state MB", "peak MiB per rank", "floor"), _benchmark_rows(report)),

@@ -22,18 +22,18 @@ import torch
 
 from .. import reference as ref
 from .statediff import diff_state_dicts, format_diff
-from .reference_props import _path_value
+from .reference_props import path_value
 from .verdict import Verdict, error, fail, na, passed
 
 FULL_LOAD_PATHS = ("set_full", "set_full_broadcast", "set_full_nonstrict",
                    "set_full_broadcast_nonstrict")
 
 
-def _owner(layout):
+def owner_of(layout):
     return lambda fqn, index: layout.owner(fqn, index) if layout.has(fqn) else 0
 
 
-def _drop_plain(d: dict, layout) -> dict:
+def drop_plain(d: dict, layout) -> dict:
     plain = {p.fqn for p in layout.plain_params}
     return {**d, "state": {k: v for k, v in d.get("state", {}).items() if k not in plain}}
 
@@ -119,7 +119,7 @@ def p1_gather(layout, observations: Sequence[dict], path: str = "full") -> Verdi
         return error(f"reference.fsdp2_gather rejected torch's local dicts: {exc}")
     for obs in observations:
         r = obs["rank"]
-        got, v = _path_value(obs, path)
+        got, v = path_value(obs, path)
         if v is not None:
             return v
         if path == "full_rank0" and r != 0:
@@ -130,7 +130,7 @@ def p1_gather(layout, observations: Sequence[dict], path: str = "full") -> Verdi
         want_r = _with_own_plain(want, obs["local"], layout)
         if path == "flattened":
             want_r = flatten_keys(want_r)
-        diffs = diff_state_dicts(want_r, got, owner=_owner(layout))
+        diffs = diff_state_dicts(want_r, got, owner=owner_of(layout))
         if diffs:
             return fail(f"{path} on rank {r} differs from reference.fsdp2_gather:\n"
                         + format_diff(diffs))
@@ -156,20 +156,20 @@ def p3_shard(layout, full: dict, observations: Sequence[dict], paths: Sequence[s
         except ref.StateDictMismatch as exc:
             return error(f"reference.fsdp2_shard rejected the full dict for rank {r}: {exc}")
         for path in paths:
-            got, v = _path_value(obs, path)
+            got, v = path_value(obs, path)
             if v is not None:
                 if v.status == "error" and first_error is None:
                     first_error = v
                 continue
-            diffs = diff_state_dicts(want, _state_only(got), owner=_owner(layout))
+            diffs = diff_state_dicts(want, _state_only(got), owner=owner_of(layout))
             checked += 1
             if diffs:
                 problems.append(f"{path} on rank {r} differs from reference.fsdp2_shard:\n"
                                 + format_diff(diffs))
         if own_locals and "local" in obs:
-            mine = want if r == 0 else _drop_plain(want, layout)
-            theirs = _state_only(obs["local"] if r == 0 else _drop_plain(obs["local"], layout))
-            diffs = diff_state_dicts(mine, theirs, owner=_owner(layout))
+            mine = want if r == 0 else drop_plain(want, layout)
+            theirs = _state_only(obs["local"] if r == 0 else drop_plain(obs["local"], layout))
+            diffs = diff_state_dicts(mine, theirs, owner=owner_of(layout))
             if diffs:
                 problems.append(f"reference.fsdp2_shard(full) on rank {r} differs from the rank's "
                                 f"own optim.state_dict():\n" + format_diff(diffs))
@@ -188,7 +188,7 @@ def p11_groups(full: dict, observations: Sequence[dict], path: str) -> Verdict:
     and the FQNs of each group."""
     want = {"param_groups": full.get("param_groups", [])}
     for obs in observations:
-        got, v = _path_value(obs, path)
+        got, v = path_value(obs, path)
         if v is not None:
             return na(f"{path} did not load (P3:{path} reports why)") if v.status == "error" else v
         diffs = diff_state_dicts(want, {"param_groups": got.get("param_groups", [])})
@@ -203,10 +203,10 @@ def p3_reload_own(layout, observations: Sequence[dict], path: str = "set_sharded
     every rank's optimizer state bitwise equal to the rank's own state before saving."""
     problems = []
     for obs in observations:
-        got, v = _path_value(obs, path)
+        got, v = path_value(obs, path)
         if v is not None:
             return v
-        diffs = diff_state_dicts(obs["local"], got, owner=_owner(layout))
+        diffs = diff_state_dicts(obs["local"], got, owner=owner_of(layout))
         if diffs:
             problems.append(f"{path} on rank {obs['rank']} differs from the rank's own state:\n"
                             + format_diff(diffs))
@@ -252,7 +252,7 @@ def p4_sharded(layout, observations: Sequence[dict], path: str = "sharded") -> V
     problems = []
     for obs in observations:
         r = obs["rank"]
-        got, v = _path_value(obs, path)
+        got, v = path_value(obs, path)
         if v is not None:
             return v
         local = obs["local"]
@@ -285,7 +285,7 @@ def p4_sharded(layout, observations: Sequence[dict], path: str = "sharded") -> V
                 else:
                     conv[n] = val
             plain_view["state"][fqn] = conv
-        diffs = diff_state_dicts(local, plain_view, owner=_owner(layout))
+        diffs = diff_state_dicts(local, plain_view, owner=owner_of(layout))
         if diffs:
             problems.append(f"{path} on rank {r}: local pieces differ from the rank's local "
                             "state:\n" + format_diff(diffs))
@@ -324,7 +324,7 @@ def p4_flatten_dtensor(layout, observations: Sequence[dict]) -> Verdict:
     left out."""
     recs, problems = [], []
     for obs in observations:
-        rec, v = _path_value(obs, "sharded")
+        rec, v = path_value(obs, "sharded")
         if v is not None:
             return v
         recs.append(rec)
@@ -344,19 +344,19 @@ def p4_flatten_dtensor(layout, observations: Sequence[dict]) -> Verdict:
     for obs in observations:
         r = obs["rank"]
         try:
-            want = _drop_plain(ref.flatten_sharded(layout, neutral, r), layout)
+            want = drop_plain(ref.flatten_sharded(layout, neutral, r), layout)
         except ref.StateDictMismatch as exc:
             return error(f"reference.flatten_sharded rejected the DTensor dicts for rank {r}: {exc}")
-        diffs = diff_state_dicts(want, _drop_plain(obs["local"], layout), owner=_owner(layout))
+        diffs = diff_state_dicts(want, drop_plain(obs["local"], layout), owner=owner_of(layout))
         if diffs:
             problems.append(f"reference.flatten_sharded on rank {r} differs from the rank's local "
                             "state:\n" + format_diff(diffs))
-        got, v = _path_value(obs, "to_load")
+        got, v = path_value(obs, "to_load")
         if v is not None:
             if v.status == "error":
                 return v
             continue
-        diffs = diff_state_dicts(want, _drop_plain(got, layout), owner=_owner(layout))
+        diffs = diff_state_dicts(want, drop_plain(got, layout), owner=owner_of(layout))
         if diffs:
             problems.append(f"optim_state_dict_to_load on rank {r} differs from "
                             "reference.flatten_sharded:\n" + format_diff(diffs))

@@ -20,7 +20,7 @@ from .. import reference as ref
 from ..cases import Case
 from .statediff import diff_state_dicts, format_diff
 from . import fsdp2_props
-from .fsdp2_props import _drop_plain, _owner
+from .fsdp2_props import drop_plain, owner_of
 from .layouts import fsdp2_reference_layout
 from .run_props import recorded_error, assemble_sharded
 from .verdict import Verdict, error, fail, passed
@@ -63,7 +63,7 @@ def p1_saved(layout, save_obs: Sequence[dict], full: dict, api: str) -> Verdict:
         want = ref.fsdp2_gather(layout, [o["local"] for o in save_obs])
     except ref.StateDictMismatch as exc:
         return error(f"reference.fsdp2_gather rejected torch's local dicts: {exc}")
-    diffs = diff_state_dicts(want, full, owner=_owner(layout))
+    diffs = diff_state_dicts(want, full, owner=owner_of(layout))
     if diffs:
         return fail(f"{api} saved a dict that differs from reference.fsdp2_gather:\n"
                     + format_diff(diffs))
@@ -89,15 +89,15 @@ def p3_loaded(dst, full: dict, load_obs: Sequence[dict],
             want = _state(ref.fsdp2_shard(dst, full, r))
         except ref.StateDictMismatch as exc:
             return error(f"reference.fsdp2_shard rejected the saved dict for rank {r}: {exc}")
-        diffs = diff_state_dicts(want, _state(o["loaded"]), owner=_owner(dst))
+        diffs = diff_state_dicts(want, _state(o["loaded"]), owner=owner_of(dst))
         if diffs:
             problems.append(f"rank {r} after loading differs from reference.fsdp2_shard:\n"
                             + format_diff(diffs))
         if own is not None:
             mine, theirs = _state(own[r]["local"]), _state(o["loaded"])
             if r != 0:
-                mine, theirs = _drop_plain(mine, dst), _drop_plain(theirs, dst)
-            diffs = diff_state_dicts(mine, theirs, owner=_owner(dst))
+                mine, theirs = drop_plain(mine, dst), drop_plain(theirs, dst)
+            diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst))
             if diffs:
                 problems.append(f"rank {r} after loading differs from its own state before "
                                 f"saving:\n" + format_diff(diffs))

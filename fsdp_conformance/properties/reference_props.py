@@ -13,26 +13,26 @@ from .statediff import diff_state_dicts, format_diff
 from .verdict import Verdict, error, fail, na, passed
 
 
-def _drop_plain(d: dict, layout) -> dict:
+def drop_plain(d: dict, layout) -> dict:
     """``d`` without the state of params outside every unit (ignored modules): FSDP does not
     synchronise them, so a rank other than 0 legitimately holds its own values there."""
     plain = {slot.fqn for slot in layout.plain_params}
     return {**d, "state": {k: v for k, v in d["state"].items() if k not in plain}}
 
 
-def _comparable(expected: dict, got: dict, layout, rank: int) -> tuple[dict, dict]:
+def comparable(expected: dict, got: dict, layout, rank: int) -> tuple[dict, dict]:
     """The pair to compare on ``rank``: whole on rank 0, without ignored-module params on
-    the others (see ``_drop_plain``)."""
+    the others (see ``drop_plain``)."""
     if rank == 0:
         return expected, got
-    return _drop_plain(expected, layout), _drop_plain(got, layout)
+    return drop_plain(expected, layout), drop_plain(got, layout)
 
 
-def _owner(layout):
+def owner_of(layout):
     return lambda fqn, index: layout.owner(fqn, index)
 
 
-def _path_value(obs: dict, path: str):
+def path_value(obs: dict, path: str):
     v = obs.get(path)
     if v is None:
         return None, na(f"path {path} was not run")
@@ -98,7 +98,7 @@ def p1_gather(layout, observations: Sequence[dict], path: str = "full_legacy") -
     except ref.StateDictMismatch as exc:
         return error(f"reference.gather_full rejected torch's local dicts: {exc}")
     for obs in observations:
-        got, v = _path_value(obs, path)
+        got, v = path_value(obs, path)
         if v is not None:
             return v
         want_r = {**want, "state": dict(want["state"])}
@@ -108,7 +108,7 @@ def p1_gather(layout, observations: Sequence[dict], path: str = "full_legacy") -
                 want_r["state"][slot.fqn] = own
             else:
                 want_r["state"].pop(slot.fqn, None)
-        diffs = diff_state_dicts(want_r, got, owner=_owner(layout))
+        diffs = diff_state_dicts(want_r, got, owner=owner_of(layout))
         if diffs:
             return fail(f"{path} on rank {obs['rank']} differs from reference.gather_full:\n"
                         + format_diff(diffs))
@@ -130,20 +130,20 @@ def p3_shard(layout, full: dict, observations: Sequence[dict],
         except ref.StateDictMismatch as exc:
             return error(f"reference.shard_full rejected the full dict for rank {r}: {exc}")
         for path in paths:
-            got, v = _path_value(obs, path)
+            got, v = path_value(obs, path)
             if v is not None:
                 if v.status == "error":
                     return v
                 continue
-            mine, theirs = _comparable(want, got, layout, r)
-            diffs = diff_state_dicts(mine, theirs, owner=_owner(layout))
+            mine, theirs = comparable(want, got, layout, r)
+            diffs = diff_state_dicts(mine, theirs, owner=owner_of(layout))
             checked += 1
             if diffs:
                 problems.append(f"{path} on rank {r} differs from reference.shard_full:\n"
                                 + format_diff(diffs))
         if own_locals and "local" in obs:
-            mine, theirs = _comparable(want, obs["local"], layout, r)
-            diffs = diff_state_dicts(mine, theirs, owner=_owner(layout))
+            mine, theirs = comparable(want, obs["local"], layout, r)
+            diffs = diff_state_dicts(mine, theirs, owner=owner_of(layout))
             if diffs:
                 problems.append(f"reference.shard_full(full) on rank {r} differs from the "
                                 f"rank's own optim.state_dict():\n" + format_diff(diffs))
@@ -183,7 +183,7 @@ def p4_flatten(layout, observations: Sequence[dict]) -> Verdict:
     that FSDP does not synchronise; P1 checks them per rank, P4 leaves them out."""
     neutral = []
     for obs in observations:
-        sharded, v = _path_value(obs, "sharded_legacy")
+        sharded, v = path_value(obs, "sharded_legacy")
         if v is not None:
             return v
         try:
@@ -199,17 +199,17 @@ def p4_flatten(layout, observations: Sequence[dict]) -> Verdict:
         except ref.StateDictMismatch as exc:
             return error(f"reference.flatten_sharded rejected the sharded dicts for rank {r}: "
                          f"{exc}")
-        want = _drop_plain(want, layout)  # per-rank values: merged pieces mean nothing there
-        diffs = diff_state_dicts(want, _drop_plain(obs["local"], layout), owner=_owner(layout))
+        want = drop_plain(want, layout)  # per-rank values: merged pieces mean nothing there
+        diffs = diff_state_dicts(want, drop_plain(obs["local"], layout), owner=owner_of(layout))
         if diffs:
             problems.append(f"reference.flatten_sharded on rank {r} differs from the rank's "
                             f"local state:\n" + format_diff(diffs))
-        got, v = _path_value(obs, "flatten_legacy")
+        got, v = path_value(obs, "flatten_legacy")
         if v is not None:
             if v.status == "error":
                 return v
             continue
-        diffs = diff_state_dicts(want, _drop_plain(got, layout), owner=_owner(layout))
+        diffs = diff_state_dicts(want, drop_plain(got, layout), owner=owner_of(layout))
         if diffs:
             problems.append(f"flatten_sharded_optim_state_dict on rank {r} differs from "
                             f"reference.flatten_sharded:\n" + format_diff(diffs))

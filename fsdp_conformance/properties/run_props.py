@@ -21,7 +21,7 @@ from .. import reference as ref
 from .statediff import diff_state_dicts, format_diff
 from .baseline import LocalRun
 from ..sut.registry import family_of
-from .reference_props import _comparable, _drop_plain, _owner, sharded_to_flat_offsets
+from .reference_props import comparable, drop_plain, owner_of, sharded_to_flat_offsets
 from .verdict import Verdict, error, fail, na, passed
 
 # dtype -> (rtol, atol) for P2 and P6.
@@ -160,8 +160,8 @@ def p1_saved(layout, save_obs: Sequence[dict], full: dict, api: str) -> Verdict:
         want = ref.gather_full(layout, [o["local"] for o in save_obs])
     except ref.StateDictMismatch as exc:
         return error(f"reference.gather_full rejected torch's local dicts: {exc}")
-    want, got = _comparable(want, full, layout, 0)
-    diffs = diff_state_dicts(want, got, owner=_owner(layout))
+    want, got = comparable(want, full, layout, 0)
+    diffs = diff_state_dicts(want, got, owner=owner_of(layout))
     if diffs:
         return fail(f"{api} saved a dict that differs from reference.gather_full:\n"
                     + format_diff(diffs))
@@ -196,14 +196,14 @@ def p3_loaded(dst_layout, full: dict, load_obs: Sequence[dict],
             want = ref.shard_full(dst_layout, full, r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.shard_full rejected the saved dict for rank {r}: {exc}")
-        mine, theirs = _comparable(want, o["loaded"], dst_layout, r)
-        diffs = diff_state_dicts(mine, theirs, owner=_owner(dst_layout))
+        mine, theirs = comparable(want, o["loaded"], dst_layout, r)
+        diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst_layout))
         if diffs:
             problems.append(f"rank {r} after loading differs from reference.shard_full:\n"
                             + format_diff(diffs))
         if own is not None:
-            mine, theirs = _comparable(own[r]["local"], o["loaded"], dst_layout, r)
-            diffs = diff_state_dicts(mine, theirs, owner=_owner(dst_layout))
+            mine, theirs = comparable(own[r]["local"], o["loaded"], dst_layout, r)
+            diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst_layout))
             if diffs:
                 problems.append(f"rank {r} after loading differs from its own state before "
                                 f"saving:\n" + format_diff(diffs))
@@ -233,8 +233,8 @@ def p4_flatten(dst_layout, load_obs: Sequence[dict], api: str) -> Verdict:
             want = ref.flatten_sharded(dst_layout, neutral, r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.flatten_sharded rejected torch's sharded dicts: {exc}")
-        diffs = diff_state_dicts(_drop_plain(want, dst_layout), _drop_plain(o["loaded"], dst_layout),
-                                 owner=_owner(dst_layout))
+        diffs = diff_state_dicts(drop_plain(want, dst_layout), drop_plain(o["loaded"], dst_layout),
+                                 owner=owner_of(dst_layout))
         if diffs:
             problems.append(f"rank {r}: flat local state differs from reference.flatten_sharded:\n"
                             + format_diff(diffs))
@@ -360,7 +360,7 @@ def p9_flags(layout, api: str, save_obs: Sequence[dict]) -> Verdict:
             problems.append("rank 0: rank0_only=True differs from rank0_only=False:\n"
                             + format_diff(diffs))
         for o in save_obs[1:]:
-            mine, theirs = _comparable(save_obs[0]["all_ranks"], o["all_ranks"], layout, o["rank"])
+            mine, theirs = comparable(save_obs[0]["all_ranks"], o["all_ranks"], layout, o["rank"])
             diffs = diff_state_dicts(mine, theirs)
             if diffs:
                 problems.append(f"rank {o['rank']}: rank0_only=False differs from rank 0's:\n"

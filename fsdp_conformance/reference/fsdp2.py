@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .errors import MissingKeyError, RankCountMismatch, ShapeMismatch, UnknownKeyError
-from .gather import _agree, _order_state
+from .gather import agree_on, order_state
 from .keys import clone_value
 from .layout import Fsdp2Layout
 
@@ -76,7 +76,7 @@ def fsdp2_gather(layout: Fsdp2Layout, local_dicts: Sequence[Mapping]) -> dict:
                     if _is_elem(v) and tuple(v.shape) != p.shape:
                         raise ShapeMismatch("state tensor does not have its param's shape", param=p.fqn,
                                             key=n, rank=0, expected=p.shape, got=tuple(v.shape))
-                state[p.fqn] = _order_state({n: clone_value(v) for n, v in st.items()})
+                state[p.fqn] = order_state({n: clone_value(v) for n, v in st.items()})
             continue
         holders = [r for r in ranks if p.fqn in local_dicts[r].get("state", {})]
         if not holders:
@@ -101,7 +101,7 @@ def fsdp2_gather(layout: Fsdp2Layout, local_dicts: Sequence[Mapping]) -> dict:
                                             got=tuple(v.shape) if isinstance(v, torch.Tensor) else type(v))
                 res[n] = torch.cat([v.detach().to(vals[0].device) for v in vals], dim=0)
             else:
-                res[n] = clone_value(_agree(list(zip(ranks, vals)), param=p.fqn, key=n))
-        state[p.fqn] = _order_state(res)
+                res[n] = clone_value(agree_on(list(zip(ranks, vals)), param=p.fqn, key=n))
+        state[p.fqn] = order_state(res)
     groups = [{k: clone_value(v) for k, v in g.items()} for g in local_dicts[0].get("param_groups", [])]
     return {"state": state, "param_groups": groups}

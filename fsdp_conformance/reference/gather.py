@@ -50,14 +50,14 @@ from .keys import category, check_locals, clone_value, values_equal
 from .layout import ModelLayout, UnitLayout
 
 
-def _order_state(state: Mapping[str, Any]) -> dict[str, Any]:
+def order_state(state: Mapping[str, Any]) -> dict[str, Any]:
     t = sorted(n for n, v in state.items() if category(v) == "tensor")
     z = sorted(n for n, v in state.items() if category(v) == "scalar_tensor")
     o = sorted((n for n, v in state.items() if category(v) == "value"), key=str)
     return {n: state[n] for n in (*t, *z, *o)}
 
 
-def _agree(values: list[tuple[int, Any]], *, param: str, key: str) -> Any:
+def agree_on(values: list[tuple[int, Any]], *, param: str, key: str) -> Any:
     """All ``(rank, value)`` must be equal; returns the first value."""
     r0, v0 = values[0]
     for r, v in values[1:]:
@@ -145,11 +145,11 @@ def _gather_flat(unit, local_dicts, ranks, want, device, skip=frozenset()):
                     t = t.view(p.shape)
                     out[p.fqn][name] = t.to(device) if device is not None else t
         else:
-            v0 = _agree(list(zip(ranks, vals)), param=k, key=name)
+            v0 = agree_on(list(zip(ranks, vals)), param=k, key=name)
             for p in unit.params:
                 if p.fqn in want:
                     out[p.fqn][name] = clone_value(v0, device)
-    return {f: _order_state(s) for f, s in out.items()}
+    return {f: order_state(s) for f, s in out.items()}
 
 
 def _from_shards(unit: UnitLayout, ranks, vals, start: int, end: int, dtype, dev) -> torch.Tensor:
@@ -180,7 +180,7 @@ def _gather_orig(unit, local_dicts, ranks, want, device, skip=frozenset()):
                     raise ShapeMismatch("state tensor has the wrong shape", param=p.fqn, key=name, rank=0,
                                         expected=p.shape, got=tuple(v.shape))
                 res[name] = clone_value(v, device)
-            out[p.fqn] = _order_state(res)
+            out[p.fqn] = order_state(res)
             continue
         pieces = {}
         for r in ranks:
@@ -236,8 +236,8 @@ def _gather_orig(unit, local_dicts, ranks, want, device, skip=frozenset()):
             else:
                 src = [r for r in holders if r in pieces] or holders
                 vals = [(r, local_dicts[r]["state"][p.fqn][name]) for r in src]
-                res[name] = clone_value(_agree(vals, param=p.fqn, key=name), device)
-        out[p.fqn] = _order_state(res)
+                res[name] = clone_value(agree_on(vals, param=p.fqn, key=name), device)
+        out[p.fqn] = order_state(res)
     return out
 
 

@@ -27,7 +27,7 @@ from .run_report import (LEGEND, SYMBOLS, failures, headline, known_limitations,
 
 PHASES = ("save", "load")
 _URL = re.compile(r"https?://[^\s<>\"']+")
-_CSS = """
+PAGE_CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1200px;
 padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}
@@ -47,7 +47,7 @@ img{max-width:100%;border:1px solid #eee;margin:.4em 0}
 """
 
 
-def _e(text: Any) -> str:
+def esc(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
@@ -57,10 +57,10 @@ def _linkify(text: str) -> str:
     out, pos = [], 0
     for m in _URL.finditer(text):
         url = m.group(0).rstrip(".,;:)")
-        out.append(_e(text[pos:m.start()]))
-        out.append(f'<a href="{_e(url)}">{_e(url)}</a>')
+        out.append(esc(text[pos:m.start()]))
+        out.append(f'<a href="{esc(url)}">{esc(url)}</a>')
         pos = m.start() + len(url)
-    out.append(_e(text[pos:]))
+    out.append(esc(text[pos:]))
     return "".join(out)
 
 
@@ -71,13 +71,13 @@ def _status_class(status: str) -> str:
 def _matrix(report: dict) -> str:
     header, rows = summary_rows(report)
     by_path = report["summary"]["by_path"]
-    out = ["<table class='matrix'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"]
+    out = ["<table class='matrix'><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"]
     for api, ncases, *_ in rows:
-        cells = [f"<td>{_e(api)}</td>", f"<td>{_e(ncases)}</td>"]
+        cells = [f"<td>{esc(api)}</td>", f"<td>{esc(ncases)}</td>"]
         for p in header[2:]:
             counts = by_path[api].get(p, {})
             cells.append("<td>" + " ".join(
-                f"<span class='{_status_class(s)}'>{counts[s]}{_e(SYMBOLS[s])}</span>"
+                f"<span class='{_status_class(s)}'>{counts[s]}{esc(SYMBOLS[s])}</span>"
                 for s in STATUSES if counts.get(s)) + "</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</table>")
@@ -90,10 +90,10 @@ def _failures(report: dict) -> list[str]:
     if not fails:
         out.append("<p>None.</p>")
     for cid, p, v in fails:
-        out += [f"<div class='failure'><h3><code>{_e(cid)}</code> {_e(p)}: "
-                f"<span class='{_status_class(v['status'])}'>{_e(v['status'])}</span></h3>",
-                f"<pre>{_e(v.get('detail', ''))}</pre>",
-                f"<p>Rerun: <code>{_e(rerun_command(cid))}</code></p></div>"]
+        out += [f"<div class='failure'><h3><code>{esc(cid)}</code> {esc(p)}: "
+                f"<span class='{_status_class(v['status'])}'>{esc(v['status'])}</span></h3>",
+                f"<pre>{esc(v.get('detail', ''))}</pre>",
+                f"<p>Rerun: <code>{esc(rerun_command(cid))}</code></p></div>"]
     return out
 
 
@@ -104,12 +104,12 @@ def _known(report: dict) -> list[str]:
         return out + ["<p>None seen in this run.</p>"]
     out.append("<ul>")
     for key, n, props, k in rows:
-        item = (f"<li><strong>{_e(key)}</strong>: {n} case{'s' if n != 1 else ''} "
-                f"({_e(', '.join(props))})")
+        item = (f"<li><strong>{esc(key)}</strong>: {n} case{'s' if n != 1 else ''} "
+                f"({esc(', '.join(props))})")
         if k is None:
             item += "<br>(no longer recorded in fsdp_conformance/known/entries.py)"
         else:
-            item += (f"<br>torch {_e(k.torch_versions)}: {_e(k.reason)}"
+            item += (f"<br>torch {esc(k.torch_versions)}: {esc(k.reason)}"
                      f"<br>Upstream: {_linkify(k.upstream)}")
         out.append(item + "</li>")
     out.append("</ul>")
@@ -119,7 +119,7 @@ def _known(report: dict) -> list[str]:
         return out + ["<p>None.</p>"]
     out.append("<p>These pass although a known limitation is recorded for them: retire the "
                "entry from <code>fsdp_conformance/known/entries.py</code> once confirmed.</p><ul>")
-    out += [f"<li><code>{_e(cid)}</code> {_e(p)}: {_e(key)}</li>" for cid, p, key in fixed]
+    out += [f"<li><code>{esc(cid)}</code> {esc(p)}: {esc(key)}</li>" for cid, p, key in fixed]
     return out + ["</ul>"]
 
 
@@ -139,7 +139,7 @@ def measured(report: dict) -> dict[str, list[tuple[str, int, dict]]]:
     return dict(sorted(out.items()))
 
 
-def _png(fig) -> str:
+def png_img(fig) -> str:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
@@ -184,7 +184,7 @@ def _time_plot(api: str, entries: list[tuple[str, int, dict]], scaling: dict) ->
             ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
-    return _png(fig)
+    return png_img(fig)
 
 
 def _memory_plot(api: str, entries: list[tuple[str, int, dict]]) -> str | None:
@@ -217,7 +217,7 @@ def _memory_plot(api: str, entries: list[tuple[str, int, dict]]) -> str | None:
             ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
-    return _png(fig)
+    return png_img(fig)
 
 
 def _worst(entries: list[tuple[str, int, dict]], phase: str) -> tuple[int, str, str]:
@@ -245,29 +245,29 @@ def _timing(report: dict) -> list[str]:
         for phase in PHASES:
             n, tb, mb = _worst(entries, phase)
             if n:
-                out.append(f"<tr><td>{_e(api)}</td><td>{phase}</td><td>{n}</td><td>{tb}</td>"
+                out.append(f"<tr><td>{esc(api)}</td><td>{phase}</td><td>{n}</td><td>{tb}</td>"
                            f"<td>{mb}</td></tr>")
     out.append("</table><p class='note'>A value above 1 exceeds its bound.</p>")
     if scaling:
         out += ["<h3>Scaling with world size</h3><table><tr><th>path/phase</th><th>world sizes"
                 "</th><th>exponent</th><th>floor exponent</th><th>status</th><th>detail</th></tr>"]
         for key, s in sorted(scaling.items()):
-            out.append(f"<tr><td>{_e(key)}</td><td>{_e(s.get('world_sizes', ''))}</td>"
+            out.append(f"<tr><td>{esc(key)}</td><td>{esc(s.get('world_sizes', ''))}</td>"
                        f"<td>{s.get('exponent', float('nan')):.2f}</td>"
                        f"<td>{s.get('floor_exponent', float('nan')):.2f}</td>"
                        f"<td class='{_status_class(str(s.get('status', '')))}'>"
-                       f"{_e(s.get('status', ''))}</td><td>{_e(s.get('detail', ''))}</td></tr>")
+                       f"{esc(s.get('status', ''))}</td><td>{esc(s.get('detail', ''))}</td></tr>")
         out.append("</table>")
     apis = sorted(set(by_api) | {k.rsplit("/", 1)[0] for k in scaling})
     with matplotlib.style.context("default"):
         for api in apis:
             entries = by_api.get(api, [])
-            out.append(f"<h3>{_e(api)}</h3>")
+            out.append(f"<h3>{esc(api)}</h3>")
             out.append(f'<img src="{_time_plot(api, entries, scaling)}" '
-                       f'alt="{_e(api)}: time against world size">')
+                       f'alt="{esc(api)}: time against world size">')
             mem = _memory_plot(api, entries)
             if mem:
-                out.append(f'<img src="{mem}" alt="{_e(api)}: peak memory per rank">')
+                out.append(f'<img src="{mem}" alt="{esc(api)}: peak memory per rank">')
     return out
 
 
@@ -278,18 +278,18 @@ def render_html(report: dict) -> str:
     title = (f"fsdp-conformance run: torch {report['torch_version']}, {report['backend']}, "
              f"tier {report['tier']}")
     out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-           f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
-           f"<h1>{_e(title)}</h1>",
-           f"<p class='verdict {'ok' if report['ok'] else 'failed'}'>{_e(headline(report))}</p>",
+           f"<title>{esc(title)}</title><style>{PAGE_CSS}</style></head><body>",
+           f"<h1>{esc(title)}</h1>",
+           f"<p class='verdict {'ok' if report['ok'] else 'failed'}'>{esc(headline(report))}</p>",
            "<ul>",
-           f"<li>wall time: {report['wall_time_s']:.1f} s ({_e(report['started'])} -&gt; "
-           f"{_e(report['finished'])})</li>",
-           f"<li>machine: {_e(machine_line(report))}</li>",
-           f"<li>world sizes: {_e(', '.join(map(str, report['world_sizes'])))}; seed "
-           f"{_e(report['seed'])}</li>",
-           f"<li>selection: {_e(report['selection'] or 'all cases of the tier')}</li>",
-           f"<li>command: <code>{_e(' '.join(report['argv']))}</code></li>", "</ul>",
-           "<h2>Matrix</h2>", _matrix(report), f"<p class='legend'>Legend: {_e(LEGEND)}.</p>"]
+           f"<li>wall time: {report['wall_time_s']:.1f} s ({esc(report['started'])} -&gt; "
+           f"{esc(report['finished'])})</li>",
+           f"<li>machine: {esc(machine_line(report))}</li>",
+           f"<li>world sizes: {esc(', '.join(map(str, report['world_sizes'])))}; seed "
+           f"{esc(report['seed'])}</li>",
+           f"<li>selection: {esc(report['selection'] or 'all cases of the tier')}</li>",
+           f"<li>command: <code>{esc(' '.join(report['argv']))}</code></li>", "</ul>",
+           "<h2>Matrix</h2>", _matrix(report), f"<p class='legend'>Legend: {esc(LEGEND)}.</p>"]
     out += _failures(report)
     out += _known(report)
     out += _timing(report)
@@ -297,7 +297,7 @@ def render_html(report: dict) -> str:
     out.append("<h2>Tolerances</h2>")
     if tol:
         out.append("<table><tr><th>dtype</th><th>rtol</th><th>atol</th></tr>" + "".join(
-            f"<tr><td>{_e(d)}</td><td>{_e(t.get('rtol', ''))}</td><td>{_e(t.get('atol', ''))}</td></tr>"
+            f"<tr><td>{esc(d)}</td><td>{esc(t.get('rtol', ''))}</td><td>{esc(t.get('atol', ''))}</td></tr>"
             for d, t in tol.items()) + "</table>")
     else:
         out.append("<p>None stated for this run.</p>")

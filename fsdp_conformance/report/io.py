@@ -46,7 +46,7 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def _git_commit() -> dict:
+def git_commit() -> dict:
     try:
         here = Path(__file__).resolve().parent
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
@@ -74,7 +74,7 @@ def machine_info() -> dict:
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         if torch.cuda.is_available() else [],
         "datetime": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit_info": _git_commit(),
+        "commit_info": git_commit(),
     }
     try:
         with open("/proc/meminfo") as f:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..cases import Case
+from .kinds import kind_of
 from .lifecycle import CaseEnv, execute
 
 
@@ -54,7 +55,7 @@ def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
     env = CaseEnv(rundir=Path(rundir), backend=backend, timeout=timeout,
                   fault_timeout=fault_timeout,
                   calibration=None if calibration is None else str(calibration))
-    return execute(case, env)
+    return execute(case, env, kind_of(case))
 
 
 def apply_scaling(results: Sequence, block: dict) -> list:

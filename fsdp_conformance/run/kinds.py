@@ -7,7 +7,8 @@ round trip. The one place that reads those flags.
 from __future__ import annotations
 
 from ..cases import Case
-from .lifecycle import CaseKind
+from ..properties.verdict import Verdict
+from .lifecycle import CaseKind, all_props
 
 
 def kind_of(case: Case) -> CaseKind:
@@ -27,3 +28,11 @@ def kind_of(case: Case) -> CaseKind:
     from .roundtrip_kind import RoundTripKind
 
     return RoundTripKind()
+
+
+def failed_verdicts(case: Case, v: Verdict, kind: CaseKind | None = None) -> dict[str, Verdict]:
+    """The verdicts of a case of ``kind`` (default ``kind_of(case)``) that could not run:
+    ``v`` for every property it decides, its usual n/a for the others (before known
+    limitations)."""
+    kind = kind or kind_of(case)
+    return {**kind.undecided(case), **all_props(v, kind.decides(case))}

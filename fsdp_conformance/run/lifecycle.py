@@ -125,13 +125,11 @@ def all_props(v: Verdict, props: Sequence[str] = PROPS) -> dict[str, Verdict]:
     return {p: v for p in props}
 
 
-def execute(case: Case, env: CaseEnv, kind: CaseKind | None = None):
-    """Run one case of ``kind`` (default ``kinds.kind_of(case)``) and return its
+def execute(case: Case, env: CaseEnv, kind: CaseKind) -> CaseResult:
+    """Run one case of ``kind`` (run/kinds.py ``kind_of`` picks the run's) and return its
     ``CaseResult`` (module rules)."""
     from ..known.apply import apply_known
-    from .kinds import kind_of
 
-    kind = kind or kind_of(case)
     workdir = workdir_of(case, env.rundir)
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
@@ -158,12 +156,3 @@ def execute(case: Case, env: CaseEnv, kind: CaseKind | None = None):
     ordered = {p: verdicts[p] for p in PROPS}
     judged = kind.known(case, ordered) if hasattr(kind, "known") else apply_known(case, ordered)
     return CaseResult(case, judged, dict(step.timings), dict(measurements))
-
-
-def failed_verdicts(case: Case, v: Verdict, kind: CaseKind | None = None) -> dict[str, Verdict]:
-    """The verdicts of a case of ``kind`` that could not run: ``v`` for every property it
-    decides, its usual n/a for the others (before known limitations)."""
-    from .kinds import kind_of
-
-    kind = kind or kind_of(case)
-    return {**kind.undecided(case), **all_props(v, kind.decides(case))}

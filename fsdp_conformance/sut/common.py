@@ -9,6 +9,9 @@ Rules
   traceback. The rank also marks the call failed (``harness.outcome.mark_failed``), so when
   it returns while other ranks wait in a collective it never joins, the pool decides the
   call within its short error grace instead of at the timeout (harness/pool.py's rules).
+- ``guard`` records an exception the same way but neither times nor marks the call: the
+  differential observers (sut/fsdp1.py, fsdp2.py, rekey.py) call one path after another on
+  the same ranks and judge each failure themselves.
 - ``is_error`` tells such a recorded error from a value.
 """
 from __future__ import annotations
@@ -46,3 +49,16 @@ def guarded(fn, *args, **kwargs) -> tuple[Any, float]:
 def is_error(obj: Any) -> bool:
     """Whether ``obj`` is what ``guarded`` records for a call that raised."""
     return isinstance(obj, dict) and "error" in obj
+
+
+def guard(fn, *args, **kwargs) -> Any:
+    """``fn(*args, **kwargs)`` with warnings silenced; an exception (DCP's
+    ``CheckpointException`` too) is returned as ``{"error": traceback}`` (module rules)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args, **kwargs)
+    except (Exception, CheckpointException):  # noqa: BLE001  (the verdict shows the traceback)
+        return {"error": traceback.format_exc()}

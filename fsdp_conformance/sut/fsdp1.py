@@ -12,8 +12,6 @@ Rules
 """
 from __future__ import annotations
 
-import traceback
-import warnings
 from typing import Any
 
 import torch
@@ -21,6 +19,7 @@ from torch import nn
 
 from ..cases import Case
 from ..zoo import build_model, build_optimizer, loss_of, make_batch, model_spec
+from .common import guard
 
 _PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 
@@ -41,16 +40,7 @@ def to_cpu(x: Any) -> Any:
     return x
 
 
-def _guard(fn, *args, **kwargs) -> Any:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return fn(*args, **kwargs)
-    except Exception:  # noqa: BLE001  (reported, not hidden: the verdict shows the traceback)
-        return {"error": traceback.format_exc()}
-
-
-def _strategy(case: Case):
+def sharding_strategy(case: Case):
     from torch.distributed.fsdp import ShardingStrategy
 
     return getattr(ShardingStrategy, case.strategy)
@@ -80,7 +70,7 @@ def wrap_fsdp1(ctx, case: Case, plan: str | None = None, world_size: int | None 
     targets = {id(m) for n, m in model.named_modules() if n in plan_fqns}
     ignored = [model.get_submodule(f) for f in spec.ignored]
     kwargs = dict(device_id=ctx.device, use_orig_params=case.use_orig_params,
-                  sharding_strategy=_strategy(case), ignored_modules=ignored or None,
+                  sharding_strategy=sharding_strategy(case), ignored_modules=ignored or None,
                   auto_wrap_policy=CustomPolicy(lambda m: id(m) in targets))
     groups = _hybrid_groups(ctx, case)
     kwargs["process_group"] = groups if groups is not None else ctx.group
@@ -166,7 +156,7 @@ def flat_metadata(fsdp: nn.Module) -> list[dict]:
     return units
 
 
-def _sharded_to_neutral(sharded: dict) -> dict:
+def flat_sharded_to_neutral(sharded: dict) -> dict:
     """ShardedTensor / DTensor values -> (global shape, [(offsets, local tensor)]) per state."""
     out = {}
     for key, state in sharded.get("state", {}).items():
@@ -199,9 +189,9 @@ def observe(ctx, case: Case) -> dict:
     out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
                            "meta": flat_metadata(fsdp)}
     out["local"] = to_cpu(named_local(optim.state_dict(), keys))
-    full_legacy = _guard(FSDP.full_optim_state_dict, fsdp, optim, rank0_only=False)
+    full_legacy = guard(FSDP.full_optim_state_dict, fsdp, optim, rank0_only=False)
     out["full_legacy"] = to_cpu(full_legacy)
-    out["full_legacy_rank0_only"] = to_cpu(_guard(FSDP.full_optim_state_dict, fsdp, optim,
+    out["full_legacy_rank0_only"] = to_cpu(guard(FSDP.full_optim_state_dict, fsdp, optim,
                                                 rank0_only=True))
 
     def full_current():
@@ -210,13 +200,13 @@ def observe(ctx, case: Case) -> dict:
                                   FullOptimStateDictConfig(rank0_only=False)):
             return FSDP.optim_state_dict(fsdp, optim)
 
-    out["full_current"] = to_cpu(_guard(full_current))
+    out["full_current"] = to_cpu(guard(full_current))
     if "error" not in full_legacy:
         out.update(_load_paths(ctx, fsdp, optim, keys, full_legacy))
-    sharded = _guard(FSDP.sharded_optim_state_dict, fsdp, optim)
-    out["sharded_legacy"] = (sharded if "error" in sharded else _sharded_to_neutral(sharded))
+    sharded = guard(FSDP.sharded_optim_state_dict, fsdp, optim)
+    out["sharded_legacy"] = (sharded if "error" in sharded else flat_sharded_to_neutral(sharded))
     if "error" not in sharded:
-        out["flatten_legacy"] = to_cpu(_guard(
+        out["flatten_legacy"] = to_cpu(guard(
             lambda: named_local(FSDP.flatten_sharded_optim_state_dict(sharded, fsdp, optim),
                                 keys)))
     return out
@@ -233,12 +223,12 @@ def _load_paths(ctx, fsdp, optim, keys: list[str], full: dict) -> dict:
             return named_local(FSDP.optim_state_dict_to_load(fsdp, optim, full), keys)
 
     return {
-        "shard_legacy": to_cpu(_guard(
+        "shard_legacy": to_cpu(guard(
             lambda: named_local(FSDP.shard_full_optim_state_dict(full, fsdp), keys))),
-        "scatter_legacy": to_cpu(_guard(
+        "scatter_legacy": to_cpu(guard(
             lambda: named_local(FSDP.scatter_full_optim_state_dict(
                 full if ctx.rank == 0 else None, fsdp), keys))),
-        "to_load": to_cpu(_guard(to_load)),
+        "to_load": to_cpu(guard(to_load)),
     }
 
 

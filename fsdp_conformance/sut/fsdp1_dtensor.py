@@ -21,8 +21,9 @@ from typing import Any
 
 from ..cases import Case
 from ..zoo import build_model, build_optimizer, model_spec
-from .fsdp1 import _strategy, clean_name, flat_metadata, named_local, optimizer_keys, train
-from .fsdp2 import local_to_cpu, _guard, sharded_record
+from .fsdp1 import sharding_strategy, clean_name, flat_metadata, named_local, optimizer_keys, train
+from .common import guard
+from .fsdp2 import local_to_cpu, sharded_record
 
 
 def _mesh(ctx, case: Case):
@@ -49,7 +50,7 @@ def wrap_fsdp1_mesh(ctx, case: Case, plan: str | None = None):
     targets = {id(m) for n, m in model.named_modules() if n in set(spec.plans[plan or case.plan])}
     ignored = [model.get_submodule(f) for f in spec.ignored]
     return FSDP(model, device_id=ctx.device, use_orig_params=case.use_orig_params,
-                sharding_strategy=_strategy(case), ignored_modules=ignored or None,
+                sharding_strategy=sharding_strategy(case), ignored_modules=ignored or None,
                 auto_wrap_policy=CustomPolicy(lambda m: id(m) in targets),
                 device_mesh=_mesh(ctx, case))
 
@@ -73,12 +74,12 @@ def observe(ctx, case: Case) -> dict:
         with FSDP.state_dict_type(fsdp, StateDictType.SHARDED_STATE_DICT):
             return FSDP.optim_state_dict(fsdp, optim)
 
-    live = _guard(sharded)
+    live = guard(sharded)
     if "error" in live:
         out["sharded"] = live
         return out
     out["value_types"] = sorted({type(v).__name__ for st in live["state"].values() for v in st.values()})
-    rec = _guard(sharded_record, live)
+    rec = guard(sharded_record, live)
     if "error" not in rec:
         rec["state"] = {clean_name(k): v for k, v in rec["state"].items()}
     out["sharded"] = rec
@@ -87,5 +88,5 @@ def observe(ctx, case: Case) -> dict:
         with FSDP.state_dict_type(fsdp, StateDictType.SHARDED_STATE_DICT):
             return named_local(FSDP.optim_state_dict_to_load(fsdp, optim, live), keys)
 
-    out["to_load"] = local_to_cpu(_guard(to_load))
+    out["to_load"] = local_to_cpu(guard(to_load))
     return out

@@ -33,16 +33,17 @@ from torch import nn
 from .. import reference as ref
 from ..cases import Case
 from ..zoo import build_model, build_optimizer, model_spec
-from .fsdp1 import _guard, named_local, optimizer_keys, train
+from .common import guard
+from .fsdp1 import named_local, optimizer_keys, train
 
 
-def _is_dtensor(x: Any) -> bool:
+def is_dtensor(x: Any) -> bool:
     return hasattr(x, "to_local") and hasattr(x, "placements") and hasattr(x, "device_mesh")
 
 
 def local_to_cpu(x: Any) -> Any:
     """Detached CPU clones; DTensors become their local tensor."""
-    if _is_dtensor(x):
+    if is_dtensor(x):
         x = x.to_local()
     if isinstance(x, torch.Tensor):
         return x.detach().to("cpu", copy=True)
@@ -66,7 +67,7 @@ def dtensor_record(v) -> dict:
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
     _, offset = compute_local_shape_and_global_offset(v.shape, v.device_mesh, v.placements)
-    pieces = _guard(ref.to_pieces, v)
+    pieces = guard(ref.to_pieces, v)
     return {"global_shape": tuple(v.shape), "dtensor": True, "local": local_to_cpu(v.to_local()),
             "placements": [_placement(p) for p in v.placements],
             "mesh_shape": tuple(v.device_mesh.shape),
@@ -83,7 +84,7 @@ def param_layout(model: nn.Module) -> list[dict]:
 
     out = []
     for n, p in model.named_parameters():
-        row = {"fqn": n, "shape": tuple(p.shape), "dtensor": _is_dtensor(p)}
+        row = {"fqn": n, "shape": tuple(p.shape), "dtensor": is_dtensor(p)}
         if row["dtensor"]:
             _, off = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
             row.update(local_shape=tuple(p.to_local().shape), offset=tuple(int(o) for o in off),
@@ -94,7 +95,7 @@ def param_layout(model: nn.Module) -> list[dict]:
 
 def sharded_record(sharded: dict) -> dict:
     """A sharded (DTensor-valued) optimizer dict as plain data, FQN-keyed."""
-    state = {k: {n: dtensor_record(v) if _is_dtensor(v) else local_to_cpu(v) for n, v in st.items()}
+    state = {k: {n: dtensor_record(v) if is_dtensor(v) else local_to_cpu(v) for n, v in st.items()}
              for k, st in sharded.get("state", {}).items()}
     return {"state": state, "param_groups": local_to_cpu(sharded.get("param_groups", []))}
 
@@ -187,7 +188,7 @@ def save_paths(ctx, model: nn.Module, optim, extras: bool = True) -> dict:
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     def get(**kw):
-        return _guard(get_optimizer_state_dict, model, optim, options=_options(**kw))
+        return guard(get_optimizer_state_dict, model, optim, options=_options(**kw))
 
     out = {"full": get(full_state_dict=True), "sharded": get(full_state_dict=False)}
     if not extras:
@@ -232,7 +233,7 @@ def load_paths(ctx, case: Case, plan: str, full: dict | None, *, flattened: dict
 
     def run(name, osd, **kw):
         model, optim, keys = _fresh(ctx, case, plan)
-        res = _guard(set_optimizer_state_dict, model, optim, osd, options=_options(**kw))
+        res = guard(set_optimizer_state_dict, model, optim, osd, options=_options(**kw))
         out[name] = res if isinstance(res, dict) and "error" in res else local_state(model, optim, keys)
 
     if full is not None:
@@ -272,7 +273,7 @@ def observe(ctx, case: Case, nonstrict: bool = True, extras: bool = True) -> dic
         out[name] = local_to_cpu(saved[name])
     for name in ("sharded", "sharded_offload"):
         v = saved[name]
-        out[name] = v if "error" in v or "n/a" in v else _guard(sharded_record, v)
+        out[name] = v if "error" in v or "n/a" in v else guard(sharded_record, v)
     ok = {k: "error" not in saved[k] and "n/a" not in saved[k]
           for k in ("full", "flattened", "sharded")}
     if not _agree_all(ctx, ok["full"] and ok["sharded"] and (ok["flattened"] or not extras)):
@@ -302,7 +303,7 @@ def save_full(ctx, case: Case) -> dict:
 
     model, optim, keys = _fresh(ctx, case, case.plan)
     losses = train(ctx, case, model, optim, case.steps)
-    full = _guard(get_optimizer_state_dict, model, optim, options=_options(full_state_dict=True))
+    full = guard(get_optimizer_state_dict, model, optim, options=_options(full_state_dict=True))
     return {"rank": ctx.rank, "keys": keys, "losses": losses, "mesh_shape": mesh_shape(ctx, case),
             "local": local_state(model, optim, keys), "full": local_to_cpu(full)}
 

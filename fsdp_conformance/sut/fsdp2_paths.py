@@ -46,9 +46,9 @@ import torch
 from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler
 from .fsdp1 import named_local, optimizer_keys, train
-from .fsdp2 import local_to_cpu, _is_dtensor, mesh_shape, param_layout, wrap_fsdp2
+from .fsdp2 import local_to_cpu, is_dtensor, mesh_shape, param_layout, wrap_fsdp2
 from .common import guarded, is_error, timed
-from .paths import (DCP_DIR, FULL_FILE, MODEL_FILE, SCHED_FILE, _atomic_save, _devices,
+from .paths import (DCP_DIR, FULL_FILE, MODEL_FILE, SCHED_FILE, atomic_save, devices_of,
                     is_full_path, rank_file, read_saved, resizable)
 
 __all__ = ["FSDP2_PATHS", "FULL_FILE", "MODEL_FILE", "SCHED_FILE", "DCP_DIR", "is_full_path",
@@ -88,7 +88,7 @@ def full_params(model) -> dict[str, torch.Tensor]:
     """Every param of the model, unsharded (``full_tensor()``: a collective), by FQN."""
     out = {}
     for n, p in model.named_parameters():
-        t = p.full_tensor() if _is_dtensor(p) else p
+        t = p.full_tensor() if is_dtensor(p) else p
         out[n] = t.detach().to("cpu", copy=True)
     return out
 
@@ -123,7 +123,7 @@ def sharded_to_neutral(sharded: dict) -> dict:
     for fqn, st in sharded.get("state", {}).items():
         conv = {}
         for n, v in st.items():
-            if _is_dtensor(v):
+            if is_dtensor(v):
                 _, off = compute_local_shape_and_global_offset(v.shape, v.device_mesh,
                                                                v.placements)
                 conv[n] = {"global_shape": tuple(v.shape), "dtensor": True,
@@ -152,7 +152,7 @@ def write_saved(ctx, case: Case, model, saved: Any, workdir: Path) -> float:
     t0 = time.perf_counter()
     if case.api == "fsdp2.full":
         if ctx.rank == 0:
-            _atomic_save(saved, workdir / FULL_FILE)
+            atomic_save(saved, workdir / FULL_FILE)
     else:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
@@ -175,22 +175,22 @@ def save_side(ctx, case: Case, workdir: str) -> dict:
     params = full_params(model)
     saved, t_save = guarded(save_path, case, model, optim)
     out["timings"] = {"save": t_save}
-    out["saved_devices"] = sorted(_devices(saved))
+    out["saved_devices"] = sorted(devices_of(saved))
     out["saved"] = _record(case, saved, keys)
     if not is_error(saved):
         out["timings"]["write"] = write_saved(ctx, case, model, saved, workdir)
     if ctx.rank == 0:
         out["params"] = params
-        _atomic_save(params, workdir / MODEL_FILE)
+        atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
-            _atomic_save(sched.state_dict(), workdir / SCHED_FILE)
+            atomic_save(sched.state_dict(), workdir / SCHED_FILE)
     # P9: the same save with the flag flipped.
     if case.api == "fsdp2.full":
         flipped, _ = guarded(save_path, case, model, optim, cpu_offload=False)
         out["all_ranks"] = _record(case, flipped, keys)
     else:
         offloaded, _ = guarded(save_path, case, model, optim, cpu_offload=True)
-        out["offloaded_devices"] = sorted(_devices(offloaded))
+        out["offloaded_devices"] = sorted(devices_of(offloaded))
         out["offloaded"] = _record(case, offloaded, keys)
     return out
 

@@ -45,7 +45,7 @@ from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler
 from . import fsdp1
 from .common import guarded, is_error, timed
-from .fsdp1 import to_cpu, _sharded_to_neutral, clean_name, named_local, optimizer_keys
+from .fsdp1 import to_cpu, flat_sharded_to_neutral, clean_name, named_local, optimizer_keys
 
 FSDP1_PATHS = ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded",
                "fsdp1.full", "fsdp1.sharded", "fsdp1.rekey")
@@ -153,12 +153,12 @@ def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, sub: str = ""
     t0 = time.perf_counter()
     if case.api == "fsdp1.rekey":
         if ctx.rank == 0:
-            _atomic_save(to_param_ids(case, saved), out / FULL_FILE)
+            atomic_save(to_param_ids(case, saved), out / FULL_FILE)
     elif is_full_path(case.api):
         if ctx.rank == 0:
-            _atomic_save(saved, out / FULL_FILE)
+            atomic_save(saved, out / FULL_FILE)
     elif case.api == "fsdp1.legacy_sharded":
-        _atomic_save(saved, out / rank_file(ctx.rank))
+        atomic_save(saved, out / rank_file(ctx.rank))
     elif case.api == "fsdp1.sharded":
         import torch.distributed.checkpoint as dcp
 
@@ -179,19 +179,19 @@ def _plain_pair(case: Case):
 
 def to_param_ids(case: Case, full: dict) -> dict:
     """A full FQN-keyed dict rekeyed to PARAM_ID for the unwrapped model (rekey path)."""
-    from .rekey import _rekey
+    from .rekey import rekey_osd
 
-    return _rekey(full, "id", *_plain_pair(case))
+    return rekey_osd(full, "id", *_plain_pair(case))
 
 
 def to_param_names(case: Case, ids: dict) -> dict:
     """A PARAM_ID dict of the unwrapped model rekeyed back to FQNs (rekey path)."""
-    from .rekey import _rekey
+    from .rekey import rekey_osd
 
-    return _rekey(ids, "name", *_plain_pair(case))
+    return rekey_osd(ids, "name", *_plain_pair(case))
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
+def atomic_save(obj: Any, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     torch.save(obj, tmp)
     os.replace(tmp, path)
@@ -202,11 +202,11 @@ def _record(case: Case, saved: Any, rank: int, keys: list[str]) -> Any:
     if is_error(saved):
         return saved
     if case.api in ("fsdp1.sharded", "fsdp1.legacy_sharded"):
-        return _sharded_to_neutral(saved)
+        return flat_sharded_to_neutral(saved)
     return to_cpu(named_local(saved, keys)) if saved else {}
 
 
-def _devices(obj: Any) -> set[str]:
+def devices_of(obj: Any) -> set[str]:
     if isinstance(obj, torch.Tensor):
         return {str(obj.device)}
     if hasattr(obj, "local_shards"):
@@ -214,9 +214,9 @@ def _devices(obj: Any) -> set[str]:
     if hasattr(obj, "to_local"):
         return {str(obj.to_local().device)}
     if isinstance(obj, dict):
-        return set().union(*(_devices(v) for v in obj.values())) if obj else set()
+        return set().union(*(devices_of(v) for v in obj.values())) if obj else set()
     if isinstance(obj, (list, tuple)):
-        return set().union(*(_devices(v) for v in obj)) if obj else set()
+        return set().union(*(devices_of(v) for v in obj)) if obj else set()
     return set()
 
 
@@ -231,7 +231,7 @@ def save_side(ctx, case: Case, workdir: str) -> dict:
     params = full_params(model)
     saved, t_save = guarded(save_path, case, model, optim)
     out["timings"] = {"save": t_save}
-    out["saved_devices"] = sorted(_devices(saved))
+    out["saved_devices"] = sorted(devices_of(saved))
     out["saved"] = _record(case, saved, ctx.rank, keys)
     if not is_error(saved):
         out["timings"]["write"] = write_saved(ctx, case, model, saved, workdir)
@@ -239,9 +239,9 @@ def save_side(ctx, case: Case, workdir: str) -> dict:
         out["saved_ids"] = to_cpu(guarded(to_param_ids, case, saved)[0])
     if ctx.rank == 0:
         out["params"] = params
-        _atomic_save(params, workdir / MODEL_FILE)
+        atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
-            _atomic_save(sched.state_dict(), workdir / SCHED_FILE)
+            atomic_save(sched.state_dict(), workdir / SCHED_FILE)
     # P9: the same save with the flags flipped (all ranks, no offload).
     if case.api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.full"):
         flipped, _ = guarded(save_path, case, model, optim, rank0_only=False, offload=False)

@@ -34,7 +34,8 @@ from torch import nn
 
 from ..cases import Case
 from ..zoo import OPTIMIZERS, build_model, build_optimizer, loss_of, make_batch
-from .fsdp1 import to_cpu, _guard, clean_name, named_local, optimizer_keys, train, wrap_fsdp1
+from .common import guard
+from .fsdp1 import to_cpu, clean_name, named_local, optimizer_keys, train, wrap_fsdp1
 
 
 def plain_model(case: Case) -> nn.Module:
@@ -99,7 +100,7 @@ def train_plain(case: Case, model: nn.Module, optim: torch.optim.Optimizer) -> l
     return losses
 
 
-def _rekey(osd: dict, to: str, model: nn.Module, optim: torch.optim.Optimizer | None) -> dict:
+def rekey_osd(osd: dict, to: str, model: nn.Module, optim: torch.optim.Optimizer | None) -> dict:
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import OptimStateKeyType
 
@@ -112,8 +113,8 @@ def _fsdp_to_plain(case: Case, full: dict) -> dict[str, Any]:
     model = plain_model(case)
     optim, how = plain_optimizer_for(case, model, full)
     out: dict[str, Any] = {"a_groups": how}
-    out["a_same_object"] = _guard(lambda: _rekey(full, "name", model, optim) is full)
-    a_ids = _guard(_rekey, full, "id", model, optim)
+    out["a_same_object"] = guard(lambda: rekey_osd(full, "name", model, optim) is full)
+    a_ids = guard(rekey_osd, full, "id", model, optim)
     out["a_ids"] = to_cpu(a_ids)
     if "error" in a_ids:
         out["a_loaded"] = out["a_names"] = {"n/a": "rekey to PARAM_ID raised"}
@@ -122,12 +123,12 @@ def _fsdp_to_plain(case: Case, full: dict) -> dict[str, Any]:
             optim.load_state_dict(a_ids)
             return optim.state_dict()
 
-        loaded = _guard(load)
+        loaded = guard(load)
         out["a_loaded"] = to_cpu(loaded)
-        out["a_names"] = (to_cpu(_guard(_rekey, loaded, "name", model, optim))
+        out["a_names"] = (to_cpu(guard(rekey_osd, loaded, "name", model, optim))
                           if "error" not in loaded else {"n/a": "load_state_dict raised"})
     if uses_model_order(model, optim):
-        out["a_ids_legacy"] = to_cpu(_guard(_rekey, full, "id", model, None))
+        out["a_ids_legacy"] = to_cpu(guard(rekey_osd, full, "id", model, None))
     else:
         out["a_ids_legacy"] = {"n/a": "the plain optimizer does not hold model.parameters() in "
                                       "order (several groups or a param left out): the "
@@ -148,7 +149,7 @@ def observe(ctx, case: Case) -> dict:
     out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses}
 
     # FSDP -> plain: the full dict lives on rank 0 only (rank0_only=True, the default)
-    full = _guard(FSDP.full_optim_state_dict, fsdp, fsdp_optim, rank0_only=True)
+    full = guard(FSDP.full_optim_state_dict, fsdp, fsdp_optim, rank0_only=True)
     if ctx.rank == 0:
         out["full"] = to_cpu(full)
         if "error" in full:
@@ -163,22 +164,22 @@ def observe(ctx, case: Case) -> dict:
     out["plain_losses"] = train_plain(case, model, optim)
     b_osd = optim.state_dict()
     out["b_osd"] = to_cpu(b_osd)
-    b_names = _guard(_rekey, b_osd, "name", model, optim)
+    b_names = guard(rekey_osd, b_osd, "name", model, optim)
     out["b_names"] = to_cpu(b_names)
     if "error" in b_names:
         na = {"n/a": "rekey to PARAM_NAME raised (see 'b_names')"}
         out.update(b_ids=na, b_reloaded=na, b_shard=na)
         return out
-    b_ids = _guard(_rekey, b_names, "id", model, optim)
+    b_ids = guard(rekey_osd, b_names, "id", model, optim)
     out["b_ids"] = to_cpu(b_ids)
 
     def reload():
         fresh_model = plain_model(case)
         fresh = plain_optimizer(case, fresh_model)
-        fresh.load_state_dict(_rekey(b_names, "id", fresh_model, fresh))
+        fresh.load_state_dict(rekey_osd(b_names, "id", fresh_model, fresh))
         return fresh.state_dict()
 
-    out["b_reloaded"] = to_cpu(_guard(reload))
-    out["b_shard"] = to_cpu(_guard(lambda: named_local(
+    out["b_reloaded"] = to_cpu(guard(reload))
+    out["b_shard"] = to_cpu(guard(lambda: named_local(
         FSDP.shard_full_optim_state_dict(b_names, fsdp, optim=fsdp_optim), keys)))
     return out

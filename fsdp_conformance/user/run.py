@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..cases import Case
+from ..run.kinds import kind_of
 from ..run.lifecycle import CaseEnv, execute
 from .kinds import CustomPathKind, UserModelKind
 from .limitations import Limitation, apply_declared
@@ -36,7 +37,7 @@ def run_user_case(case: Case, user: UserModel | None = None, custom: CustomPath 
         elif user is not None:
             kind = UserModelKind(user=user)
         else:
-            kind = None
+            kind = kind_of(case)
         r = execute(case, env, kind)
         return dataclasses.replace(r, properties=apply_declared(r.properties, declared, hits))
     finally:

@@ -191,7 +191,7 @@ ALIASED = Case(api="fsdp1.full", optimizer="adam", use_orig_params=True, world_s
 def test_known_entry_covers_its_wrong_values_but_not_a_new_crash():
     from fsdp_conformance.properties.verdict import Verdict, error, fail, suite_error
     from fsdp_conformance.known.apply import apply_known as _apply_known
-    from fsdp_conformance.run.lifecycle import failed_verdicts as _failed
+    from fsdp_conformance.run.kinds import failed_verdicts as _failed
 
     v = _apply_known(ALIASED, {"P1": fail("exp_avg differs")})
     assert v["P1"].status == "known" and v["P1"].known == "orig-params-full-osd-aliasing"
@@ -212,7 +212,7 @@ def test_known_entry_covers_its_wrong_values_but_not_a_new_crash():
 def test_known_crash_is_matched_by_its_symptom_and_carries_downstream():
     from fsdp_conformance.properties.verdict import error
     from fsdp_conformance.known.apply import apply_known as _apply_known
-    from fsdp_conformance.run.lifecycle import failed_verdicts as _failed
+    from fsdp_conformance.run.kinds import failed_verdicts as _failed
 
     case = Case(api="fsdp1.sharded", optimizer="sgd", world_size=2)
     msg = 'load failed: ValueError: `optim_state_dict` must have the keys "state"to be valid'
@@ -227,7 +227,7 @@ def test_full_tier_crashes_are_known_by_their_symptom_only():
     load size), and DSD dropping frozen params' state; another crash there stays an error."""
     from fsdp_conformance.properties.verdict import error, fail
     from fsdp_conformance.known.apply import apply_known as _apply_known
-    from fsdp_conformance.run.lifecycle import failed_verdicts as _failed
+    from fsdp_conformance.run.kinds import failed_verdicts as _failed
 
     ignored = Case(api="fsdp1.sharded", optimizer="adagrad", model="buffers", world_size=4)
     st = "RuntimeError: torch function 'addcmul_', with args: (ShardedTensor(ShardedTensorMe"

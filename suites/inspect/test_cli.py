@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from fsdp_conformance import cli
-from fsdp_conformance.inspect import SCHEMA, Summary, inspect_path
-from fsdp_conformance.inspect import DEFAULT_LIMIT, render_text
+from fsdp_conformance.inspection import SCHEMA, Summary, inspect_path
+from fsdp_conformance.inspection import DEFAULT_LIMIT, render_text
 from suites.conftest import ROOT, env_for_subprocess
 from suites.inspect.made import fqn_osd, named, save, trained
 from suites.inspect.test_fixtures import FIXTURES

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fsdp_conformance.reshard import UsageError
-from fsdp_conformance.inspect import inspect_path
+from fsdp_conformance.inspection import inspect_path
 from suites.inspect.made import (MODEL_FQNS, MODEL_SHAPES, flip_tensor_byte, fqn_osd, named,
                                 save, trained)
 from suites.inspect.test_fixtures import FIXTURES

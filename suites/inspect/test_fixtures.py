@@ -10,7 +10,7 @@ import json
 import pytest
 
 from fsdp_conformance.reshard import UsageError
-from fsdp_conformance.inspect import SHARDED_KINDS, Summary, inspect_path
+from fsdp_conformance.inspection import SHARDED_KINDS, Summary, inspect_path
 from suites.conftest import ROOT
 
 FIXTURES = ROOT / "fixtures" / "2.13.0"

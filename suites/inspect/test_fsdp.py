@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fsdp_conformance.harness.probes import fsdp1_checkpoint
-from fsdp_conformance.inspect import inspect_path
+from fsdp_conformance.inspection import inspect_path
 from fsdp_conformance.zoo import build_model
 from suites.inspect.ranks import fsdp2_sharded_rank_files
 
