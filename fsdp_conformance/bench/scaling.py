@@ -47,7 +47,6 @@ error (bad path, size or world size; nothing is measured).
 """
 from __future__ import annotations
 
-import math
 import sys
 import tempfile
 import time

@@ -35,6 +35,7 @@ class BoundsKind:
 
     def run(self, step: Step) -> Outcome:
         from ..harness.errors import RankError
+        from ..properties import bounds_props
         from . import rules
         from .measure import measure_case
 
@@ -50,7 +51,7 @@ class BoundsKind:
                                     backend=step.env.backend, timeout=step.env.timeout)
             except RankError as exc:
                 raise StepFailed("measuring the path", exc, hung=False) from exc
-            meas, p13, p14 = rules.verdicts(case, meas, cal)
+            meas, p13, p14 = bounds_props.verdicts(case, meas, cal)
             failed = [(p, v) for p, v in (("P13", p13), ("P14", p14)) if v.status == "fail"]
             if not failed or attempt == 2:
                 break

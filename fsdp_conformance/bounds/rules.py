@@ -20,7 +20,7 @@ Rules
   than the calibrated runs exceeds its bound. Noise only ever adds time while a real
   slowdown persists, so the runner measures a failing bounds case once more and judges the
   second measurement, and a case still failing is measured again (twice if need be) after
-  the rest of the run (runner.py): noise must hit every one of those to fail a case. (a, c)
+  the rest of the run (run/execute.py): noise must hit every one of those to fail a case. (a, c)
   are per world size: with 2 cores, world sizes 3 and 4 oversubscribe the CPUs and per-rank
   overheads of the sharded paths do not follow their copy floors, so one line over all
   world sizes would be loose at the small ones.
@@ -61,7 +61,6 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..cases import Case
-from ..properties.verdict import Verdict, error, fail, na, passed
 from .timing import fit_exponent
 
 SCHEMA = "fsdp-conformance/bounds-calibration/1"
@@ -223,16 +222,16 @@ def mem_base(api: str, phase: str, rank: int, m: dict) -> tuple[int, str]:
     """The DESIGN bound of ``rank`` for measurement ``m`` and what it is made of."""
     state, unit, ws = int(m["state_bytes"]), int(m["unit_bytes"]), int(m["world_size"])
     if holds_full(api, phase, rank):
-        return state + unit, f"full state {_mb(state)} + one unit {_mb(unit)}"
+        return state + unit, f"full state {mb_text(state)} + one unit {mb_text(unit)}"
     shard = -(-state // ws)
-    return shard + unit, f"shard {_mb(shard)} (state / {ws}) + one unit {_mb(unit)}"
+    return shard + unit, f"shard {mb_text(shard)} (state / {ws}) + one unit {mb_text(unit)}"
 
 
-def _mb(b: float) -> str:
+def mb_text(b: float) -> str:
     return f"{b / 1e6:.2f} MB"
 
 
-def _ms(s: float) -> str:
+def ms_text(s: float) -> str:
     return f"{s * 1e3:.2f} ms"
 
 
@@ -253,54 +252,11 @@ def annotate(case: Case, meas: dict, cal: Calibration) -> dict:
             mb = cal.mem_bound(mem_key(case.api, phase, r))
             base, what = mem_base(case.api, phase, r, m)
             bounds.append(mb.bound(base))
-            made_of.append(f"{mb.factor:.2f} x ({what}) + {_mb(mb.fixed_bytes)}")
+            made_of.append(f"{mb.factor:.2f} x ({what}) + {mb_text(mb.fixed_bytes)}")
         m["mem_bound_bytes"] = bounds
         m["mem_bound_made_of"] = made_of
         out[phase] = m
     return out
-
-
-def p13_time(case: Case, meas: dict) -> Verdict:
-    """P13 (time part) from annotated measurements: both phases within their bound."""
-    lines, bad = [], False
-    for phase in PHASES:
-        m = meas[phase]
-        ok = m["time_s"] <= m["time_bound_s"]
-        bad |= not ok
-        ratio = f"{m['ratio']:.1f}" if m.get("ratio") is not None else "n/a"
-        lines.append(
-            f"{case.api} {phase}: time {_ms(m['time_s'])} {'<=' if ok else '>'} bound "
-            f"{_ms(m['time_bound_s'])} = a {m['time_a']:.3g} x floor {_ms(m['floor_s'])} + c "
-            f"{_ms(m['time_c_s'])} (time/floor {ratio}, time/bound "
-            f"{m['time_s'] / m['time_bound_s']:.2f}); floor ops: {m['floor']}; repeats "
-            f"{', '.join(_ms(t) for t in m['times_s'])}")
-    detail = "\n".join(lines)
-    return fail(detail) if bad else passed(detail)
-
-
-def p14_memory(case: Case, meas: dict) -> Verdict:
-    """P14 from annotated measurements: every rank's peak within its bound in both phases."""
-    lines, bad = [], False
-    for phase in PHASES:
-        m = meas[phase]
-        for r, (peak, bound) in enumerate(zip(m["peak_bytes"], m["mem_bound_bytes"])):
-            ok = peak <= bound
-            bad |= not ok
-            lines.append(f"{case.api} {phase} rank {r}: peak {_mb(peak)} {'<=' if ok else '>'} "
-                         f"bound {_mb(bound)} = {m['mem_bound_made_of'][r]} "
-                         f"(peak/bound {peak / bound:.2f}; {m['peak_method']})")
-    detail = "\n".join(lines)
-    return fail(detail) if bad else passed(detail)
-
-
-def verdicts(case: Case, meas: dict, cal: Calibration) -> tuple[dict, Verdict, Verdict]:
-    """(annotated measurements, P13, P14) of a bounds case; a calibration key missing makes
-    both verdicts errors naming it (the measurements come back unannotated)."""
-    try:
-        ann = annotate(case, meas, cal)
-    except CalibrationError as e:
-        return meas, error(str(e)), error(str(e))
-    return ann, p13_time(case, ann), p14_memory(case, ann)
 
 
 # --- scaling ------------------------------------------------------------------------------
@@ -372,22 +328,6 @@ def scaling_block(entries: Iterable[dict], cal: Calibration | None) -> dict[str,
         out[key] = s
     return out
 
-
-def scaling_verdict(p13: Verdict, s: dict) -> Verdict:
-    """P13 of a path's largest-world-size case with its scaling fit ``s`` folded in."""
-    if s.get("status") == "fail":
-        return fail(f"scaling: {s['detail']}\n\n{p13.detail}")
-    if s.get("status") == "error" and p13.status == "pass":
-        return error(s["detail"])
-    return p13
-
-
-__all__ = ["BOUNDS_MODEL", "BOUNDS_REPEATS", "Calibration", "CalibrationError", "MemBound",
-           "TimeBound", "annotate", "fit_memory", "fit_time", "load_calibration", "mem_base",
-           "p13_time", "p14_memory", "parse_calibration", "scaling_block", "verdicts"]
-
-
-# --- calibration --------------------------------------------------------------------------
 
 def calibration_data(runs: Sequence[Sequence[tuple[Case, dict]]], **facts: Any) -> dict:
     """The calibration file's JSON from N runs of bounds cases, each run a list of (case,

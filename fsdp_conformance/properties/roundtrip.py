@@ -12,7 +12,7 @@ Rules
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+
 
 from .. import reference as ref
 from ..cases import Case

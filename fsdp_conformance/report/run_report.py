@@ -22,8 +22,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..cases import Case
-from ..properties.verdict import STATUSES, Verdict
+from ..properties.verdict import STATUSES
 from .io import machine_info, write_json_atomic, write_text_atomic
 
 from ..run.result import CaseResult  # noqa: E402  (re-exported: the report's record)

@@ -62,6 +62,7 @@ def apply_scaling(results: Sequence, block: dict) -> list:
     """``results`` with each path's scaling fit (``block``) folded into P13 of its
     largest-world-size bounds case of the fitted model."""
     from ..bounds import rules as bounds
+    from ..properties.bounds_props import scaling_verdict
 
     out = list(results)
     for key, s in block.items():
@@ -71,7 +72,7 @@ def apply_scaling(results: Sequence, block: dict) -> list:
         if not idx:
             continue
         i = max(idx, key=lambda j: out[j].case.world_size)
-        p13 = bounds.scaling_verdict(out[i].properties["P13"], s)
+        p13 = scaling_verdict(out[i].properties["P13"], s)
         out[i] = dataclasses.replace(out[i], properties={**out[i].properties, "P13": p13})
     return out
 

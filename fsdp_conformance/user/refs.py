@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import sys
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Callable
 

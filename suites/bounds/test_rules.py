@@ -8,6 +8,7 @@ import math
 import pytest
 
 from fsdp_conformance.bounds import rules as b
+from fsdp_conformance.properties import bounds_props as bp
 from fsdp_conformance.run import matrix
 from fsdp_conformance.cases import Case
 
@@ -70,18 +71,18 @@ CASE = Case(api="fsdp1.full", model=b.BOUNDS_MODEL, optimizer="adam", dtype="fp3
 def test_p13_and_p14_pass_and_fail_with_the_numbers():
     cal = _cal()
     ok = {"save": _m([5 * MB, 3 * MB]), "load": _m([3 * MB, 3 * MB])}
-    ann, p13, p14 = b.verdicts(CASE, ok, cal)
+    ann, p13, p14 = bp.verdicts(CASE, ok, cal)
     assert p13.status == "pass" and p14.status == "pass", (p13.detail, p14.detail)
     assert ann["save"]["time_bound_s"] == pytest.approx(1.5 * 0.02 + 0.01)
     assert ann["save"]["mem_bound_bytes"][0] == pytest.approx(1.2 * 6 * MB + b.MEM_FIXED_BYTES, abs=1)
     slow = {"save": _m([5 * MB, 3 * MB], time_s=0.12), "load": ok["load"]}
-    _, p13, _ = b.verdicts(CASE, slow, cal)
+    _, p13, _ = bp.verdicts(CASE, slow, cal)
     assert p13.status == "fail"
     for text in ("fsdp1.full save", "120.00 ms >", "bound 40.00 ms", "a 1.5", "floor 20.00 ms",
                  "c 10.00 ms", "time/floor 6.0", "all_gather"):
         assert text in p13.detail, (text, p13.detail)
     doubled = {"save": _m([10 * MB, 3 * MB]), "load": ok["load"]}
-    _, _, p14 = b.verdicts(CASE, doubled, cal)
+    _, _, p14 = bp.verdicts(CASE, doubled, cal)
     assert p14.status == "fail"
     assert "save rank 0: peak 10.00 MB > bound 8.25 MB" in p14.detail, p14.detail
     assert "full state 4.00 MB + one unit 2.00 MB" in p14.detail
@@ -89,7 +90,7 @@ def test_p13_and_p14_pass_and_fail_with_the_numbers():
 
 def test_a_missing_calibration_key_is_an_error_naming_key_and_command():
     other = Case(api="fsdp2.full", model=b.BOUNDS_MODEL, world_size=2, steps=1, bounds=True)
-    _, p13, p14 = b.verdicts(other, {"save": _m([0, 0]), "load": _m([0, 0])}, _cal())
+    _, p13, p14 = bp.verdicts(other, {"save": _m([0, 0]), "load": _m([0, 0])}, _cal())
     assert p13.status == p14.status == "error"
     assert "test.json" in p13.detail and "fsdp2.full/save/ws2" in p13.detail
     assert b.CALIBRATE_COMMAND in p13.detail
@@ -134,7 +135,7 @@ def test_scaling_linear_passes_quadratic_fails():
     s = quad["fsdp1.full/load"]
     assert s["status"] == "fail" and s["exponent"] == pytest.approx(2.0)
     assert "ws^2.00" in s["detail"] and "ws^1.00" in s["detail"] and "+1.00 >" in s["detail"]
-    p13 = b.scaling_verdict(b.passed("fine"), s)
+    p13 = bp.scaling_verdict(bp.passed("fine"), s)
     assert p13.status == "fail" and "scaling" in p13.detail
     other = b.scaling_block(_entries("fsdp2.full", [1, 2, 3, 4], floors), cal)
     assert other["fsdp2.full/save"]["status"] == "error"
@@ -200,7 +201,7 @@ def test_stability_summary_counts_passes_worst_ratios_and_detection():
     from fsdp_conformance.report.run_report import CaseResult
 
     cal = _cal()
-    ann, p13, p14 = b.verdicts(CASE, {"save": _m([5 * MB, 3 * MB]), "load": _m([3 * MB, 3 * MB])}, cal)
+    ann, p13, p14 = bp.verdicts(CASE, {"save": _m([5 * MB, 3 * MB]), "load": _m([3 * MB, 3 * MB])}, cal)
     good = CaseResult(CASE, {"P13": p13, "P14": p14}, {}, ann)
     bad = CaseResult(CASE, {"P13": Verdict("fail", "too slow"), "P14": p14}, {}, ann)
     s = stability_summary([[good], [bad]], "cal.json")
