@@ -36,7 +36,7 @@ Rules
   growth well beyond it, not subtle changes; ``compare`` tracks the exponents over time. A
   failing fit fails P13 of that path's largest-world-size case, detail with both exponents.
 - P14 memory, per rank and phase: pass when ``peak_bytes[r] <= factor * base_r + fixed``.
-  ``base_r`` is the DESIGN.md bound: a rank that ends up holding the full dict (rank 0 of a
+  ``base_r`` is the docs/design.md bound: a rank that ends up holding the full dict (rank 0 of a
   full-dict save: ``sut.paths.is_full_path``; the run's saves are all rank0_only) holds full
   state + one unit; every other rank (and every rank of a load: its input is already
   resident, it builds its own shard) holds its shard (state / world size) + one unit, "one

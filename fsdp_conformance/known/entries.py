@@ -69,7 +69,7 @@ def _sharded(c: Case) -> bool:
 
 
 _TIED_UPSTREAM = (
-    "https://github.com/pytorch/pytorch/issues/128011 is DESIGN.md's tied-weights class (there "
+    "https://github.com/pytorch/pytorch/issues/128011 is docs/design.md's tied-weights class (there "
     "DSD's set_optimizer_state_dict expected every FQN of a shared param; fixed by #128685), "
     "not this FSDP1 failure; FSDP1 does not support shared params in different units: "
     "https://github.com/pytorch/pytorch/issues/83052")
@@ -109,7 +109,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "Adagrad creates state eagerly for every param, so with use_orig_params=True a rank "
         "holding none of a param still has {'step': 0, 'sum': empty} for it; the sharded dict "
         "a load path produces has no entry there, so a reload does not equal the rank's own "
-        "optim.state_dict() (Adagrad's eager-state class in DESIGN.md).",
+        "optim.state_dict() (Adagrad's eager-state class in docs/design.md).",
         also=("P4",)),
     KnownLimitation(
         "tied-across-units-flat-untied", ("P0", "P1", "P3", "P4", "P5"),
@@ -271,7 +271,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "optimizer state for parameter', state_dict.py:1037 in _split_optim_state_dict, "
         "called at :1096 before the broadcast at :1161), the other ranks are already waiting "
         "in _broadcast_state_dict's broadcast_object_list (_state_dict_utils.py:662) and stay "
-        "there until the process-group timeout (a hang on a real job; DESIGN.md bug class 9). "
+        "there until the process-group timeout (a hang on a real job; docs/design.md bug class 9). "
         "For 'wrong_model' the error names this model's first param, not the foreign dict.",
         symptom="left waiting"),
     KnownLimitation(
@@ -418,7 +418,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "gets optimizer state: with use_orig_params=False the optimizer only sees the "
         "FlatParameter, with True the param gets a zero gradient view; either way the "
         "optimizer creates state for it (and weight decay / momentum act on it); a non-FSDP model has "
-        "no state for it (params-without-grads class, DESIGN.md bug class 3).",
+        "no state for it (params-without-grads class, docs/design.md bug class 3).",
         also=("P6", "P10")),
     KnownLimitation(
         "unused-param-zero-grad-state-after-load", ("P6",),
@@ -530,7 +530,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "2.13",
         "With per-rank files, the rank whose file is damaged raises in torch.load while the "
         "others enter flatten_sharded_optim_state_dict's collectives and wait for it until the "
-        "process-group timeout (a hang on a real job; DESIGN.md bug class 9).",
+        "process-group timeout (a hang on a real job; docs/design.md bug class 9).",
         symptom='left waiting'),
     KnownLimitation(
         "scatter-rank0-error-strands-others", ("P15",),
@@ -538,7 +538,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "2.13",
         "With scatter_full_optim_state_dict only rank 0 reads the file; when that fails the "
         "other ranks wait in the broadcast until the process-group timeout (a hang on a real "
-        "job; DESIGN.md bug class 9). The harness shows their stacks and rebuilds the pool.",
+        "job; docs/design.md bug class 9). The harness shows their stacks and rebuilds the pool.",
         symptom='left waiting'),
 )
 

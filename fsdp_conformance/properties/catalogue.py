@@ -36,11 +36,11 @@ CATALOGUE: tuple[Property, ...] = (
     Property(id="P1", name="gather", decided_by="round trip", module="run_props, fsdp2_run_props",
              checks="what the path saved == reference.gather_full(every rank's local state) "
                     "(bitwise)"),
-    Property(id="P2", name="vs local", decided_by="round trip", module="run_props",
+    Property(id="P2", name="vs one process", decided_by="round trip", module="run_props",
              checks="saved state ~= the single-process optimizer after the same steps (rtol "
                     "1e-9 in float64; step and param groups exact)",
              na_reasons=("the model has ignored modules: no single-process run can match",)),
-    Property(id="P3", name="shard", decided_by="round trip", module="run_props, fsdp2_run_props",
+    Property(id="P3", name="load", decided_by="round trip", module="run_props, fsdp2_run_props",
              checks="every rank's state after the load == reference.shard_full(saved); same "
                     "world size and plan: == its own state before saving (bitwise)"),
     Property(id="P4", name="flatten", decided_by="round trip", module="run_props",
@@ -62,10 +62,10 @@ CATALOGUE: tuple[Property, ...] = (
     Property(id="P9", name="flags", decided_by="round trip", module="run_props, fsdp2_run_props",
              checks="rank0_only: other ranks get {}, rank 0 equals the all-ranks dict; "
                     "offload_to_cpu: all on CPU"),
-    Property(id="P10", name="partial", decided_by="round trip", module="run_props",
+    Property(id="P10", name="partial state", decided_by="round trip", module="run_props",
              checks="no step yet, stateless SGD, frozen or unused params: the same params "
                     "have state as in the plain run, before and after loading"),
-    Property(id="P11", name="groups", decided_by="round trip", module="run_props",
+    Property(id="P11", name="param groups", decided_by="round trip", module="run_props",
              checks="every group's hyperparameters and extra keys (initial_lr) survive save "
                     "and load, exactly"),
     Property(id="P12", name="golden", decided_by="golden", module="golden_props",
@@ -80,7 +80,7 @@ CATALOGUE: tuple[Property, ...] = (
              checks="every rank's peak RSS during the call <= its bound (full state + one unit "
                     "where the rank holds the full dict, else shard + one unit) x the factor "
                     "calibrated for the path"),
-    Property(id="P15", name="errors", decided_by="fault", module="fault_props",
+    Property(id="P15", name="bad input", decided_by="fault", module="fault_props",
              checks="a missing or extra FQN, a wrong shape or dtype, mixed key types, another "
                     "model's checkpoint, a truncated or corrupted file make every rank raise an "
                     "error that names it; a silent load, a dead rank, stranded ranks or a hang "
@@ -101,7 +101,8 @@ NO_REKEY = "this path does not rekey"
 
 
 def markdown_table() -> str:
-    """The README's property table (``| P0 layout | what it checks |``)."""
-    rows = ["| property | checks |", "|---|---|"]
-    rows += [f"| {p.id} {p.name} | {p.checks} |" for p in CATALOGUE]
+    """The README's property table, one row per property (a test keeps the README equal to
+    it): id and name, what it checks, which cases decide it."""
+    rows = ["| property | checks | decided by |", "|---|---|---|"]
+    rows += [f"| {p.id} {p.name} | {p.checks} | {p.decided_by} cases |" for p in CATALOGUE]
     return "\n".join(rows)

@@ -5,6 +5,7 @@ and world-size pairs per tier, the property names failure messages print, world-
 Imported by the pytest plugin while it loads and collects: it must stay free of torch.
 """
 from __future__ import annotations
+from ..properties.catalogue import CATALOGUE
 
 # Built-in paths fsdp_roundtrip runs by default, per tier (FSDP1's current API first).
 DEFAULT_PATHS = {"quick": ("fsdp1.full", "fsdp1.sharded"), "full": None}  # None: FSDP1_PATHS
@@ -12,10 +13,8 @@ DEFAULT_PATHS = {"quick": ("fsdp1.full", "fsdp1.sharded"), "full": None}  # None
 # onto an odd size (uneven shards, padding).
 DEFAULT_PAIRS = {"quick": ((2, 2), (2, 3)),
                  "full": tuple((n, m) for n in (1, 2, 3, 4) for m in (1, 2, 3, 4))}
-PROPERTY_NAMES = {"P0": "layout", "P1": "gather", "P2": "vs one process", "P3": "load",
-                  "P4": "flatten", "P5": "rekey", "P6": "resume", "P7": "idempotent",
-                  "P8": "serialise", "P9": "flags", "P10": "partial state", "P11": "param groups",
-                  "P12": "golden", "P13": "time", "P14": "memory", "P15": "bad input"}
+# the property catalogue's short names (properties/catalogue.py), shown in failure messages
+PROPERTY_NAMES = {p.id: p.name for p in CATALOGUE}
 TIERS = ("quick", "full")
 # The tier of the running pytest session (set by the plugin, read by
 # ``strategies.fsdp_settings``); None: no session.

@@ -1,4 +1,4 @@
-"""Tied parameters whose users sit in different FSDP1 units (DESIGN.md bug class 4).
+"""Tied parameters whose users sit in different FSDP1 units (docs/design.md bug class 4).
 
 The zoo's ``tied`` model ties ``out.weight`` to ``embed.weight`` (``embed`` is used first in
 forward, ``out`` last). Plans: ``nested`` keeps both users in the root unit (the control);

@@ -1,0 +1,27 @@
+"""The property catalogue is the one source of P0-P15: the README's table, the plugin's
+names and the run's property set all come from it."""
+from __future__ import annotations
+
+from fsdp_conformance.properties.catalogue import CATALOGUE, PROPS, markdown_table
+from fsdp_conformance.user.spec import PROPERTY_NAMES
+
+from suites.conftest import ROOT
+
+
+def test_readme_property_table_is_the_catalogue():
+    assert markdown_table() in (ROOT / "README.md").read_text(encoding="utf-8"), \
+        "README's property table differs from properties/catalogue.py: paste markdown_table()"
+
+
+def test_catalogue_covers_p0_to_p15_once_and_the_plugin_reads_it():
+    assert PROPS == tuple(f"P{i}" for i in range(16))
+    assert len({p.name for p in CATALOGUE}) == 16
+    assert PROPERTY_NAMES == {p.id: p.name for p in CATALOGUE}
+
+
+def test_every_property_names_a_module_that_decides_it():
+    import importlib
+
+    for p in CATALOGUE:
+        for mod in p.module.split(", "):
+            importlib.import_module(f"fsdp_conformance.properties.{mod}")
