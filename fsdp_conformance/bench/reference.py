@@ -32,7 +32,6 @@ import math
 import os
 import subprocess
 import sys
-import threading
 import time
 from typing import Any, Callable
 
@@ -144,49 +143,18 @@ def floor_fn(layout: ref.ModelLayout, locals_: list[dict]) -> Callable[[], None]
 # ----------------------------------------------------------------------------------------
 # peak memory, in a fresh interpreter per measurement
 # ----------------------------------------------------------------------------------------
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-class _RssSampler(threading.Thread):
-    def __init__(self, period: float = 0.001):
-        super().__init__(daemon=True)
-        self.period, self.peak_kb, self._done = period, 0, threading.Event()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            self.peak_kb = max(self.peak_kb, _status_kb("VmRSS"))
-            time.sleep(self.period)
-
-    def stop(self) -> int:
-        self._done.set()
-        self.join()
-        return max(self.peak_kb, _status_kb("VmRSS"))
-
-
 def peak_of(fn: Callable[[], Any]) -> dict:
     """Run ``fn`` once, keeping its result; RSS before and the peak while it ran (bytes)."""
+    from ..bounds.timing import RssSampler, reset_hwm, status_kib
+
     gc.collect()
-    before = _status_kb("VmRSS")
-    exact = _reset_peak()
-    sampler = _RssSampler()
+    before = status_kib("VmRSS")
+    exact = reset_hwm()
+    sampler = RssSampler()
     sampler.start()
     res = fn()
-    sampled = sampler.stop()
-    hwm = _status_kb("VmHWM") if exact else sampled
+    sampled = sampler.stop() // 1024
+    hwm = status_kib("VmHWM") if exact else sampled
     del res
     peak = max(hwm, sampled)
     return {"rss_before_bytes": before * 1024, "peak_bytes": peak * 1024,

@@ -38,7 +38,8 @@ _CLEAR_REFS = "/proc/self/clear_refs"
 FLOOR_KINDS = ("all_gather", "gather", "broadcast", "scatter", "copy")
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
+    """A ``/proc/self/status`` field in KiB (``VmRSS``, ``VmHWM``)."""
     with open(_STATUS) as f:
         for line in f:
             if line.startswith(field + ":"):
@@ -48,10 +49,11 @@ def _status_kib(field: str) -> int:
 
 def rss_bytes() -> int:
     """Resident set size of this process now."""
-    return _status_kib("VmRSS") * 1024
+    return status_kib("VmRSS") * 1024
 
 
-def _reset_hwm() -> bool:
+def reset_hwm() -> bool:
+    """Reset the kernel's RSS high-water mark (``VmHWM``); False where it cannot be reset."""
     try:
         with open(_CLEAR_REFS, "w") as f:
             f.write("5")
@@ -60,18 +62,21 @@ def _reset_hwm() -> bool:
         return False
 
 
-class _Sampler(threading.Thread):
+class RssSampler(threading.Thread):
+    """Samples this process's RSS every ``period`` seconds; ``stop()`` returns the peak
+    seen (bytes), the RSS at that moment included."""
+
     def __init__(self, period: float = 0.001) -> None:
         super().__init__(daemon=True)
-        self.period, self.peak, self._stop = period, rss_bytes(), threading.Event()
+        self.period, self.peak, self._halt = period, rss_bytes(), threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             self.peak = max(self.peak, rss_bytes())
             time.sleep(self.period)
 
     def stop(self) -> int:
-        self._stop.set()
+        self._halt.set()
         self.join()
         return max(self.peak, rss_bytes())
 
@@ -117,15 +122,15 @@ def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
         dev_before = torch.cuda.memory_allocated()
     before = rss_bytes()
     sampler = None
-    if not _reset_hwm():
-        sampler = _Sampler()
+    if not reset_hwm():
+        sampler = RssSampler()
         sampler.start()
     try:
         out = fn(*args, **kwargs)
         if cuda:
             torch.cuda.synchronize()
     finally:
-        peak = sampler.stop() if sampler is not None else _status_kib("VmHWM") * 1024
+        peak = sampler.stop() if sampler is not None else status_kib("VmHWM") * 1024
     dev = max(0, torch.cuda.max_memory_allocated() - dev_before) if cuda else None
     return out, PeakMemory(before, max(0, peak - before), "sampled" if sampler else "hwm", dev)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ..cases import Case
-from ..zoo import build_model, build_optimizer, build_scheduler, loss_of, make_batch
+from ..zoo import build_model, build_optimizer, build_scheduler, make_batch, train_step
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,7 @@ def local_run(case: Case) -> LocalRun:
         if step == case.steps:
             snaps["save"] = (_params(model), _named_osd(optim, names))
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
-        optim.zero_grad(set_to_none=True)
-        loss = loss_of(model, x)
-        loss.backward()
-        optim.step()
-        if sched is not None:
-            sched.step()
+        loss = train_step(model, optim, x, sched)
         losses.append(float(loss.detach().to(torch.float64)))
     if "save" not in snaps:
         snaps["save"] = (_params(model), _named_osd(optim, names))

@@ -15,6 +15,18 @@ import torch
 from .errors import MissingKeyError, MixedKeyTypes, RankCountMismatch, UnknownKeyError
 
 
+# Module-name prefixes that wrappers insert into FQNs: FSDP1, activation checkpointing,
+# torch.compile. A checkpoint's keys are compared without them.
+WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def clean_name(name: str) -> str:
+    """``name`` without FSDP/activation-checkpointing/compile wrapper prefixes."""
+    for p in WRAPPER_PREFIXES:
+        name = name.replace(p, "")
+    return name
+
+
 def check_key_types(state: Mapping, *, rank: int | None = None, want: type | None = None) -> type | None:
     """Return ``int`` or ``str`` (the one key type used in ``state``), or None if empty.
 

@@ -27,18 +27,9 @@ from .. import reference as ref
 from ..reference.errors import StateDictMismatch
 from ..reference.keys import check_key_types
 from .errors import CheckpointMismatch, UsageError
+from ..reference.keys import WRAPPER_PREFIXES, clean_name
 
 DEFAULT_PATTERN = "optim_rank{rank}.pt"
-WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
-
-
-def clean_name(name: str) -> str:
-    """``name`` without FSDP/activation-checkpointing/compile wrapper prefixes."""
-    for p in WRAPPER_PREFIXES:
-        name = name.replace(p, "")
-    return name
-
-
 def detect_input(path: str | os.PathLike) -> str:
     """``"full"`` for a file, ``"dcp"`` for a directory with ``.metadata``, else ``"ranks"``."""
     p = Path(path)

@@ -18,17 +18,9 @@ import torch
 from torch import nn
 
 from ..cases import Case
-from ..zoo import build_model, build_optimizer, loss_of, make_batch, model_spec
+from ..zoo import build_model, build_optimizer, make_batch, model_spec, train_step
+from ..reference.keys import clean_name
 from .common import guard
-
-_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
-
-
-def clean_name(name: str) -> str:
-    for p in _PREFIXES:
-        name = name.replace(p, "")
-    return name
-
 
 def to_cpu(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
@@ -111,12 +103,7 @@ def train(ctx, case: Case, fsdp: nn.Module, optim: torch.optim.Optimizer, steps:
     for step in range(start_step, start_step + steps):
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
         local = x[ctx.rank::ctx.world_size].to(ctx.device)
-        optim.zero_grad(set_to_none=True)
-        loss = loss_of(fsdp, local)
-        loss.backward()
-        optim.step()
-        if sched is not None:
-            sched.step()
+        loss = train_step(fsdp, optim, local, sched)
         t = loss.detach().to(torch.float64).reshape(1).clone()
         dist.all_reduce(t, group=ctx.group)
         losses.append(float(t.item()) / ctx.world_size)

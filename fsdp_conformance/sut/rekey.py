@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from ..cases import Case
-from ..zoo import OPTIMIZERS, build_model, build_optimizer, loss_of, make_batch
+from ..zoo import OPTIMIZERS, build_model, build_optimizer, make_batch, train_step
 from .common import guard
 from .fsdp1 import to_cpu, clean_name, named_local, optimizer_keys, train, wrap_fsdp1
 
@@ -92,10 +92,7 @@ def train_plain(case: Case, model: nn.Module, optim: torch.optim.Optimizer) -> l
     losses = []
     for step in range(case.steps):
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
-        optim.zero_grad(set_to_none=True)
-        loss = loss_of(model, x)
-        loss.backward()
-        optim.step()
+        loss = train_step(model, optim, x)
         losses.append(float(loss.detach()))
     return losses
 

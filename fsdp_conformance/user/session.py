@@ -108,14 +108,12 @@ def allowed_world_sizes(config) -> set[int] | None:
     raw = option(config, "fsdp_world_sizes")
     if not raw:
         return None
+    from ..usage import UsageError, parse_world_sizes
+
     try:
-        sizes = {int(x) for x in str(raw).split(",") if x.strip()}
-    except ValueError:
-        raise pytest.UsageError(f"--fsdp-world-sizes must be comma-separated integers, "
-                                f"got {raw!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise pytest.UsageError(f"--fsdp-world-sizes must be positive, got {raw!r}")
-    return sizes
+        return set(parse_world_sizes(raw, "--fsdp-world-sizes"))
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def gpu_count() -> int:

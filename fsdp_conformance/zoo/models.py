@@ -242,3 +242,17 @@ def loss_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return own(model, x)
     out = model(x)
     return (out.float() if out.dtype == torch.bfloat16 else out).pow(2).mean()
+
+
+def train_step(model: nn.Module, optim: torch.optim.Optimizer, x: torch.Tensor,
+               sched=None) -> torch.Tensor:
+    """One training step, the same everywhere (FSDP ranks, the single-process baseline, the
+    plain model of the rekey observer): zero the grads (to None), ``loss_of``, backward,
+    ``optim.step()``, then the LR scheduler's step if there is one. Returns the loss."""
+    optim.zero_grad(set_to_none=True)
+    loss = loss_of(model, x)
+    loss.backward()
+    optim.step()
+    if sched is not None:
+        sched.step()
+    return loss

@@ -52,3 +52,21 @@ def test_scaled_model_size_and_name():
     assert abs(n - 10**6) / 10**6 < 0.05
     with pytest.raises(ValueError, match="scaled<n params>"):
         build_model("scaled0")
+
+
+def test_rss_sampler_sees_an_allocation_and_stops():
+    """The fallback sampler (used where /proc/self/clear_refs cannot reset the high-water
+    mark): its stop() once raised TypeError (its Event shadowed Thread._stop)."""
+    import time
+
+    import torch
+
+    from fsdp_conformance.bounds.timing import RssSampler
+
+    s = RssSampler()
+    s.start()
+    x = torch.ones(64 * 2**20, dtype=torch.uint8)
+    time.sleep(0.05)
+    peak = s.stop()
+    assert not s.is_alive()
+    assert peak >= x.numel()
