@@ -28,7 +28,7 @@ import torch
 from .errors import MissingKeyError, RankCountMismatch, ShapeMismatch, UnknownKeyError
 from .gather import agree_on, order_state
 from .keys import clone_value
-from .layout import Fsdp2Layout
+from .fsdp2_layout import Fsdp2Layout
 
 
 def _is_elem(v: Any) -> bool:

@@ -1,5 +1,5 @@
 """The reference's naming rule for a tied param owned by a unit that does not hold its first
-FQN (reference/layout.py, "Name of a tied parameter"), on the zoo's tied model."""
+FQN (reference/layout_build.py, "Name of a tied parameter"), on the zoo's tied model."""
 from __future__ import annotations
 
 import pytest

@@ -1,0 +1,186 @@
+"""Comparing two run reports (schema ``fsdp-conformance/run/1``): verdicts per (case,
+property), timings and peaks per (case, phase) by report/diff_measure.py's rules, and the
+world-size scaling fits.
+
+Verdicts (run reports), per (case id, property), BASE status -> NEW status:
+
+================================  ==================  ===========
+transition                        label               regression?
+================================  ==================  ===========
+pass / known / n/a -> fail/error  newly failing       yes
+pass -> known                     newly known         yes
+known(key A) -> known(key B)      newly known         yes
+pass -> n/a                       no longer checked   yes
+case or property only in BASE     missing in NEW      yes
+fail / error -> pass              newly passing       no
+known -> pass                     known fixed         no
+n/a -> pass / known               newly checked       no
+fail <-> error, fail/error ->     changed             no
+known / n/a, known -> n/a
+case or property only in NEW      added in NEW        no
+================================  ==================  ===========
+
+A newly known limitation is a regression: "known" means torch fails there and the suite
+recognises the failure; for an upgrade gate a torch that starts failing a case the current
+torch passes is a new torch failure whether or not it has an entry in ``known.py``. Likewise
+a check that stops being made (pass -> n/a, a case missing) can no longer vouch for the
+candidate, so it cannot pass the gate silently. A failure in BASE that changes shape in NEW
+was never a guarantee and is listed for information only.
+
+Scaling (run reports' top-level ``scaling``, per path/phase): a status that goes from pass to
+fail is a regression, and so is an excess exponent (time's minus its floor's) that grew by
+more than ``MIN_SCALING_EXPONENT_DELTA`` and by enough that over the measured world sizes it
+multiplies the time at the largest one by more than ``max_slowdown``
+(``(ws_max / ws_min) ** delta > max_slowdown``). Except where both entries carry the
+calibrated ``allowed_excess`` of the bounds (bounds.py): the calibration measured how far
+the excess moves between identical runs (up to ~1.9 on a 2-core machine), so there the
+status (pass -> fail: beyond the calibrated worst + 0.5) decides and a move within it is
+"scaling changed", information. (Two gate runs of the same code flagged +0.4 moves as
+regressions before this rule.)
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from ..properties.verdict import STATUSES
+from .diff_measure import (MIN_SCALING_EXPONENT_DELTA, compare_peaks, compare_timing, mib_text,
+                           min_memory_delta, peaks_of, timing_of_measurement)
+from .diff_model import Change, Comparison, Thresholds, facts_notes, sorted_changes
+from .diff_read import run_facts
+from .run_report import FAILING, prop_key
+
+
+def classify_status(base: dict, new: dict) -> str | None:
+    """The label of one property's verdict change (module docstring's table), or None when
+    nothing changed. ``base``/``new`` are verdict JSON objects ({"status", "known"?})."""
+    b, n = base["status"], new["status"]
+    if b == n and (b != "known" or base.get("known") == new.get("known")):
+        return None
+    if n in FAILING:
+        return "changed" if b in FAILING else "newly failing"
+    if b in FAILING:
+        return "newly passing" if n == "pass" else "changed"
+    if b == "known":
+        return {"pass": "known fixed", "known": "newly known"}.get(n, "changed")
+    if b == "pass":
+        return "newly known" if n == "known" else "no longer checked"
+    return "newly checked"  # n/a -> pass / known
+
+
+def _status_text(v: dict) -> str:
+    return f"known ({v['known']})" if v["status"] == "known" and v.get("known") else v["status"]
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _verdict_changes(base: dict, new: dict) -> list[Change]:
+    out: list[Change] = []
+    bcases = {c["id"]: c for c in base["cases"]}
+    ncases = {c["id"]: c for c in new["cases"]}
+    for cid in sorted(bcases.keys() | ncases.keys()):
+        if cid not in ncases:
+            st = Counter(v["status"] for v in bcases[cid]["properties"].values())
+            out.append(Change("missing in NEW", cid, "", "present", "absent",
+                              f"{sum(st.values())} verdicts in BASE ("
+                              + ", ".join(f"{st[s]} {s}" for s in STATUSES if st[s])
+                              + ") not checked by NEW"))
+            continue
+        if cid not in bcases:
+            out.append(Change("added in NEW", cid, "", "absent", "present"))
+            continue
+        bp, np_ = bcases[cid]["properties"], ncases[cid]["properties"]
+        for prop in sorted(bp.keys() | np_.keys(), key=prop_key):
+            if prop not in np_:
+                out.append(Change("missing in NEW", cid, prop, _status_text(bp[prop]), "absent"))
+            elif prop not in bp:
+                out.append(Change("added in NEW", cid, prop, "absent", _status_text(np_[prop])))
+            else:
+                label = classify_status(bp[prop], np_[prop])
+                if label:
+                    detail = np_[prop].get("detail", "") if np_[prop]["status"] != "pass" else ""
+                    out.append(Change(label, cid, prop, _status_text(bp[prop]),
+                                      _status_text(np_[prop]), _first_line(detail)))
+    return out
+
+
+def _measurement_changes(base: dict, new: dict, th: Thresholds,
+                         bpath: str, npath: str) -> tuple[list[Change], list[str]]:
+    out: list[Change] = []
+    bcases = {c["id"]: c for c in base["cases"]}
+    compared, one_sided = 0, 0
+    for c in new["cases"]:
+        cid = c["id"]
+        bm = (bcases.get(cid) or {}).get("measurements") or {}
+        nm = c.get("measurements") or {}
+        if cid in bcases and bool(bm) != bool(nm):
+            one_sided += 1
+        for phase in sorted(bm.keys() & nm.keys()):
+            compared += 1
+            t = compare_timing(timing_of_measurement(bm[phase]), timing_of_measurement(nm[phase]),
+                               th.max_slowdown)
+            if t:
+                out.append(Change(t[0], cid, f"{phase} time", f"{bm[phase]['time_s']:.6g} s",
+                                  f"{nm[phase]['time_s']:.6g} s", t[1]))
+            bp = peaks_of(bm[phase], f"{bpath}: case {cid!r}: measurements.{phase}")
+            np_ = peaks_of(nm[phase], f"{npath}: case {cid!r}: measurements.{phase}")
+            if bp is not None and np_ is not None:
+                for label, detail in compare_peaks(bp, np_, th.max_memory_growth,
+                                                   min_memory_delta(nm[phase])):
+                    out.append(Change(label, cid, f"{phase} memory", mib_text(max(bp, default=0)),
+                                      mib_text(max(np_, default=0)), detail))
+    notes = [f"timings and peaks compared for {compared} (case, phase) pair(s)"]
+    if one_sided:
+        notes.append(f"{one_sided} case(s) have measurements in only one report (not compared)")
+    return out, notes
+
+
+def _excess_exponent(s: dict) -> float:
+    fe = s.get("floor_exponent")
+    return float(s["exponent"]) - (float(fe) if isinstance(fe, (int, float)) else 0.0)
+
+
+def _scaling_changes(base: dict, new: dict, th: Thresholds) -> list[Change]:
+    out: list[Change] = []
+    bs, ns = base.get("scaling") or {}, new.get("scaling") or {}
+    for key in sorted(bs.keys() | ns.keys()):
+        if key not in ns:
+            out.append(Change("missing in NEW", key, "scaling", bs[key].get("status", "?"),
+                              "absent"))
+            continue
+        if key not in bs:
+            out.append(Change("added in NEW", key, "scaling", "absent", ns[key].get("status", "?")))
+            continue
+        b, n = bs[key], ns[key]
+        db, dn = _excess_exponent(b), _excess_exponent(n)
+        ws = [w for w in n.get("world_sizes") or b.get("world_sizes") or [] if w and w > 0]
+        span = max(ws) / min(ws) if ws else 1.0
+        delta = dn - db
+        detail = (f"exponent {b['exponent']:.2f} -> {n['exponent']:.2f}, excess over the floor "
+                  f"{db:+.2f} -> {dn:+.2f} over world sizes {ws}")
+        if b.get("status") == "pass" and n.get("status") == "fail":
+            out.append(Change("scaling worse", key, "scaling", "pass", "fail",
+                              f"{detail}; {_first_line(n.get('detail', ''))}"))
+        elif abs(delta) > MIN_SCALING_EXPONENT_DELTA and span ** abs(delta) > th.max_slowdown:
+            calibrated = "allowed_excess" in b and "allowed_excess" in n
+            label = ("scaling changed" if calibrated
+                     else "scaling worse" if delta > 0 else "scaling better")
+            out.append(Change(label, key, "scaling", f"{db:+.2f}", f"{dn:+.2f}",
+                              f"{detail}: x{span ** delta:.2f} at the largest world size "
+                              f"(threshold x{th.max_slowdown:g})"))
+        elif b.get("status") == "fail" and n.get("status") == "pass":
+            out.append(Change("scaling better", key, "scaling", "fail", "pass", detail))
+    return out
+
+
+def compare_runs(base: dict, new: dict, th: Thresholds = Thresholds(), *,
+                 base_path: str = "BASE", new_path: str = "NEW") -> Comparison:
+    """Compare two run reports (module docstring's rules)."""
+    changes = _verdict_changes(base, new)
+    mchanges, notes = _measurement_changes(base, new, th, base_path, new_path)
+    changes += mchanges + _scaling_changes(base, new, th)
+    bf, nf = run_facts(base), run_facts(new)
+    notes = facts_notes(bf, nf, ("torch", "backend", "tier", "selection", "machine")) + notes
+    return Comparison("run", base_path, new_path, bf, nf, th, sorted_changes(changes), tuple(notes))
