@@ -51,6 +51,16 @@ def _whole(text: str) -> int:
     return int(x)
 
 
+def _world_sizes(text: str) -> list[int]:
+    """The one --world-sizes rule (usage.parse_world_sizes), as an argparse type."""
+    from ..usage import UsageError, parse_world_sizes
+
+    try:
+        return parse_world_sizes(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_parser(sub) -> None:
     bench = sub.add_parser("bench", help="run a benchmark and write reports/bench-<name>.json")
     bench.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
@@ -60,7 +70,7 @@ def add_parser(sub) -> None:
                        help="scaling: comma-separated API paths (default: all eight)")
     bench.add_argument("--sizes", type=_csv(_whole, "a whole number of state elements"),
                        default=None, help="scaling: optimizer state elements, e.g. 1e5,1e6")
-    bench.add_argument("--world-sizes", type=_csv(int, "a whole number"), default=None,
+    bench.add_argument("--world-sizes", type=_world_sizes, default=None,
                        help="scaling: world sizes, e.g. 1,2,4")
     bench.add_argument("--repeats", type=int, default=None,
                        help="scaling: timed calls per case and phase (default by size)")
