@@ -25,6 +25,7 @@ def test_run_each_gives_each_rank_its_own_args(rank_pool):
     pool = rank_pool(3)
     ts = [torch.arange(r + 1, dtype=torch.float64) for r in range(3)]
     out = pool.run_each(probes.tensor_roundtrip, [(t,) for t in ts])
+    assert len(out) == 3
     for r, (t, rank) in enumerate(out):
         assert rank == r
         assert torch.equal(t, ts[r]) and t.dtype == torch.float64
