@@ -49,5 +49,5 @@ class GoldenKind:
                                       "failure; restore it from version control)")})
         expected = torch.load(step.workdir / EXPECTED_FILE, weights_only=True)
         obs = step.on_pool("load side", case.dst_world_size, api_path(case.api).load_side)
-        step.timings["load"] = max(o["timings"].get("load", 0.0) for o in obs)
+        step.timings["load"] = max(o.timings.get("load", 0.0) for o in obs)
         return Outcome(verdicts={"P12": p12_verdict(case, fx, expected, obs)})

@@ -2,7 +2,7 @@
 
 Rules
 - A rank function that catches an exception and returns it as a value (``sut.common.guarded``
-  records ``{"error": traceback}``) calls ``mark_failed(exc, detail)``; it still returns its
+  records a ``sut.records.RecordedError``) calls ``mark_failed(exc, detail)``; it still returns its
   value as usual.
 - The worker clears the marks when a call starts (``start_call``) and sends those of the call
   with its reply (``take_marks``). The pool treats a rank that returned with marks like a rank

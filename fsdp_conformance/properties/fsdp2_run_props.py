@@ -22,7 +22,8 @@ from .statediff import diff_state_dicts, format_diff
 from . import fsdp2_props
 from .fsdp2_props import drop_plain, owner_of
 from .layouts import fsdp2_reference_layout
-from .run_props import recorded_error, assemble_sharded
+from .run_props import assemble_sharded, layout_view
+from ..sut.records import LoadRecord, SaveRecord, error_of
 from .verdict import Verdict, error, fail, passed
 
 gather = ref.fsdp2_gather
@@ -33,7 +34,9 @@ def layouts(case: Case):
     return fsdp2_reference_layout(case), fsdp2_reference_layout(case, load_side=True)
 
 
-def _p0_side(layout, obs: Sequence[dict], ordered: bool) -> Verdict:
+def _p0_side(layout, records: Sequence[SaveRecord] | Sequence[LoadRecord],
+             ordered: bool) -> Verdict:
+    obs = layout_view(records)
     if ordered:
         return fsdp2_props.p0_layout(layout, obs)
     # several param groups: the optimizer lists params group by group (compared as a set)
@@ -45,7 +48,8 @@ def _p0_side(layout, obs: Sequence[dict], ordered: bool) -> Verdict:
     return fsdp2_props.p0_layout(layout, [{**o, "keys": want} for o in obs])
 
 
-def p0(layout, dst, save_obs: Sequence[dict], load_obs: Sequence[dict], ordered: bool) -> Verdict:
+def p0(layout, dst, save_obs: Sequence[SaveRecord], load_obs: Sequence[LoadRecord],
+       ordered: bool) -> Verdict:
     """FSDP2's per-parameter layout (``Shard(0)`` rows, placements, key order) on both sides
     equals the reference's."""
     s = _p0_side(layout, save_obs, ordered)
@@ -57,10 +61,10 @@ def p0(layout, dst, save_obs: Sequence[dict], load_obs: Sequence[dict], ordered:
     return passed(f"save side {s.detail}; load side {ld.detail}")
 
 
-def p1_saved(layout, save_obs: Sequence[dict], full: dict, api: str) -> Verdict:
+def p1_saved(layout, save_obs: Sequence[SaveRecord], full: dict, api: str) -> Verdict:
     """What the path saved == reference.fsdp2_gather(every rank's local dict), bitwise."""
     try:
-        want = ref.fsdp2_gather(layout, [o["local"] for o in save_obs])
+        want = ref.fsdp2_gather(layout, [o.local for o in save_obs])
     except ref.StateDictMismatch as exc:
         return error(f"reference.fsdp2_gather rejected torch's local dicts: {exc}")
     diffs = diff_state_dicts(want, full, owner=owner_of(layout))
@@ -74,27 +78,27 @@ def _state(d: dict) -> dict:
     return {"state": d.get("state", {})}
 
 
-def p3_loaded(dst, full: dict, load_obs: Sequence[dict],
-              own: Sequence[dict] | None = None) -> Verdict:
+def p3_loaded(dst, full: dict, load_obs: Sequence[LoadRecord],
+              own: Sequence[SaveRecord] | None = None) -> Verdict:
     """Every rank's optimizer state after the load == reference.fsdp2_shard(full, rank),
     bitwise; with the same world size and plan also == that rank's state before saving
     (ignored params: rank 0 only)."""
     problems = []
     for o in load_obs:
-        r = o["rank"]
-        e = recorded_error(o.get("loaded"))
+        r = o.rank
+        e = error_of(o.loaded)
         if e:
             return error(f"torch raised while loading on rank {r}:\n{e}")
         try:
             want = _state(ref.fsdp2_shard(dst, full, r))
         except ref.StateDictMismatch as exc:
             return error(f"reference.fsdp2_shard rejected the saved dict for rank {r}: {exc}")
-        diffs = diff_state_dicts(want, _state(o["loaded"]), owner=owner_of(dst))
+        diffs = diff_state_dicts(want, _state(o.loaded), owner=owner_of(dst))
         if diffs:
             problems.append(f"rank {r} after loading differs from reference.fsdp2_shard:\n"
                             + format_diff(diffs))
         if own is not None:
-            mine, theirs = _state(own[r]["local"]), _state(o["loaded"])
+            mine, theirs = _state(own[r].local), _state(o.loaded)
             if r != 0:
                 mine, theirs = drop_plain(mine, dst), drop_plain(theirs, dst)
             diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst))
@@ -107,19 +111,19 @@ def p3_loaded(dst, full: dict, load_obs: Sequence[dict],
                   + ("; equal to each rank's own state before saving" if own else ""))
 
 
-def p9_sharded(full: dict, save_obs: Sequence[dict]) -> Verdict:
+def p9_sharded(full: dict, save_obs: Sequence[SaveRecord]) -> Verdict:
     """fsdp2.sharded: ``cpu_offload=True`` puts every tensor of the sharded dict on CPU and
     changes nothing else (assembled, bitwise equal to the dict saved without it)."""
     problems = []
     for o in save_obs:
-        e = recorded_error(o.get("offloaded"))
+        e = error_of(o.offloaded)
         if e:
-            return error(f"cpu_offload=True raised on rank {o['rank']}:\n{e}")
-        devs = [d for d in o.get("offloaded_devices", []) if d != "cpu"]
+            return error(f"cpu_offload=True raised on rank {o.rank}:\n{e}")
+        devs = [d for d in o.offloaded_devices or [] if d != "cpu"]
         if devs:
-            problems.append(f"rank {o['rank']}: cpu_offload=True left tensors on {devs}")
+            problems.append(f"rank {o.rank}: cpu_offload=True left tensors on {devs}")
     try:
-        off = assemble_sharded([o["offloaded"] for o in save_obs])
+        off = assemble_sharded([o.offloaded for o in save_obs])
     except ValueError as exc:
         return fail(f"cpu_offload=True: the ranks' shards do not tile the params: {exc}")
     diffs = diff_state_dicts(full, off)

@@ -13,24 +13,25 @@ from typing import Any, Sequence
 from .. import reference as ref
 from ..cases import Case
 from .layouts import fsdp2_reference_layout, reference_layout
-from .run_props import canon_groups, recorded_error
+from ..sut.records import LoadRecord, error_of
+from .run_props import canon_groups
 from .statediff import diff_state_dicts, format_diff
 from .verdict import Verdict, fail, passed
 
 
-def _gather(case: Case, load_obs: Sequence[dict]):
+def _gather(case: Case, load_obs: Sequence[LoadRecord]):
     """(full dict the ranks hold, per the reference; its layout's owner function)."""
 
     if case.family == "fsdp2":
         layout = fsdp2_reference_layout(case, load_side=True)
-        full = ref.fsdp2_gather(layout, [o["loaded"] for o in load_obs])
+        full = ref.fsdp2_gather(layout, [o.loaded for o in load_obs])
     else:
         layout = reference_layout(case, load_side=True)
-        full = ref.gather_full(layout, [o["loaded"] for o in load_obs])
+        full = ref.gather_full(layout, [o.loaded for o in load_obs])
     return full, (lambda fqn, i: layout.owner(fqn, i))
 
 
-def p12_verdict(case: Case, fx: Any, expected: dict, load_obs: Sequence[dict]) -> Verdict:
+def p12_verdict(case: Case, fx: Any, expected: dict, load_obs: Sequence[LoadRecord]) -> Verdict:
     """The loaded state, gathered by the reference, == the recorded state, bitwise.
     ``fx``: the fixture (golden.manifest.Fixture), named in the detail."""
 
@@ -38,9 +39,9 @@ def p12_verdict(case: Case, fx: Any, expected: dict, load_obs: Sequence[dict]) -
               f"{fx.save_path} at {fx.case.get('world_size')} rank(s))")
     how = f"loaded through {case.api} at {case.dst_world_size} rank(s)"
     for o in load_obs:
-        e = recorded_error(o.get("loaded"))
+        e = error_of(o.loaded)
         if e:
-            return fail(f"{origin}: torch raised while it was {how}, on rank {o['rank']}:\n{e}")
+            return fail(f"{origin}: torch raised while it was {how}, on rank {o.rank}:\n{e}")
     try:
         got, owner = _gather(case, load_obs)
     except ref.StateDictMismatch as exc:
@@ -48,6 +49,6 @@ def p12_verdict(case: Case, fx: Any, expected: dict, load_obs: Sequence[dict]) -
     diffs = diff_state_dicts(canon_groups(expected), canon_groups(got), owner=owner)
     if diffs:
         return fail(f"{origin} {how} differs from its recorded state:\n" + format_diff(diffs))
-    notes = sorted({o.get("weights_only_refused", "") for o in load_obs} - {""})
+    notes = sorted({o.weights_only_refused for o in load_obs} - {""})
     return passed(f"{origin} {how}: {len(expected['state'])} params bitwise equal to the "
                   f"recorded state" + "".join(f"; note: {n}" for n in notes[:1]))

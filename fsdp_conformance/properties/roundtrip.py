@@ -18,6 +18,7 @@ from .. import reference as ref
 from ..cases import Case
 from .baseline import local_run
 from ..sut.registry import api_path
+from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..zoo import model_spec
 from . import run_props as rp
 from .catalogue import NO_REKEY
@@ -43,7 +44,8 @@ def _read_dcp(path: Path) -> dict | None:
         return None
 
 
-def round_trip_verdicts(case: Case, save_obs: list[dict], load_obs: list[dict], workdir: Path) -> dict[str, Verdict]:
+def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
+                        workdir: Path) -> dict[str, Verdict]:
     """P0-P11 of a round-trip case from what the save and load ranks recorded (``workdir``:
     the case's files, for P8's DCP read-back)."""
     api = case.api
@@ -58,8 +60,8 @@ def round_trip_verdicts(case: Case, save_obs: list[dict], load_obs: list[dict], 
     else:
         layout = reference_layout(case)
         dst = reference_layout(case, load_side=True)
-        p0s = p0_layout(layout, save_obs, ordered=ordered)
-        p0l = p0_layout(dst, load_obs, ordered=ordered)
+        p0s = p0_layout(layout, rp.layout_view(save_obs), ordered=ordered)
+        p0l = p0_layout(dst, rp.layout_view(load_obs), ordered=ordered)
         v["P0"] = p0s if p0s.status != "pass" else (
             Verdict(p0l.status, "load side: " + p0l.detail) if p0l.status != "pass" else
             passed(f"save side {p0s.detail}; load side {p0l.detail}"))
@@ -80,9 +82,9 @@ def round_trip_verdicts(case: Case, save_obs: list[dict], load_obs: list[dict], 
         v["P3"] = p3_loaded(dst, full, load_obs, own=save_obs if same else None)
         v["P4"] = rp.p4_flatten(dst, load_obs, api)
         v["P6"] = na(why) if why else rp.p6_resume(dst, load_obs, local, case.dtype, gather=gather)
-        v["P7"] = rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan) if not any(
-            rp.recorded_error(o.get("loaded")) for o in load_obs) else error(
-            "load failed: " + next(rp.recorded_error(o["loaded"]) for o in load_obs if rp.recorded_error(o.get("loaded"))))
+        load_error = next((e for e in map(error_of, (o.loaded for o in load_obs)) if e), None)
+        v["P7"] = (rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan)
+                   if load_error is None else error("load failed: " + load_error))
         dcp_full = _read_dcp(workdir / DCP_DIR) if api_path(api).writes == "dcp" else None
         v["P8"] = rp.p8_serialise(api, save_obs, load_obs, full, dcp_full)
         v["P9"] = (f2.p9_sharded(full, save_obs) if api == "fsdp2.sharded"

@@ -1,6 +1,7 @@
 """Properties of one round trip of the conformance run (``sut.paths`` save side at N ->
 load side at M): P0-P4 against the reference, P2/P6 against the single-process run,
-P7-P11. Each returns a ``Verdict``; inputs are what the ranks recorded.
+P7-P11. Each returns a ``Verdict``; inputs are what the ranks recorded: ``SaveRecord`` /
+``LoadRecord`` (``sut.records``), one per rank, in rank order.
 
 Rules
 - "full" is what the path saved, as one FQN-keyed dict: rank 0's dict for the full paths,
@@ -21,6 +22,7 @@ from .. import reference as ref
 from .statediff import diff_state_dicts, format_diff
 from .baseline import LocalRun
 from ..sut.registry import family_of
+from ..sut.records import LoadRecord, SaveRecord, error_of
 from .reference_props import comparable, drop_plain, owner_of, sharded_to_flat_offsets
 from .verdict import Verdict, error, fail, na, passed
 
@@ -65,13 +67,6 @@ def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
     walk(want, got, "")
     return out
 SHARDED_PATHS = ("fsdp1.sharded", "fsdp1.legacy_sharded", "fsdp2.sharded")
-
-
-def recorded_error(obj) -> str | None:
-    """The traceback a rank recorded instead of a value (``{"error": tb}``), or None."""
-    if isinstance(obj, dict) and "error" in obj:
-        return obj["error"]
-    return None
 
 
 def assemble_sharded(per_rank: Sequence[dict]) -> dict:
@@ -123,18 +118,29 @@ def assemble_sharded(per_rank: Sequence[dict]) -> dict:
     return {"state": result, "param_groups": groups}
 
 
-def to_full(api: str, obs: Sequence[dict], key: str = "saved") -> tuple[dict | None, Verdict | None]:
-    """The full FQN-keyed dict a path saved (``key`` "saved", or "resaved" on the load side)."""
-    for o in obs:
-        e = recorded_error(o.get(key))
+def to_full(api: str, obs: Sequence[SaveRecord] | Sequence[LoadRecord], *,
+            resaved: bool = False) -> tuple[dict | None, Verdict | None]:
+    """The full FQN-keyed dict a path saved: the save side's ``saved``, or with ``resaved``
+    the load side's save right after the load."""
+    values = [o.resaved if resaved else o.saved for o in obs]
+    for o, value in zip(obs, values):
+        e = error_of(value)
         if e:
-            return None, error(f"torch raised in the {api} save call on rank {o['rank']}:\n{e}")
+            return None, error(f"torch raised in the {api} save call on rank {o.rank}:\n{e}")
     if api in SHARDED_PATHS:
         try:
-            return assemble_sharded([o[key] for o in obs]), None
+            return assemble_sharded(values), None
         except ValueError as exc:
             return None, fail(f"the ranks' shards do not tile the params: {exc}")
-    return obs[0][key], None
+    return values[0], None
+
+
+def layout_view(obs: Sequence[SaveRecord] | Sequence[LoadRecord]) -> list[dict]:
+    """What the P0 layout functions (``reference_props.p0_layout``, ``fsdp2_props.p0_layout``)
+    read, as the dicts they take: they also judge the differential observers, whose
+    observations are still dicts."""
+    return [{"rank": o.rank, "keys": o.keys, "meta": o.meta, "mesh_shape": o.mesh_shape}
+            for o in obs]
 
 
 def canon_groups(d: dict) -> dict:
@@ -153,11 +159,11 @@ def _without(d: dict, fqns: set[str]) -> dict:
     return {**d, "state": {k: v for k, v in d["state"].items() if k not in fqns}}
 
 
-def p1_saved(layout, save_obs: Sequence[dict], full: dict, api: str) -> Verdict:
+def p1_saved(layout, save_obs: Sequence[SaveRecord], full: dict, api: str) -> Verdict:
     """What the path saved == reference.gather_full(every rank's local dict), bitwise
     (params of ignored modules: rank 0's own state)."""
     try:
-        want = ref.gather_full(layout, [o["local"] for o in save_obs])
+        want = ref.gather_full(layout, [o.local for o in save_obs])
     except ref.StateDictMismatch as exc:
         return error(f"reference.gather_full rejected torch's local dicts: {exc}")
     want, got = comparable(want, full, layout, 0)
@@ -182,27 +188,27 @@ def p2_vs_local(layout, full: dict, local: LocalRun, dtype: str) -> Verdict:
     return passed(f"within rtol={rtol}, atol={atol}{note}")
 
 
-def p3_loaded(dst_layout, full: dict, load_obs: Sequence[dict],
-              own: Sequence[dict] | None = None) -> Verdict:
+def p3_loaded(dst_layout, full: dict, load_obs: Sequence[LoadRecord],
+              own: Sequence[SaveRecord] | None = None) -> Verdict:
     """Every rank's optimizer state after the load == reference.shard_full(full, rank);
     with the same world size and wrapping, also == that rank's state before saving."""
     problems = []
     for o in load_obs:
-        r = o["rank"]
-        e = recorded_error(o.get("loaded"))
+        r = o.rank
+        e = error_of(o.loaded)
         if e:
             return error(f"torch raised while loading on rank {r}:\n{e}")
         try:
             want = ref.shard_full(dst_layout, full, r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.shard_full rejected the saved dict for rank {r}: {exc}")
-        mine, theirs = comparable(want, o["loaded"], dst_layout, r)
+        mine, theirs = comparable(want, o.loaded, dst_layout, r)
         diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst_layout))
         if diffs:
             problems.append(f"rank {r} after loading differs from reference.shard_full:\n"
                             + format_diff(diffs))
         if own is not None:
-            mine, theirs = comparable(own[r]["local"], o["loaded"], dst_layout, r)
+            mine, theirs = comparable(own[r].local, o.loaded, dst_layout, r)
             diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst_layout))
             if diffs:
                 problems.append(f"rank {r} after loading differs from its own state before "
@@ -213,7 +219,7 @@ def p3_loaded(dst_layout, full: dict, load_obs: Sequence[dict],
                   + ("; equal to each rank's own state before saving" if own else ""))
 
 
-def p4_flatten(dst_layout, load_obs: Sequence[dict], api: str) -> Verdict:
+def p4_flatten(dst_layout, load_obs: Sequence[LoadRecord], api: str) -> Verdict:
     """Sharded paths: reference.flatten_sharded(the sharded dict torch saves after the load)
     == every rank's flat local state, bitwise (ignored-module params left out)."""
     if api not in SHARDED_PATHS or family_of(api) == "fsdp2":
@@ -221,19 +227,19 @@ def p4_flatten(dst_layout, load_obs: Sequence[dict], api: str) -> Verdict:
                   else "FSDP2 keeps per-parameter state: nothing to flatten")
     neutral = []
     for o in load_obs:
-        e = recorded_error(o.get("resaved")) or recorded_error(o.get("loaded"))
+        e = error_of(o.resaved) or error_of(o.loaded)
         if e:
-            return error(f"torch raised on rank {o['rank']}:\n{e}")
-        neutral.append({"state": sharded_to_flat_offsets(o["resaved"]["state"]),
-                        "param_groups": o["resaved"]["param_groups"]})
+            return error(f"torch raised on rank {o.rank}:\n{e}")
+        neutral.append({"state": sharded_to_flat_offsets(o.resaved["state"]),
+                        "param_groups": o.resaved["param_groups"]})
     problems = []
     for o in load_obs:
-        r = o["rank"]
+        r = o.rank
         try:
             want = ref.flatten_sharded(dst_layout, neutral, r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.flatten_sharded rejected torch's sharded dicts: {exc}")
-        diffs = diff_state_dicts(drop_plain(want, dst_layout), drop_plain(o["loaded"], dst_layout),
+        diffs = diff_state_dicts(drop_plain(want, dst_layout), drop_plain(o.loaded, dst_layout),
                                  owner=owner_of(dst_layout))
         if diffs:
             problems.append(f"rank {r}: flat local state differs from reference.flatten_sharded:\n"
@@ -241,19 +247,19 @@ def p4_flatten(dst_layout, load_obs: Sequence[dict], api: str) -> Verdict:
     return fail("\n\n".join(problems)) if problems else passed("bitwise on every rank")
 
 
-def p6_resume(dst_layout, load_obs: Sequence[dict], local: LocalRun, dtype: str,
+def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype: str,
               gather=ref.gather_full) -> Verdict:
     """Resumed training (params, losses, optimizer state) ~= the uninterrupted run
     (``gather``: the reference gather of the load side's layout; FSDP2: ``fsdp2_gather``)."""
     rtol, atol = TOLERANCES[dtype]
     o0 = load_obs[0]
-    if "final_params" not in o0:
-        e = recorded_error(o0.get("loaded"))
+    if o0.final_params is None:
+        e = error_of(o0.loaded)
         return error(f"the load side did not resume: {e or 'no final params recorded'}")
     skip = _plain(dst_layout)
     problems = []
     want_p = {k: v for k, v in local.params_at_end.items() if k not in skip}
-    got_p = {k: v for k, v in o0["final_params"].items() if k not in skip}
+    got_p = {k: v for k, v in o0.final_params.items() if k not in skip}
     if dtype == "bf16":
         bad_p = _norm_diffs(want_p, got_p, BF16_NORM_RTOL)
         if bad_p:
@@ -264,14 +270,14 @@ def p6_resume(dst_layout, load_obs: Sequence[dict], local: LocalRun, dtype: str,
         if diffs:
             problems.append("params after resuming differ from uninterrupted training:\n"
                             + format_diff(diffs))
-    want_l = list(local.losses[len(local.losses) - len(o0["losses"]):])
-    bad = [(i, w, g) for i, (w, g) in enumerate(zip(want_l, o0["losses"]))
+    want_l = list(local.losses[len(local.losses) - len(o0.losses):])
+    bad = [(i, w, g) for i, (w, g) in enumerate(zip(want_l, o0.losses))
            if abs(w - g) > atol + rtol * abs(w)]
     if bad:
         problems.append("losses after resuming differ: " + ", ".join(
             f"step {i}: uninterrupted {w!r}, resumed {g!r}" for i, w, g in bad))
     try:
-        final = gather(dst_layout, [o["final_local"] for o in load_obs])
+        final = gather(dst_layout, [o.final_local for o in load_obs])
     except ref.StateDictMismatch as exc:
         return error(f"reference.{gather.__name__} rejected the resumed local dicts: {exc}")
     want_s = canon_groups(_without(local.optim_at_end, skip))
@@ -294,10 +300,10 @@ def p6_resume(dst_layout, load_obs: Sequence[dict], local: LocalRun, dtype: str,
     return passed(f"params, {len(want_l)} losses and state {how}")
 
 
-def p7_idempotent(api: str, full: dict, load_obs: Sequence[dict], same_plan: bool) -> Verdict:
+def p7_idempotent(api: str, full: dict, load_obs: Sequence[LoadRecord], same_plan: bool) -> Verdict:
     """save -> load -> save gives bitwise the same dict (under another wrapping plan the
     order of FQNs inside a param group follows the new units: compared as sets there)."""
-    again, v = to_full(api, load_obs, "resaved")
+    again, v = to_full(api, load_obs, resaved=True)
     if v is not None:
         return v
     if not same_plan:
@@ -309,11 +315,11 @@ def p7_idempotent(api: str, full: dict, load_obs: Sequence[dict], same_plan: boo
     return passed("bitwise the same")
 
 
-def p8_serialise(api: str, save_obs: Sequence[dict], load_obs: Sequence[dict],
+def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[LoadRecord],
                  full: dict, dcp_full: dict | None) -> Verdict:
     """What was written reads back bitwise: ``torch.load(weights_only=True)`` for files,
     DCP for DCP directories."""
-    notes = [o["weights_only_refused"] for o in load_obs if o.get("weights_only_refused")]
+    notes = [o.weights_only_refused for o in load_obs if o.weights_only_refused]
     if notes:
         return fail(notes[0])
     if api in ("fsdp1.sharded", "fsdp2.sharded"):
@@ -324,9 +330,9 @@ def p8_serialise(api: str, save_obs: Sequence[dict], load_obs: Sequence[dict],
             passed("DCP directory reads back bitwise")
     if api == "fsdp1.legacy_sharded":
         return passed("per-rank files read back with weights_only=True")
-    written, reread = save_obs[0]["saved"], load_obs[0].get("reread")
+    written, reread = save_obs[0].saved, load_obs[0].reread
     if api == "fsdp1.rekey":  # the file holds the PARAM_ID dict
-        written, reread = save_obs[0].get("saved_ids"), load_obs[0].get("reread_ids")
+        written, reread = save_obs[0].saved_ids, load_obs[0].reread_ids
     if reread is None or written is None:
         return na("rank 0 did not record the file it wrote or read back")
     diffs = diff_state_dicts(written, reread)
@@ -336,42 +342,43 @@ def p8_serialise(api: str, save_obs: Sequence[dict], load_obs: Sequence[dict],
     return passed("torch.save -> torch.load(weights_only=True) bitwise")
 
 
-def p9_flags(layout, api: str, save_obs: Sequence[dict]) -> Verdict:
+def p9_flags(layout, api: str, save_obs: Sequence[SaveRecord]) -> Verdict:
     """rank0_only: other ranks get ``{}`` and rank 0 equals the all-ranks result;
     offload_to_cpu: every saved tensor is on CPU."""
     if api == "fsdp1.legacy_sharded":
         return na("sharded_optim_state_dict has no rank0_only / offload_to_cpu flags")
     problems = []
     for o in save_obs:
-        devs = [d for d in o.get("saved_devices", []) if d != "cpu"]
+        devs = [d for d in o.saved_devices if d != "cpu"]
         if devs:
-            problems.append(f"rank {o['rank']}: offload_to_cpu saved tensors on {devs}")
-    if "all_ranks" in save_obs[0]:
+            problems.append(f"rank {o.rank}: offload_to_cpu saved tensors on {devs}")
+    if save_obs[0].all_ranks is not None:
         for o in save_obs[1:]:
-            if o["saved"] != {}:
-                problems.append(f"rank {o['rank']}: rank0_only=True returned a non-empty dict "
-                                f"({len(o['saved'].get('state', {}))} params)")
+            if o.saved != {}:
+                problems.append(f"rank {o.rank}: rank0_only=True returned a non-empty dict "
+                                f"({len(o.saved.get('state', {}))} params)")
         for o in save_obs:
-            e = recorded_error(o["all_ranks"])
+            e = error_of(o.all_ranks)
             if e:
-                return error(f"rank0_only=False raised on rank {o['rank']}:\n{e}")
-        diffs = diff_state_dicts(save_obs[0]["all_ranks"], save_obs[0]["saved"])
+                return error(f"rank0_only=False raised on rank {o.rank}:\n{e}")
+        diffs = diff_state_dicts(save_obs[0].all_ranks, save_obs[0].saved)
         if diffs:
             problems.append("rank 0: rank0_only=True differs from rank0_only=False:\n"
                             + format_diff(diffs))
         for o in save_obs[1:]:
-            mine, theirs = comparable(save_obs[0]["all_ranks"], o["all_ranks"], layout, o["rank"])
+            mine, theirs = comparable(save_obs[0].all_ranks, o.all_ranks, layout, o.rank)
             diffs = diff_state_dicts(mine, theirs)
             if diffs:
-                problems.append(f"rank {o['rank']}: rank0_only=False differs from rank 0's:\n"
+                problems.append(f"rank {o.rank}: rank0_only=False differs from rank 0's:\n"
                                 + format_diff(diffs))
     if problems:
         return fail("\n".join(problems))
-    return passed("rank0_only and offload_to_cpu as documented" if "all_ranks" in save_obs[0]
+    return passed("rank0_only and offload_to_cpu as documented"
+                  if save_obs[0].all_ranks is not None
                   else "offload_to_cpu: every tensor on CPU")
 
 
-def p10_partial(case, layout, dst_layout, full: dict, load_obs: Sequence[dict],
+def p10_partial(case, layout, dst_layout, full: dict, load_obs: Sequence[LoadRecord],
                 local: LocalRun, gather=ref.gather_full) -> Verdict:
     """Cases with partial state (no step yet, stateless SGD, params without grads, frozen
     params): exactly the params the single-process optimizer has state for appear in the
@@ -389,9 +396,9 @@ def p10_partial(case, layout, dst_layout, full: dict, load_obs: Sequence[dict],
     problems = []
     if want != got:
         problems.append(f"saved dict: params/state names {got}, single-process run has {want}")
-    if all("loaded" in o and not recorded_error(o["loaded"]) for o in load_obs):
+    if all(o.loaded is not None and not error_of(o.loaded) for o in load_obs):
         try:
-            back = gather(dst_layout, [o["loaded"] for o in load_obs])
+            back = gather(dst_layout, [o.loaded for o in load_obs])
         except ref.StateDictMismatch as exc:
             return error(f"reference.{gather.__name__} rejected the loaded dicts: {exc}")
         if shape_of(back) != want:
@@ -405,7 +412,7 @@ def _hyper(groups: list[dict]) -> list[dict]:
     return [{k: v for k, v in g.items() if k != "params"} for g in groups]
 
 
-def p11_groups(full: dict, load_obs: Sequence[dict], local: LocalRun) -> Verdict:
+def p11_groups(full: dict, load_obs: Sequence[LoadRecord], local: LocalRun) -> Verdict:
     """Every param group's hyperparameters and extra keys (``initial_lr``) and its params
     survive the save and the load, exactly."""
     problems = []
@@ -415,11 +422,11 @@ def p11_groups(full: dict, load_obs: Sequence[dict], local: LocalRun) -> Verdict
         problems.append("saved param_groups differ from the optimizer's:\n" + format_diff(diffs))
     want = _hyper(full["param_groups"])
     for o in load_obs:
-        if recorded_error(o.get("loaded")):
+        if error_of(o.loaded):
             continue
-        diffs = diff_state_dicts(want, _hyper(o["loaded"]["param_groups"]))
+        diffs = diff_state_dicts(want, _hyper(o.loaded["param_groups"]))
         if diffs:
-            problems.append(f"rank {o['rank']}: param_groups after loading differ:\n"
+            problems.append(f"rank {o.rank}: param_groups after loading differ:\n"
                             + format_diff(diffs))
     if problems:
         return fail("\n\n".join(problems))
@@ -427,14 +434,14 @@ def p11_groups(full: dict, load_obs: Sequence[dict], local: LocalRun) -> Verdict
     return passed(f"{len(want)} group(s), keys {keys}")
 
 
-def p5_rekey_path(case, full: dict, load_obs: Sequence[dict]) -> Verdict:
+def p5_rekey_path(case, full: dict, load_obs: Sequence[LoadRecord]) -> Verdict:
     """Rekey path: the PARAM_ID dict written for the unwrapped model equals
     reference.rekey_to_ids(full) bitwise, loads into the unwrapped model's optimizer and
     equals its ``state_dict()`` there, and rekeying it back to names gives ``full`` again."""
     from ..sut.rekey import plain_model, plain_optimizer
 
     o0 = load_obs[0]
-    ids, names = o0.get("reread_ids"), o0.get("reread")
+    ids, names = o0.reread_ids, o0.reread
     if ids is None:
         return error("rank 0 of the load side did not record the PARAM_ID dict")
     model = plain_model(case)
@@ -457,7 +464,7 @@ def p5_rekey_path(case, full: dict, load_obs: Sequence[dict]) -> Verdict:
     except Exception as exc:  # noqa: BLE001
         problems.append(f"the unwrapped optimizer cannot load the PARAM_ID dict: "
                         f"{type(exc).__name__}: {exc}")
-    e = recorded_error(names)
+    e = error_of(names)
     if e:
         problems.append(f"rekey back to PARAM_NAME raised:\n{e}")
     else:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from ..cases import Case
 from ..properties.catalogue import PROPS
 from ..properties.fault_props import p15_verdict
-from ..properties.run_props import recorded_error
 from ..properties.verdict import Verdict, error, na, suite_error
+from ..sut.records import error_of
 from ..sut.registry import api_path
 from .faults import apply_fault
 from .lifecycle import Outcome, StepFailed, Step
@@ -38,12 +38,12 @@ class FaultKind:
 
         case, path = step.case, api_path(step.case.api)
         save_obs = step.on_pool("save side", case.world_size, path.save_side)
-        step.timings["save"] = max(o["timings"].get("save", 0.0) for o in save_obs)
-        failed = [o for o in save_obs if recorded_error(o.get("saved"))]
+        step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
+        failed = [o for o in save_obs if error_of(o.saved)]
         if failed:
             return Outcome(verdicts={"P15": error(
-                f"torch raised in the {case.api} save call on rank {failed[0]['rank']}, so "
-                f"nothing could be damaged and loaded:\n{recorded_error(failed[0]['saved'])}")})
+                f"torch raised in the {case.api} save call on rank {failed[0].rank}, so "
+                f"nothing could be damaged and loaded:\n{error_of(failed[0].saved)}")})
         try:
             what = apply_fault(case, step.workdir)
         except Exception:  # noqa: BLE001  (the suite's own damage step failed)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from ..cases import Case
 from ..properties.catalogue import NO_REKEY, ONLY_BOUNDS, ONLY_FAULT, ONLY_GOLDEN, PROPS
 from ..properties.roundtrip import ROUND_TRIP, round_trip_verdicts
-from ..properties.run_props import recorded_error
 from ..properties.verdict import Verdict, error, na
+from ..sut.records import error_of
 from ..sut.registry import api_path
 from .lifecycle import Outcome, Step, all_props
 
@@ -41,15 +41,15 @@ class RoundTripKind:
     def run(self, step: Step) -> Outcome:
         case, path = step.case, api_path(step.case.api)
         save_obs = step.on_pool("save side", case.world_size, path.save_side)
-        step.timings["save"] = max(o["timings"].get("save", 0.0) for o in save_obs)
-        failed = [o for o in save_obs if recorded_error(o.get("saved"))]
+        step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
+        failed = [o for o in save_obs if error_of(o.saved)]
         if failed:  # nothing was written: there is nothing to load
             return Outcome(verdicts=all_props(error(
-                f"torch raised in the {case.api} save call on rank {failed[0]['rank']}, so "
-                f"nothing could be loaded:\n{recorded_error(failed[0]['saved'])}"),
+                f"torch raised in the {case.api} save call on rank {failed[0].rank}, so "
+                f"nothing could be loaded:\n{error_of(failed[0].saved)}"),
                 self.decides(case)))
         load_obs = step.on_pool("load side", case.dst_world_size, path.load_side)
-        step.timings["load"] = max(o["timings"].get("load", 0.0) for o in load_obs)
+        step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
         verdicts = round_trip_verdicts(case, save_obs, load_obs, step.workdir)
         return Outcome(verdicts={p: verdicts[p] for p in self.decides(case)})
 

@@ -5,14 +5,16 @@ Rules
 - ``timed`` runs the call with warnings silenced and returns ``(result, seconds)``.
 - ``guarded`` is ``timed`` for a call that may raise: an exception (DCP's
   ``CheckpointException`` too, a ``BaseException`` subclass that ``except Exception`` misses)
-  is recorded as ``({"error": traceback}, 0.0)``: the controller's verdict shows the
-  traceback. The rank also marks the call failed (``harness.outcome.mark_failed``), so when
-  it returns while other ranks wait in a collective it never joins, the pool decides the
-  call within its short error grace instead of at the timeout (harness/pool.py's rules).
-- ``guard`` records an exception the same way but neither times nor marks the call: the
-  differential observers (sut/fsdp1.py, fsdp2.py, rekey.py) call one path after another on
-  the same ranks and judge each failure themselves.
-- ``is_error`` tells such a recorded error from a value.
+  is recorded as ``(RecordedError(traceback=..., exc_type=...), 0.0)`` (``sut.records``):
+  the controller's verdict shows the traceback. The rank also marks the call failed
+  (``harness.outcome.mark_failed``), so when it returns while other ranks wait in a
+  collective it never joins, the pool decides the call within its short error grace
+  instead of at the timeout (harness/pool.py's rules).
+- ``guard`` records an exception as the dict ``{"error": traceback}`` and neither times nor
+  marks the call: the differential observers (sut/fsdp1.py, fsdp2.py, rekey.py) call one
+  path after another on the same ranks and judge each failure themselves (they keep their
+  dicts; typing them is a separate job).
+- ``is_error`` tells a ``RecordedError`` (what ``guarded`` records) from a value.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import warnings
 from typing import Any
 
 from ..harness.outcome import mark_failed
+from .records import RecordedError
 
 
 def timed(fn, *args, **kwargs) -> tuple[Any, float]:
@@ -34,8 +37,8 @@ def timed(fn, *args, **kwargs) -> tuple[Any, float]:
 
 
 def guarded(fn, *args, **kwargs) -> tuple[Any, float]:
-    """``timed``, with an exception recorded as ``({"error": traceback}, 0.0)`` and marked
-    on this rank (module rules)."""
+    """``timed``, with an exception recorded as ``(RecordedError, 0.0)`` and marked on this
+    rank (module rules)."""
     from torch.distributed.checkpoint.api import CheckpointException
 
     try:
@@ -43,12 +46,12 @@ def guarded(fn, *args, **kwargs) -> tuple[Any, float]:
     except (Exception, CheckpointException) as exc:  # noqa: BLE001  (the verdict shows it)
         detail = traceback.format_exc()
         mark_failed(exc, detail)
-        return {"error": detail}, 0.0
+        return RecordedError(traceback=detail, exc_type=type(exc).__name__), 0.0
 
 
 def is_error(obj: Any) -> bool:
     """Whether ``obj`` is what ``guarded`` records for a call that raised."""
-    return isinstance(obj, dict) and "error" in obj
+    return isinstance(obj, RecordedError)
 
 
 def guard(fn, *args, **kwargs) -> Any:

@@ -1,7 +1,8 @@
 """The API paths of the conformance run, FSDP2 side (``fully_shard`` +
 ``torch.distributed.checkpoint.state_dict``): one save and one load per path, run as a round
-trip over disk, observed on every rank. Same interface, files and recorded keys as
-``sut.paths`` (the FSDP1 side), so the runner, the properties and ``faults`` treat both alike.
+trip over disk, observed on every rank. Same interface, files and records
+(``records.SaveRecord`` / ``LoadRecord``) as ``sut.paths`` (the FSDP1 side), so the runner,
+the properties and ``faults`` treat both alike.
 
 Paths (``Case.api``)
     fsdp2.full     ``get_optimizer_state_dict(full_state_dict=True, cpu_offload=True)`` (rank 0
@@ -23,13 +24,13 @@ Rules
   not in the file), then the optimizer state through the path (timed), saves again (P7) and
   trains ``case.resume_steps`` more steps (P6).
 - P9: fsdp2.full also saves with ``cpu_offload=False`` (every rank gets the full dict, on its
-  device) into ``"all_ranks"``; fsdp2.sharded also saves with ``cpu_offload=True`` into
-  ``"offloaded"`` (with ``"offloaded_devices"``).
+  device) into ``SaveRecord.all_ranks``; fsdp2.sharded also saves with ``cpu_offload=True``
+  into ``SaveRecord.offloaded`` (with ``offloaded_devices``).
 - Recorded forms: local dicts FQN-keyed with plain local tensors (``DTensor.to_local()``);
   a sharded dict's DTensor values as ``{"global_shape", "local", "offsets"}`` (torch's own
   global offset of the local piece), which ``run_props.assemble_sharded`` tiles.
-- Everything returned is on CPU, cloned. A path that raises is recorded as
-  ``{"error": traceback}`` (DCP's ``CheckpointException`` included), except: on the load side
+- Everything returned is on CPU, cloned. A path that raises is recorded as a
+  ``records.RecordedError`` (DCP's ``CheckpointException`` included), except: on the load side
   of a fault case (``case.fault``) the exception propagates, and a load that raised on some
   ranks while the others stay blocked in a collective raises too (``_load_guarded``); then
   the pool reports which ranks raised and which were left waiting, instead of a hang.
@@ -48,6 +49,7 @@ from ..zoo import build_optimizer, build_scheduler
 from .fsdp1 import named_local, optimizer_keys, train
 from .fsdp2 import local_to_cpu, is_dtensor, mesh_shape, param_layout, wrap_fsdp2
 from .common import guarded, is_error, timed
+from .records import LoadRecord, SaveRecord
 from .paths import (DCP_DIR, FULL_FILE, MODEL_FILE, SCHED_FILE, atomic_save, devices_of,
                     is_full_path, rank_file, read_saved, resizable)
 
@@ -163,36 +165,38 @@ def write_saved(ctx, case: Case, model, saved: Any, workdir: Path) -> float:
     return time.perf_counter() - t0
 
 
-def save_side(ctx, case: Case, workdir: str) -> dict:
+def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     """Train, save through the path, write it; record everything the properties need."""
     _check(case.api)
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=False)
     losses = train(ctx, case, model, optim, case.steps, sched=sched)
-    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
-                           "mesh_shape": mesh_shape(ctx, case), "meta": param_layout(model),
-                           "local": local_state(optim, keys)}
+    mesh, meta, local = mesh_shape(ctx, case), param_layout(model), local_state(optim, keys)
     params = full_params(model)
     saved, t_save = guarded(save_path, case, model, optim)
-    out["timings"] = {"save": t_save}
-    out["saved_devices"] = sorted(devices_of(saved))
-    out["saved"] = _record(case, saved, keys)
+    timings = {"save": t_save}
+    saved_devices = sorted(devices_of(saved))
+    record = _record(case, saved, keys)
     if not is_error(saved):
-        out["timings"]["write"] = write_saved(ctx, case, model, saved, workdir)
+        timings["write"] = write_saved(ctx, case, model, saved, workdir)
     if ctx.rank == 0:
-        out["params"] = params
         atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
             atomic_save(sched.state_dict(), workdir / SCHED_FILE)
     # P9: the same save with the flag flipped.
+    all_ranks = offloaded = offloaded_devices = None
     if case.api == "fsdp2.full":
         flipped, _ = guarded(save_path, case, model, optim, cpu_offload=False)
-        out["all_ranks"] = _record(case, flipped, keys)
+        all_ranks = _record(case, flipped, keys)
     else:
-        offloaded, _ = guarded(save_path, case, model, optim, cpu_offload=True)
-        out["offloaded_devices"] = sorted(devices_of(offloaded))
-        out["offloaded"] = _record(case, offloaded, keys)
-    return out
+        off, _ = guarded(save_path, case, model, optim, cpu_offload=True)
+        offloaded_devices = sorted(devices_of(off))
+        offloaded = _record(case, off, keys)
+    return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
+                      mesh_shape=mesh, timings=timings, saved=record,
+                      saved_devices=saved_devices, params=params if ctx.rank == 0 else None,
+                      all_ranks=all_ranks, offloaded=offloaded,
+                      offloaded_devices=offloaded_devices)
 
 
 def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:
@@ -241,41 +245,41 @@ def _load_guarded(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> t
     if missing:
         raise RuntimeError(f"the {case.api} load raised on rank {ctx.rank} while rank(s) "
                            f"{missing} did not return from it within {STRAND_WAIT_S:.0f} s "
-                           f"(left waiting in a collective):\n{res['error']}")
+                           f"(left waiting in a collective):\n{res.traceback}")
     return res, took
 
 
-def load_side(ctx, case: Case, workdir: str) -> dict:
+def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     """Fresh model and optimizer at the load world size and plan; load, save again, resume."""
     _check(case.api)
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=True)
     load_params(model, torch.load(workdir / MODEL_FILE, weights_only=True))
-    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "mesh_shape": mesh_shape(ctx, case),
-                           "meta": param_layout(model), "timings": {}}
+    head = dict(rank=ctx.rank, keys=keys, mesh_shape=mesh_shape(ctx, case),
+                meta=param_layout(model))
+    timings: dict[str, float] = {}
     t0 = time.perf_counter()
     saved, note = read_saved(ctx, case, workdir)
-    out["timings"]["read"] = time.perf_counter() - t0
-    out["weights_only_refused"] = note
+    timings["read"] = time.perf_counter() - t0
+    reread = None
     if ctx.rank == 0 and is_full_path(case.api):
-        out["reread"] = local_to_cpu(named_local(saved, keys)) if saved else {}
+        reread = local_to_cpu(named_local(saved, keys)) if saved else {}
+    head.update(timings=timings, weights_only_refused=note, reread=reread)
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
-        _, out["timings"]["load"] = timed(load_path, ctx, case, model, optim, saved, workdir)
-        out["loaded"] = local_state(optim, keys)
-        return out
-    res, out["timings"]["load"] = _load_guarded(ctx, case, model, optim, saved, workdir)
+        _, timings["load"] = timed(load_path, ctx, case, model, optim, saved, workdir)
+        return LoadRecord(**head, loaded=local_state(optim, keys))
+    res, timings["load"] = _load_guarded(ctx, case, model, optim, saved, workdir)
     if is_error(res):
-        out["loaded"] = res
-        return out
+        return LoadRecord(**head, loaded=res)
     if sched is not None:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
-    out["loaded"] = local_state(optim, keys)
-    resaved, out["timings"]["resave"] = guarded(save_path, case, model, optim)
-    out["resaved"] = _record(case, resaved, keys)
-    out["losses"] = train(ctx, case, model, optim, case.resume_steps, start_step=case.steps,
-                          sched=sched)
-    out["final_local"] = local_state(optim, keys)
+    loaded = local_state(optim, keys)
+    resaved, timings["resave"] = guarded(save_path, case, model, optim)
+    resaved = _record(case, resaved, keys)
+    losses = train(ctx, case, model, optim, case.resume_steps, start_step=case.steps,
+                   sched=sched)
+    final_local = local_state(optim, keys)
     params = full_params(model)
-    if ctx.rank == 0:
-        out["final_params"] = params
-    return out
+    return LoadRecord(**head, loaded=loaded, resaved=resaved, losses=losses,
+                      final_local=final_local,
+                      final_params=params if ctx.rank == 0 else None)

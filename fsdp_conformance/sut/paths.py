@@ -25,7 +25,9 @@ Rules
   through the path (timed), saves again (P7) and trains ``case.resume_steps`` more steps (P6).
 - Everything returned is on CPU, cloned, in the reference's neutral named form. Ranks only
   record; the controller decides every verdict.
-- A path that raises is recorded as ``{"error": traceback}`` (``common.guarded``: DCP's
+- What a side records is a ``records.SaveRecord`` / ``records.LoadRecord`` (its fields say
+  which property reads what).
+- A path that raises is recorded as a ``records.RecordedError`` (``common.guarded``: DCP's
   ``CheckpointException`` included; the rank marks the call failed so that the pool decides
   it within its error grace when other ranks are left waiting) except on the load side of a
   fault case (``case.fault``), where the exception propagates so the pool reports which
@@ -45,6 +47,7 @@ from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler
 from . import fsdp1
 from .common import guarded, is_error, timed
+from .records import LoadRecord, SaveRecord
 from .fsdp1 import to_cpu, flat_sharded_to_neutral, clean_name, named_local, optimizer_keys
 
 FSDP1_PATHS = ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded",
@@ -220,33 +223,36 @@ def devices_of(obj: Any) -> set[str]:
     return set()
 
 
-def save_side(ctx, case: Case, workdir: str) -> dict:
+def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     """Train, save through the path, write it; record everything the properties need."""
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=False)
     losses = fsdp1.train(ctx, case, model, optim, case.steps, sched=sched)
-    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
-                           "meta": fsdp1.flat_metadata(model),
-                           "local": to_cpu(named_local(optim.state_dict(), keys))}
+    meta = fsdp1.flat_metadata(model)
+    local = to_cpu(named_local(optim.state_dict(), keys))
     params = full_params(model)
     saved, t_save = guarded(save_path, case, model, optim)
-    out["timings"] = {"save": t_save}
-    out["saved_devices"] = sorted(devices_of(saved))
-    out["saved"] = _record(case, saved, ctx.rank, keys)
+    timings = {"save": t_save}
+    saved_devices = sorted(devices_of(saved))
+    record = _record(case, saved, ctx.rank, keys)
     if not is_error(saved):
-        out["timings"]["write"] = write_saved(ctx, case, model, saved, workdir)
-    if ctx.rank == 0 and case.api == "fsdp1.rekey" and "error" not in out["saved"]:
-        out["saved_ids"] = to_cpu(guarded(to_param_ids, case, saved)[0])
+        timings["write"] = write_saved(ctx, case, model, saved, workdir)
+    saved_ids = None
+    if ctx.rank == 0 and case.api == "fsdp1.rekey" and not is_error(record):
+        saved_ids = to_cpu(guarded(to_param_ids, case, saved)[0])
     if ctx.rank == 0:
-        out["params"] = params
         atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
             atomic_save(sched.state_dict(), workdir / SCHED_FILE)
     # P9: the same save with the flags flipped (all ranks, no offload).
+    all_ranks = None
     if case.api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.full"):
         flipped, _ = guarded(save_path, case, model, optim, rank0_only=False, offload=False)
-        out["all_ranks"] = _record(case, flipped, ctx.rank, keys)
-    return out
+        all_ranks = _record(case, flipped, ctx.rank, keys)
+    return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
+                      timings=timings, saved=record, saved_devices=saved_devices,
+                      params=params if ctx.rank == 0 else None, saved_ids=saved_ids,
+                      all_ranks=all_ranks)
 
 
 def read_saved(ctx, case: Case, workdir: Path) -> tuple[Any, str]:
@@ -308,40 +314,40 @@ def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:
     optim.load_state_dict(flat)
 
 
-def load_side(ctx, case: Case, workdir: str) -> dict:
+def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     """Fresh model and optimizer at the load world size and plan; load, save again, resume."""
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=True)
     load_params(model, torch.load(workdir / MODEL_FILE, weights_only=True))
-    out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "meta": fsdp1.flat_metadata(model),
-                           "timings": {}}
+    head = dict(rank=ctx.rank, keys=keys, meta=fsdp1.flat_metadata(model))
+    timings: dict[str, float] = {}
     t0 = time.perf_counter()
     saved, note = read_saved(ctx, case, workdir)
-    out["timings"]["read"] = time.perf_counter() - t0
-    out["weights_only_refused"] = note
+    timings["read"] = time.perf_counter() - t0
+    reread = reread_ids = None
     if ctx.rank == 0 and case.api == "fsdp1.rekey":
-        out["reread_ids"] = to_cpu(saved)
+        reread_ids = to_cpu(saved)
         names, _ = guarded(to_param_names, case, saved)
-        out["reread"] = to_cpu(names)
+        reread = to_cpu(names)
     elif ctx.rank == 0 and is_full_path(case.api):
-        out["reread"] = to_cpu(named_local(saved, keys)) if saved else {}
+        reread = to_cpu(named_local(saved, keys)) if saved else {}
+    head.update(timings=timings, weights_only_refused=note, reread=reread,
+                reread_ids=reread_ids)
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
-        _, out["timings"]["load"] = timed(load_path, ctx, case, model, optim, saved, workdir)
-        out["loaded"] = to_cpu(named_local(optim.state_dict(), keys))
-        return out
-    res, out["timings"]["load"] = guarded(load_path, ctx, case, model, optim, saved, workdir)
+        _, timings["load"] = timed(load_path, ctx, case, model, optim, saved, workdir)
+        return LoadRecord(**head, loaded=to_cpu(named_local(optim.state_dict(), keys)))
+    res, timings["load"] = guarded(load_path, ctx, case, model, optim, saved, workdir)
     if is_error(res):
-        out["loaded"] = res
-        return out
+        return LoadRecord(**head, loaded=res)
     if sched is not None:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
-    out["loaded"] = to_cpu(named_local(optim.state_dict(), keys))
-    resaved, out["timings"]["resave"] = guarded(save_path, case, model, optim)
-    out["resaved"] = _record(case, resaved, ctx.rank, keys)
-    out["losses"] = fsdp1.train(ctx, case, model, optim, case.resume_steps,
-                                start_step=case.steps, sched=sched)
-    out["final_local"] = to_cpu(named_local(optim.state_dict(), keys))
+    loaded = to_cpu(named_local(optim.state_dict(), keys))
+    resaved, timings["resave"] = guarded(save_path, case, model, optim)
+    resaved = _record(case, resaved, ctx.rank, keys)
+    losses = fsdp1.train(ctx, case, model, optim, case.resume_steps,
+                         start_step=case.steps, sched=sched)
+    final_local = to_cpu(named_local(optim.state_dict(), keys))
     params = full_params(model)
-    if ctx.rank == 0:
-        out["final_params"] = params
-    return out
+    return LoadRecord(**head, loaded=loaded, resaved=resaved, losses=losses,
+                      final_local=final_local,
+                      final_params=params if ctx.rank == 0 else None)

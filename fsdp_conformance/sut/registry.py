@@ -2,8 +2,9 @@
 
 Rules
 - A path is one ``ApiPath`` record here and one module that holds its rank functions
-  ``save_side(ctx, case, workdir) -> dict`` and ``load_side(ctx, case, workdir) -> dict``
-  (the ``PathSides`` protocol). Adding a path is one module and one line in ``PATHS``.
+  ``save_side(ctx, case, workdir) -> SaveRecord`` and ``load_side(ctx, case, workdir) ->
+  LoadRecord`` (the ``PathSides`` protocol; ``sut.records``). Adding a path is one module
+  and one line in ``PATHS``.
 - Code that must treat paths differently asks the record (``family``, ``writes``,
   ``rekeys``, ``resizable``), never the path's name: no ``api.startswith("fsdp2")``.
 - This module imports neither torch nor the path modules: ``ApiPath.sides()`` imports the
@@ -18,7 +19,10 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:
+    from .records import LoadRecord, SaveRecord
 
 FAMILIES = ("fsdp1", "fsdp2")
 CUSTOM_PREFIX = "custom:"
@@ -27,10 +31,10 @@ CUSTOM_PREFIX = "custom:"
 class PathSides(Protocol):
     """What a path module holds: the rank functions the pools run."""
 
-    def save_side(self, ctx: Any, case: Any, workdir: str) -> dict:
+    def save_side(self, ctx: Any, case: Any, workdir: str) -> "SaveRecord":
         """Train, save through the path, write the files; record what was saved."""
 
-    def load_side(self, ctx: Any, case: Any, workdir: str) -> dict:
+    def load_side(self, ctx: Any, case: Any, workdir: str) -> "LoadRecord":
         """Build fresh, load through the path, save again, resume; record it all."""
 
 
@@ -59,11 +63,11 @@ class ApiPath:
         return importlib.import_module(f"fsdp_conformance.sut.{self.module}")
 
     @property
-    def save_side(self) -> Callable[..., dict]:
+    def save_side(self) -> Callable[..., "SaveRecord"]:
         return self.sides().save_side
 
     @property
-    def load_side(self) -> Callable[..., dict]:
+    def load_side(self) -> Callable[..., "LoadRecord"]:
         return self.sides().load_side
 
 

@@ -8,6 +8,8 @@ Rules
   with P10 from the evidence where the zoo's rule does not know the model (``verdicts``).
 - Custom path: separate stages (``rank_side.rank_custom``: train, save, load, resume,
   again); a stage that raises is recorded and the later stages that still make sense run.
+  Each stage returns the fields it fills; merged per rank, they make one ``SaveRecord`` /
+  ``LoadRecord`` (``sut.records``), judged as the built-in paths' records are.
   Failing to build or train the model under FSDP fails every property it decides; the file
   format is the user's own, so P1/P4/P5/P8/P9 are n/a.
 - Known torch limitations see the case as the zoo case it stands for (``known_view``).
@@ -22,6 +24,7 @@ from ..known.apply import apply_known
 from ..properties.verdict import Verdict, fail
 from ..run.lifecycle import Outcome, Step, StepFailed, all_props
 from ..run.roundtrip_kind import RoundTripKind
+from ..sut.records import LoadRecord, SaveRecord
 from .limitations import known_view
 from .model import CustomPath, UserModel
 from .rank_side import rank_custom, rank_load, rank_save
@@ -42,10 +45,10 @@ class UserModelKind(RoundTripKind):
         self.user.register()
         save_obs = step.on_pool("save side", case.world_size, rank_save,
                                 before=(self.user, None))
-        step.timings["save"] = max(o.get("timings", {}).get("save", 0.0) for o in save_obs)
+        step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
         load_obs = step.on_pool("load side", case.dst_world_size, rank_load,
                                 before=(self.user, None))
-        step.timings["load"] = max(o.get("timings", {}).get("load", 0.0) for o in load_obs)
+        step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
         v = evaluate_user(case, save_obs, load_obs, step.workdir)
         return Outcome(verdicts={p: v[p] for p in self.decides(case)})
 
@@ -111,5 +114,9 @@ class CustomPathKind:
                     merge(load_obs, stage(case.dst_world_size, name))
                 except StepFailed as exc:
                     errors[name] = exc.exc
-        v = evaluate_custom(case, save_obs, load_obs, errors)
+        # the merged stages are one rank's save / load side: typed as the built-in paths' are
+        # (a stage field that is not a record field fails here, by name)
+        v = evaluate_custom(case, [SaveRecord(**o) for o in save_obs],
+                            None if load_obs is None else [LoadRecord(**o) for o in load_obs],
+                            errors)
         return Outcome(verdicts={p: v[p] for p in self.decides(case)})

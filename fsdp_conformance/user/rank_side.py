@@ -5,7 +5,10 @@ to the ranks by reference, so each is module-level.
 
 Rules
 - The stages of a custom round trip are separate pool calls; the model of the previous stage
-  is held in the rank's cache (``ctx.cache``) between them, under the case id.
+  is held in the rank's cache (``ctx.cache``) between them, under the case id. Each stage
+  returns a dict of the ``SaveRecord`` / ``LoadRecord`` fields it fills (``sut.records``;
+  the controller merges a rank's stages into one record: user/kinds.py).
+- ``rank_save`` / ``rank_load`` return the built-in path's records.
 - The user's code is not wrapped: an exception on any rank reaches the controller with its
   traceback (and the stacks of ranks left waiting) at once, and the observations of the
   earlier stages survive it.
@@ -22,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ..cases import Case
+from ..sut.records import LoadRecord, SaveRecord
 from ..sut.registry import api_path
 from ..sut import fsdp1
 from ..sut.fsdp1 import to_cpu, named_local
@@ -167,7 +171,7 @@ def rank_custom(ctx, user: UserModel | None, custom: CustomPath, case: Case, wor
 
 
 def rank_save(ctx, user: UserModel | None, custom: CustomPath | None, case: Case,
-              workdir: str) -> dict:
+              workdir: str) -> SaveRecord:
     """Save side of a built-in path on a rank: register the user model, then
     ``sut.paths.save_side`` (or the FSDP2 adapter's)."""
     if user is not None:
@@ -176,7 +180,7 @@ def rank_save(ctx, user: UserModel | None, custom: CustomPath | None, case: Case
 
 
 def rank_load(ctx, user: UserModel | None, custom: CustomPath | None, case: Case,
-              workdir: str) -> dict:
+              workdir: str) -> LoadRecord:
     """Load side of a built-in path on a rank (see :func:`rank_save`)."""
     if user is not None:
         user.register()

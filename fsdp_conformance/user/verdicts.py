@@ -23,12 +23,12 @@ from ..properties import run_props as rp
 from ..properties.layouts import reference_layout
 from ..properties.reference_props import p0_layout
 from ..properties.verdict import Verdict, error, fail, na, passed
+from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..properties.catalogue import ONLY_BOUNDS, ONLY_GOLDEN, PROPS
 from ..properties.roundtrip import round_trip_verdicts
 from ..zoo import model_spec
 
 
-_err = rp.recorded_error
 THEIRS = "the file format is the user's own: judged by what the load restores (P3, P7)"
 CUSTOM_DECIDES: tuple[str, ...] = ("P0", "P2", "P3", "P6", "P7", "P10", "P11")
 """The properties a custom-path round trip decides."""
@@ -68,9 +68,9 @@ def p10_user(case: Case, layout, dst, full: dict | None, load_obs, local) -> Ver
     problems = []
     if full is not None and shape_of(full) != want:
         problems.append(f"saved: params/state names {shape_of(full)}, single-process run has {want}")
-    if all("loaded" in o and not _err(o["loaded"]) for o in load_obs):
+    if all(o.loaded is not None and not error_of(o.loaded) for o in load_obs):
         try:
-            back = ref.gather_full(dst, [o["loaded"] for o in load_obs])
+            back = ref.gather_full(dst, [o.loaded for o in load_obs])
         except ref.StateDictMismatch as exc:
             return error(f"reference.gather_full rejected the loaded dicts: {exc}")
         if shape_of(back) != want:
@@ -98,27 +98,27 @@ def rank_error_text(exc) -> str:
     return "\n".join(lines) or str(exc)
 
 
-def _p7_custom(save_obs, load_obs, again_error) -> Verdict:
+def _p7_custom(save_obs: list[SaveRecord], load_obs: list[LoadRecord], again_error) -> Verdict:
     problems = []
     for o in save_obs:
-        d = diff_state_dicts(o["local"], o["after_save"])
+        d = diff_state_dicts(o.local, o.after_save)
         if d:
-            problems.append(f"rank {o['rank']}: the save function changed the optimizer state "
+            problems.append(f"rank {o.rank}: the save function changed the optimizer state "
                             f"(expected: the state before saving; got: after):\n" + format_diff(d))
     if again_error is not None:
         problems.append("load -> save -> load raised:\n" + rank_error_text(again_error))
     else:
         for o in load_obs:
-            r = o["rank"]
-            d = diff_state_dicts(o["loaded"], o["loaded_again"])
+            r = o.rank
+            d = diff_state_dicts(o.loaded, o.loaded_again)
             if d:
                 problems.append(f"rank {r}: loading the same checkpoint twice gives different "
                                 f"states:\n" + format_diff(d))
-            d = diff_state_dicts(o["loaded_again"], o["after_resave"])
+            d = diff_state_dicts(o.loaded_again, o.after_resave)
             if d:
                 problems.append(f"rank {r}: saving right after the load changed the optimizer "
                                 f"state:\n" + format_diff(d))
-            d = diff_state_dicts(o["loaded_again"], o["reloaded"])
+            d = diff_state_dicts(o.loaded_again, o.reloaded)
             if d:
                 problems.append(f"rank {r}: load -> save -> load is not a fixpoint (expected: "
                                 f"the state after the first load; got: after the second):\n"
@@ -128,7 +128,7 @@ def _p7_custom(save_obs, load_obs, again_error) -> Verdict:
     return passed("the save leaves the state unchanged; load -> save -> load bitwise the same")
 
 
-def evaluate_custom(case: Case, save_obs: list[dict], load_obs: list[dict] | None,
+def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord] | None,
                     errors: dict | None = None) -> dict[str, Verdict]:
     """Every property of a custom-path round trip (module docstring). ``errors``: the
     RankError of a stage ("save", "load", "resume", "again"), if it raised; ``load_obs``
@@ -138,15 +138,15 @@ def evaluate_custom(case: Case, save_obs: list[dict], load_obs: list[dict] | Non
     dst = reference_layout(case, load_side=True)
     v: dict[str, Verdict] = {}
     ordered = case.groups == 1
-    p0s = p0_layout(layout, save_obs, ordered=ordered)
-    p0l = p0_layout(dst, load_obs, ordered=ordered) if load_obs else passed("")
+    p0s = p0_layout(layout, rp.layout_view(save_obs), ordered=ordered)
+    p0l = p0_layout(dst, rp.layout_view(load_obs), ordered=ordered) if load_obs else passed("")
     v["P0"] = p0s if p0s.status != "pass" else (
         Verdict(p0l.status, "load side: " + p0l.detail) if p0l.status != "pass" else
         passed(f"save side {p0s.detail}" + (f"; load side {p0l.detail}" if load_obs else "")))
     v.update(custom_undecided())
     local = local_run(case)
     try:
-        full = ref.gather_full(layout, [o["local"] for o in save_obs])
+        full = ref.gather_full(layout, [o.local for o in save_obs])
     except ref.StateDictMismatch as exc:
         bad = error(f"reference.gather_full rejected torch's local dicts: {exc}")
         return {p: v.get(p, bad) for p in PROPS}
@@ -173,7 +173,8 @@ def evaluate_custom(case: Case, save_obs: list[dict], load_obs: list[dict] | Non
     return {p: v[p] for p in PROPS}
 
 
-def evaluate_user(case: Case, save_obs, load_obs, workdir: Path) -> dict[str, Verdict]:
+def evaluate_user(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
+                  workdir: Path) -> dict[str, Verdict]:
     """A built-in path with a user model: ``round_trip_verdicts``, and P10 from the evidence
     (which params the single-process run has state for) where the zoo's rule does not
     know the model."""

@@ -136,7 +136,7 @@ def test_extra_step_is_caught_by_p2(rank_pool, tmp_path):
     case = dataclasses.replace(PLANTED, optimizer="adam", load_world_size=None)
     save = rank_pool(2).run(paths.save_side, case, str(tmp_path), seed=0)
     load = rank_pool(2).run(paths.load_side, case, str(tmp_path), seed=0)
-    for st in save[0]["saved"]["state"].values():
+    for st in save[0].saved["state"].values():
         st["step"] = st["step"] + 1
     v = evaluate(case, save, load, tmp_path)
     assert v["P2"].status == "fail" and "step" in v["P2"].detail

@@ -17,6 +17,7 @@ from fsdp_conformance.run import execute as runner
 from fsdp_conformance.cases import Case
 from fsdp_conformance.harness import RankError, RankPool, RankTimeout, get_pool, probes
 from fsdp_conformance.harness.pool import DEFAULT_TIMEOUT_S
+from fsdp_conformance.sut.records import RecordedError
 from suites.conftest import PYTHON, ROOT, env_for_subprocess, pid_alive
 from suites.harness import crash_probes as cp
 
@@ -75,8 +76,9 @@ def test_failure_returned_on_every_rank_is_returned_as_before():
     pids = pool.pids
     out = pool.run(cp.guarded_fail_everywhere)
     for r, (value, seconds) in enumerate(out):
-        assert set(value) == {"error"} and seconds == 0.0
-        assert value["error"].rstrip().endswith(f"ValueError: planted crash on rank {r}")
+        assert isinstance(value, RecordedError) and seconds == 0.0
+        assert value.exc_type == "ValueError"
+        assert value.traceback.rstrip().endswith(f"ValueError: planted crash on rank {r}")
     assert pool.pids == pids, "failures every rank returned must not rebuild the pool"
 
 
