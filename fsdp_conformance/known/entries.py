@@ -128,7 +128,13 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "1782), and losses that leave the unwrapped model's at step 2 "
         "(sgd_momentum: 3.5767 vs 3.5736 at ws 1, 2, 3). FSDP1's docstring calls shared-param "
         "support limited (fully_sharded_data_parallel.py:215-218).",
-        _TIED_UPSTREAM),
+        _TIED_UPSTREAM,
+        symptom=("rejected torch's local dicts: state key is not an optimizer key of this "
+                 "layout; at param '_flat_param' || rejected torch's local dicts: flat state "
+                 "tensor has the wrong shape; at param '_flat_param' || optimizer key order "
+                 "['_flat_param', || rank 0, unit '': fqns = ['embed.weight' || tied param has "
+                 "state under two FQNs || torch's full dict cannot be rekeyed for the "
+                 "unwrapped tied model")),
     KnownLimitation(
         "tied-across-units-orig-sharded-forward", ("P0", "P1", "P3", "P4", "P5"),
         lambda c: _tied_across_units(c) and c.use_orig_params and _sharded(c),
@@ -137,8 +143,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "different units: the enclosing unit skips the (marked) param, so the module outside "
         "the owning unit runs on the owner's sharded 1-D view and the first forward raises "
         "('split': F.linear 'size mismatch, got input (16), mat (16x6), vec (22)' at ws 3; "
-        "'split_out': in F.embedding). Nothing can be saved.",
-        _TIED_UPSTREAM),
+        "'split_out': F.embedding raises \"'weight' must be 2-D\"). Nothing can be saved.",
+        _TIED_UPSTREAM,
+        symptom="RuntimeError: size mismatch, got input || RuntimeError: 'weight' must be 2-D"),
     KnownLimitation(
         "tied-across-units-orig-grad-not-reduced", ("P1", "P3", "P4"),
         lambda c: (c.model == "tied" and "split_out" in (c.plan, c.dst_plan) and c.use_orig_params
@@ -349,9 +356,15 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "(_split_optim_state_dict, state_dict.py:1032), so the saved state of frozen params "
         "(Adagrad creates {'step': 0, 'sum': 0} for every param at construction, and DSD saves "
         "it) is silently dropped on load: after a sharded load the frozen params have no state "
-        "at all, a re-save differs, the resumed optimizer differs from uninterrupted training, "
-        "and unfreezing such a param later makes Adagrad's step raise KeyError: 'sum'. The full "
-        "path (fsdp2.full) keeps it.",
+        "at all, a re-save differs, and the resumed optimizer differs from uninterrupted "
+        "training. Unfreezing such a param later raises nothing: Adagrad creates the missing "
+        "state in its step (adagrad.py:158, `if len(state) == 0`), from zero. The full path "
+        "(fsdp2.full) drops it too (a saved sum of 7.0 loads as the fresh optimizer's 0.0: "
+        "notes/repro/dsd_full_load_drops_frozen_state.py), which the run cannot see there: for "
+        "a param frozen from the start the fresh Adagrad's own state equals what was saved. "
+        "A param trained and then frozen before the save loses real state the same way (Adam: "
+        "{} after the full load, step 1 again after unfreezing: "
+        "notes/repro/dsd_frozen_state_dropped.py); no case of the run covers that yet.",
         "https://github.com/pytorch/pytorch/issues/192202 (open; fix proposed in "
         "https://github.com/pytorch/pytorch/pull/192307)",
         also=("P6", "P7", "P10"),

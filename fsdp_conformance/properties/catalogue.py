@@ -53,15 +53,19 @@ CATALOGUE: tuple[Property, ...] = (
              na_reasons=("this path does not rekey",)),
     Property(id="P6", name="resume", decided_by="round trip", module="run_props",
              checks="params, losses and state after resuming at M ~= uninterrupted "
-                    "single-process training",
+                    "single-process training (one loss per resumed step; step exact)",
              na_reasons=("the model has ignored modules: no single-process run can match",)),
     Property(id="P7", name="idempotent", decided_by="round trip", module="run_props",
              checks="save -> load -> save gives bitwise the same dict"),
     Property(id="P8", name="serialise", decided_by="round trip", module="run_props",
-             checks="torch.load(weights_only=True) / DCP read-back gives bitwise what was saved"),
+             checks="torch.load(weights_only=True) / DCP read-back gives bitwise what was "
+                    "saved (every rank's own file for per-rank paths)"),
     Property(id="P9", name="flags", decided_by="round trip", module="run_props, fsdp2_run_props",
              checks="rank0_only: other ranks get {}, rank 0 equals the all-ranks dict; "
-                    "offload_to_cpu: all on CPU"),
+                    "offload_to_cpu: the same dict, all on CPU (where the ranks compute on "
+                    "another device: on CPU that part cannot fail)",
+             na_reasons=("the path has no rank0_only / offload flag that can be observed "
+                         "here",)),
     Property(id="P10", name="partial state", decided_by="round trip", module="run_props",
              checks="no step yet, stateless SGD, frozen or unused params: the same params "
                     "have state as in the plain run, before and after loading"),

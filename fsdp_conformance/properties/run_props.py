@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from .. import reference as ref
-from .statediff import diff_state_dicts, format_diff
+from .statediff import STEP_KEY, diff_state_dicts, format_diff
 from .baseline import LocalRun
 from ..sut.registry import family_of
 from ..sut.records import LoadRecord, SaveRecord, error_of
@@ -41,7 +41,7 @@ BF16_STATE_NORM_RTOL = 0.25
 def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
     """Tensors (nested dicts of them) whose relative L2 error exceeds ``rtol``; a missing or
     extra key counts as a difference too, and anything else must be equal exactly (its type
-    included)."""
+    included), the step counter (``step``) too."""
     out: list[str] = []
 
     def walk(w, g, path):
@@ -51,7 +51,8 @@ def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
                     out.append(f"{path}[{k!r}]: {'missing' if k not in g else 'unexpected'}")
                 else:
                     walk(w[k], g[k], f"{path}[{k!r}]")
-        elif isinstance(w, torch.Tensor) and isinstance(g, torch.Tensor) and w.is_floating_point():
+        elif (isinstance(w, torch.Tensor) and isinstance(g, torch.Tensor) and w.is_floating_point()
+              and not path.endswith(f"[{STEP_KEY!r}]")):
             if w.shape != g.shape:
                 out.append(f"{path}: shape {tuple(g.shape)}, expected {tuple(w.shape)}")
                 return
@@ -59,9 +60,10 @@ def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
             err = float((wd - gd).norm() / wd.norm().clamp_min(1e-12))
             if err > rtol:
                 out.append(f"{path}: relative L2 error {err:.3g} > {rtol}")
-        elif not (isinstance(w, torch.Tensor) or isinstance(g, torch.Tensor)):
-            # hyperparameters and scalars: exact, described as every other property does
-            # (a tuple that came back a list says "got list")
+        else:
+            # hyperparameters, scalars, the step counter and non-float tensors: exact,
+            # described as every other property does (a tuple that came back a list says
+            # "got list")
             out.extend(d.describe() for d in diff_state_dicts(w, g, path=path))
 
     walk(want, got, "")
@@ -248,9 +250,12 @@ def p4_flatten(dst_layout, load_obs: Sequence[LoadRecord], api: str) -> Verdict:
 
 
 def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype: str,
-              gather=ref.gather_full) -> Verdict:
+              gather=ref.gather_full, *, resume_steps: int) -> Verdict:
     """Resumed training (params, losses, optimizer state) ~= the uninterrupted run
-    (``gather``: the reference gather of the load side's layout; FSDP2: ``fsdp2_gather``)."""
+    (``gather``: the reference gather of the load side's layout; FSDP2: ``fsdp2_gather``).
+    The resumed run must record one loss per resumed step (``resume_steps``), each compared
+    with the uninterrupted run's loss at the same step: a resume that records none compares
+    nothing, and fails."""
     rtol, atol = TOLERANCES[dtype]
     o0 = load_obs[0]
     if o0.final_params is None:
@@ -270,8 +275,12 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
         if diffs:
             problems.append("params after resuming differ from uninterrupted training:\n"
                             + format_diff(diffs))
-    want_l = list(local.losses[len(local.losses) - len(o0.losses):])
-    bad = [(i, w, g) for i, (w, g) in enumerate(zip(want_l, o0.losses))
+    got_l = list(o0.losses or ())
+    if len(got_l) != resume_steps:
+        problems.append(f"the resumed run recorded {len(got_l)} losses, expected "
+                        f"{resume_steps} (one per resumed step)")
+    want_l = list(local.losses[len(local.losses) - resume_steps:]) if resume_steps else []
+    bad = [(i, w, g) for i, (w, g) in enumerate(zip(want_l, got_l))
            if abs(w - g) > atol + rtol * abs(w)]
     if bad:
         problems.append("losses after resuming differ: " + ", ".join(
@@ -320,7 +329,7 @@ def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[Lo
     """What was written reads back bitwise: ``torch.load(weights_only=True)`` for files,
     DCP for DCP directories."""
     notes = [o.weights_only_refused for o in load_obs if o.weights_only_refused]
-    if notes:
+    if notes and api != "fsdp1.legacy_sharded":
         return fail(notes[0])
     if api in ("fsdp1.sharded", "fsdp2.sharded"):
         if dcp_full is None:
@@ -328,8 +337,21 @@ def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[Lo
         diffs = diff_state_dicts(full, dcp_full)
         return fail("DCP round trip changed the state:\n" + format_diff(diffs)) if diffs else \
             passed("DCP directory reads back bitwise")
-    if api == "fsdp1.legacy_sharded":
-        return passed("per-rank files read back with weights_only=True")
+    if api == "fsdp1.legacy_sharded":  # one file per rank, read back by the same rank
+        # (a refusal of weights_only=True is reported first; the content read back without
+        # it is still compared, so a changed file does not hide behind the refusal)
+        problems = notes[:1]
+        for s, o in zip(save_obs, load_obs):
+            if s.saved is None or o.reread is None:
+                return na(f"rank {o.rank} did not record the file it wrote or read back")
+            diffs = diff_state_dicts(s.saved, o.reread)
+            if diffs:
+                problems.append(f"rank {o.rank}: torch.save -> torch.load(weights_only=True) "
+                                f"changed its file's dict:\n" + format_diff(diffs))
+        if problems:
+            return fail("\n".join(problems))
+        return passed(f"{len(load_obs)} per-rank files: torch.save -> "
+                      f"torch.load(weights_only=True) bitwise")
     written, reread = save_obs[0].saved, load_obs[0].reread
     if api == "fsdp1.rekey":  # the file holds the PARAM_ID dict
         written, reread = save_obs[0].saved_ids, load_obs[0].reread_ids
@@ -342,17 +364,28 @@ def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[Lo
     return passed("torch.save -> torch.load(weights_only=True) bitwise")
 
 
+ON_CPU = ("offload_to_cpu: not observable on CPU (every tensor is on the CPU whether it "
+          "works or not)")
+
+
 def p9_flags(layout, api: str, save_obs: Sequence[SaveRecord]) -> Verdict:
     """rank0_only: other ranks get ``{}`` and rank 0 equals the all-ranks result;
-    offload_to_cpu: every saved tensor is on CPU."""
+    offload_to_cpu: every saved tensor is on CPU (observable only where the ranks compute on
+    another device) and the offloaded sharded dict equals the one saved without offloading.
+    n/a, with the reason, where none of these can be observed."""
     if api == "fsdp1.legacy_sharded":
         return na("sharded_optim_state_dict has no rank0_only / offload_to_cpu flags")
+    on_device = any(o.device != "cpu" for o in save_obs)
+    checked: list[str] = []
     problems = []
-    for o in save_obs:
-        devs = [d for d in o.saved_devices if d != "cpu"]
-        if devs:
-            problems.append(f"rank {o.rank}: offload_to_cpu saved tensors on {devs}")
+    if on_device:
+        checked.append("offload_to_cpu: every tensor on CPU")
+        for o in save_obs:
+            devs = [d for d in o.saved_devices if d != "cpu"]
+            if devs:
+                problems.append(f"rank {o.rank}: offload_to_cpu saved tensors on {devs}")
     if save_obs[0].all_ranks is not None:
+        checked.insert(0, "rank0_only as documented")
         for o in save_obs[1:]:
             if o.saved != {}:
                 problems.append(f"rank {o.rank}: rank0_only=True returned a non-empty dict "
@@ -371,11 +404,21 @@ def p9_flags(layout, api: str, save_obs: Sequence[SaveRecord]) -> Verdict:
             if diffs:
                 problems.append(f"rank {o.rank}: rank0_only=False differs from rank 0's:\n"
                                 + format_diff(diffs))
+    if save_obs[0].unoffloaded is not None:
+        checked.append("offload_to_cpu changes nothing but devices")
+        for o in save_obs:
+            e = error_of(o.unoffloaded)
+            if e:
+                return error(f"offload_to_cpu=False raised on rank {o.rank}:\n{e}")
+            diffs = diff_state_dicts(o.unoffloaded, o.saved)  # records are CPU clones
+            if diffs:
+                problems.append(f"rank {o.rank}: offload_to_cpu=True gives another sharded "
+                                f"dict than False:\n" + format_diff(diffs))
     if problems:
         return fail("\n".join(problems))
-    return passed("rank0_only and offload_to_cpu as documented"
-                  if save_obs[0].all_ranks is not None
-                  else "offload_to_cpu: every tensor on CPU")
+    if not checked:
+        return na(f"nothing to observe: {api} has no rank0_only flag, and {ON_CPU}")
+    return passed("; ".join(checked) + ("" if on_device else f"; {ON_CPU}"))
 
 
 def p10_partial(case, layout, dst_layout, full: dict, load_obs: Sequence[LoadRecord],

@@ -8,6 +8,8 @@ Rules
   agree. ``exact=True``: bitwise (floats viewed as same-width ints, so ``-0.0 != 0.0``),
   except that NaN equals NaN whatever its payload. ``exact=False``:
   ``|a-b| <= atol + rtol*|b|`` with NaN == NaN.
+* The optimizer's step counter (state key ``step``) is compared exactly whatever the
+  tolerance: a step of 5 or 3 against 4 is a wrong step, not a rounding error.
 * Non-tensor values: same type and ``==`` (NaN == NaN); hyperparameters in
   ``param_groups`` are compared the same way, every key, including extra keys
   (``initial_lr``) and ``params`` lists (order matters).
@@ -26,6 +28,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+STEP_KEY = "step"  # the optimizer's step counter: exact in every comparison
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ def _diff(e, a, path, out, *, exact, rtol, atol, owner, param, skey) -> None:
             bad = True
         if bad:
             return
-        mask = _value_diff(e, a, exact, rtol, atol)
+        mask = _value_diff(e, a, exact or skey == STEP_KEY, rtol, atol)
         idx = mask.nonzero().reshape(-1)
         if idx.numel() == 0:
             return

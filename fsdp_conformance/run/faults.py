@@ -7,7 +7,8 @@ Faults (``Case.fault``), applied by the controller to what the save side wrote:
     shape           one state tensor loses its last element
     dtype           one state tensor is cast to float16
     mixed_keys      one state key becomes an int id while the others stay FQNs
-    wrong_model     the dict of another zoo model (conv) replaces this model's
+    wrong_model     the dict of another zoo model (conv) replaces this model's; the error
+                    must name a param of the conv net that this model does not have
     truncated_file  the saved file (a DCP data file for DCP paths) is cut in half
     corrupt_file    64 bytes in the middle of that file are flipped
 
@@ -92,7 +93,10 @@ def apply_fault(case: Case, workdir: Path) -> dict[str, Any]:
         sd = {"state": {fq[k]: v for k, v in osd["state"].items()},
               "param_groups": [{**g, "params": [fq[i] for i in g["params"]]}
                                for g in osd["param_groups"]]}
-        names = fq
+        # the faulted params are the other model's own: a name both models have (the conv
+        # net and the MLP both have head.weight) does not say which checkpoint this is
+        own = {n for n, _ in build_model(case.model, case.seed, case.torch_dtype).named_parameters()}
+        names = [n for n in fq if n not in own] or fq
     else:
         raise ValueError(f"unknown fault {kind!r}")
     torch.save(sd, path)

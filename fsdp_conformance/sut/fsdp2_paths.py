@@ -196,7 +196,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
                       mesh_shape=mesh, timings=timings, saved=record,
                       saved_devices=saved_devices, params=params if ctx.rank == 0 else None,
                       all_ranks=all_ranks, offloaded=offloaded,
-                      offloaded_devices=offloaded_devices)
+                      offloaded_devices=offloaded_devices, device=str(ctx.device))
 
 
 def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:

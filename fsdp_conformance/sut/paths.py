@@ -19,7 +19,8 @@ Paths (``Case.api``)
 
 Rules
 - The save side trains ``case.steps`` steps, saves through the path (timed), writes the
-  file(s) under the case's work directory, and also saves with the flags flipped (P9). The
+  file(s) under the case's work directory, and also saves with the flags flipped (P9: the
+  full paths with ``rank0_only=False`` and no offload, fsdp1.sharded without offload). The
   load side (another pool: ``case.dst_world_size``, ``case.dst_plan``) builds a fresh model
   and optimizer, loads the model's full params (not under test), loads the optimizer state
   through the path (timed), saves again (P7) and trains ``case.resume_steps`` more steps (P6).
@@ -246,13 +247,17 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
             atomic_save(sched.state_dict(), workdir / SCHED_FILE)
     # P9: the same save with the flags flipped (all ranks, no offload).
     all_ranks = None
-    if case.api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.full"):
+    unoffloaded = None
+    if case.api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.full", "fsdp1.rekey"):
         flipped, _ = guarded(save_path, case, model, optim, rank0_only=False, offload=False)
         all_ranks = _record(case, flipped, ctx.rank, keys)
+    elif case.api == "fsdp1.sharded":
+        flipped, _ = guarded(save_path, case, model, optim, offload=False)
+        unoffloaded = _record(case, flipped, ctx.rank, keys)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
                       timings=timings, saved=record, saved_devices=saved_devices,
                       params=params if ctx.rank == 0 else None, saved_ids=saved_ids,
-                      all_ranks=all_ranks)
+                      all_ranks=all_ranks, unoffloaded=unoffloaded, device=str(ctx.device))
 
 
 def read_saved(ctx, case: Case, workdir: Path) -> tuple[Any, str]:
@@ -331,6 +336,8 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
         reread = to_cpu(names)
     elif ctx.rank == 0 and is_full_path(case.api):
         reread = to_cpu(named_local(saved, keys)) if saved else {}
+    elif case.api == "fsdp1.legacy_sharded" and saved is not None:
+        reread = _record(case, saved, ctx.rank, keys)  # this rank's own file (P8)
     head.update(timings=timings, weights_only_refused=note, reread=reread,
                 reread_ids=reread_ids)
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome

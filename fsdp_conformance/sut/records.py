@@ -89,6 +89,14 @@ class SaveRecord:
     offloaded: Any = None
     """P9 of fsdp2.sharded: the save with ``cpu_offload=True``, neutral form, or a
     ``RecordedError``. None elsewhere."""
+    unoffloaded: Any = None
+    """P9 of fsdp1.sharded: the same sharded save with ``offload_to_cpu=False`` (the path
+    saves with ``True``), neutral form, or a ``RecordedError``: offloading must change
+    nothing but the devices. None elsewhere."""
+    device: str = "cpu"
+    """The rank's compute device (``"cpu"``, ``"cuda:0"``). P9: where it is the CPU, every
+    tensor is on the CPU whether ``offload_to_cpu`` works or not, so the offload check
+    cannot observe anything there."""
     offloaded_devices: list[str] | None = None
     """P9 of fsdp2.sharded: the devices of the ``cpu_offload=True`` save's tensors, sorted.
     None elsewhere."""
@@ -119,7 +127,8 @@ class LoadRecord:
     empty when it did not. P8, P12's note."""
     reread: Any = None
     """Rank 0 of a full path: the file read back, neutral form (fsdp1.rekey: rekeyed back to
-    names, or a ``RecordedError`` if that raised). P5, P8. None elsewhere."""
+    names, or a ``RecordedError`` if that raised); every rank of fsdp1.legacy_sharded: its
+    own file read back, in the save record's form. P5, P8. None elsewhere."""
     reread_ids: dict | None = None
     """fsdp1.rekey, rank 0: the PARAM_ID dict read back from the file. P5, P8."""
     loaded: Any = None

@@ -2,10 +2,16 @@
 ``fsdp_known`` marker, ``check(known=...)``), and how verdicts meet them.
 
 Rules
-- Verdicts go through ``known.py`` first (a user optimizer counts as the zoo optimizer of the
-  same class for matching: ``known_view``), then through the declared limitations: a failing
-  verdict they cover becomes "known"; a strict one that matches nothing fails the check
-  ("fixed upstream?").
+- Verdicts go through ``known/entries.py`` first (a user optimizer counts as the zoo
+  optimizer of the same class for matching: ``known_view``), then through the declared
+  limitations, by the rules of known/apply.py: a "fail" is covered when its detail contains
+  the declared symptom (any of its ``" || "``-separated parts; none declared: any failure
+  of the declared properties); an "error" (an exception, a dead or stuck rank) only when a
+  declared symptom names it, so a new crash is never hidden behind a limitation about wrong
+  values; a failure of the suite itself never. A limitation taken from a known entry keeps
+  the entry's predicate: it covers only the configurations the entry applies to.
+- A covered verdict becomes "known"; a strict limitation that matches nothing fails the
+  check ("fixed upstream?").
 
 No torch at import: the plugin reads ``fsdp_known`` markers while it collects.
 """
@@ -13,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..properties.verdict import Verdict
 from .spec import PROPERTY_NAMES
@@ -36,9 +42,23 @@ class Limitation:
     reason: str = ""
     """What torch gets wrong (and the upstream issue, if there is one)."""
     symptom: str = ""
-    """A text the verdict's detail must contain to be covered ("": any)."""
+    """A text the verdict's detail must contain to be covered; ``" || "`` separates
+    alternatives ("": any failure, but never an error)."""
     strict: bool = True
     """A check in which it matches nothing fails ("fixed upstream?")."""
+    applies: Callable[["Case"], bool] | None = dataclasses.field(default=None, compare=False)
+    """The configurations it covers (a known entry's predicate); None: every one."""
+
+    def covers(self, prop: str, v: Verdict, case: "Case | None" = None) -> bool:
+        """Whether this limitation turns ``v`` (property ``prop`` of ``case``) "known"
+        (module rules)."""
+        if prop not in self.props or v.status not in ("fail", "error") or v.origin == "suite":
+            return False
+        if self.applies is not None and case is not None and not self.applies(case):
+            return False
+        if v.status == "error" and not self.symptom:
+            return False
+        return not self.symptom or any(part in v.detail for part in self.symptom.split(" || "))
 
     @classmethod
     def of(cls, key_or_props, *, reason: str = "", symptom: str = "", props=None,
@@ -53,7 +73,7 @@ class Limitation:
         if entry is not None:
             return cls(entry.key, tuple(props or entry.props + entry.also),
                        reason=reason or entry.reason, symptom=symptom or entry.symptom,
-                       strict=strict)
+                       strict=strict, applies=entry.applies)
         ids = key_or_props.split(",") if isinstance(key_or_props, str) else list(key_or_props)
         ids = [p.strip() for p in ids]
         if not ids or any(p not in PROPERTY_NAMES for p in ids):
@@ -68,13 +88,14 @@ class Limitation:
 
 
 def apply_declared(verdicts: dict[str, Verdict], declared: Sequence[Limitation],
-                   hits: set | None = None) -> dict[str, Verdict]:
-    """Failing verdicts covered by a declared limitation become "known" (``hits`` collects
-    the keys that matched)."""
+                   hits: set | None = None, case: "Case | None" = None) -> dict[str, Verdict]:
+    """Failing verdicts covered by a declared limitation become "known" (module rules;
+    ``case``: the configuration, as known entries see it; ``hits`` collects the keys that
+    matched)."""
     out = {}
     for p, v in verdicts.items():
         if v.status in ("fail", "error"):
-            lim = next((d for d in declared if p in d.props and d.symptom in v.detail), None)
+            lim = next((d for d in declared if d.covers(p, v, case)), None)
             if lim is not None:
                 v = Verdict("known", f"declared known limitation {lim.key!r}: {lim.reason}"
                                      f"\n\n{v.detail}", lim.key)

@@ -20,7 +20,7 @@ from ..cases import Case
 from ..run.kinds import kind_of
 from ..run.lifecycle import CaseEnv, execute
 from .kinds import CustomPathKind, UserModelKind
-from .limitations import Limitation, apply_declared
+from .limitations import Limitation, apply_declared, known_view
 from .model import CustomPath, UserModel
 
 
@@ -39,6 +39,7 @@ def run_user_case(case: Case, user: UserModel | None = None, custom: CustomPath 
         else:
             kind = kind_of(case)
         r = execute(case, env, kind)
-        return dataclasses.replace(r, properties=apply_declared(r.properties, declared, hits))
+        return dataclasses.replace(r, properties=apply_declared(
+            r.properties, declared, hits, case=known_view(case, user)))
     finally:
         shutil.rmtree(rundir, ignore_errors=True)
