@@ -214,12 +214,13 @@ def headline(report: dict) -> str:
     """One line: OK/FAILED, cases, verdicts per status, fixed-upstream count."""
     s = report["summary"]
     counts = ", ".join(f"{s['by_status'][k]} {k}" for k in STATUSES)
-    line = (f"{'OK' if report['ok'] else 'FAILED'}: {s['cases']} cases; {counts}; "
+    if report.get("incomplete"):  # never OK; say what the decided cases showed
+        bad = s["by_status"]["fail"] or s["by_status"]["error"]
+        return (f"INCOMPLETE ({report['incomplete']}; {report.get('planned_cases', '?')} "
+                f"planned): {'failing' if bad else 'no failure'} so far: {s['cases']} cases; "
+                f"{counts}; {len(s['fixed_upstream'])} fixed upstream?")
+    return (f"{'OK' if report['ok'] else 'FAILED'}: {s['cases']} cases; {counts}; "
             f"{len(s['fixed_upstream'])} fixed upstream?")
-    if report.get("incomplete"):
-        line = (f"INCOMPLETE ({report['incomplete']}; {report.get('planned_cases', '?')} "
-                f"planned): " + line)
-    return line
 
 
 def machine_line(report: dict) -> str:
