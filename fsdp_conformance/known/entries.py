@@ -18,6 +18,12 @@ from ..cases import Case
 from ..sut.registry import PATH_NAMES, api_path
 
 
+def symptom_matches(symptom: str, detail: str) -> bool:
+    """Whether ``detail`` shows ``symptom``: any of its ``" || "``-separated parts occurs in
+    it; an empty symptom matches every detail (the callers decide what that may cover)."""
+    return not symptom or any(part in detail for part in symptom.split(" || "))
+
+
 @dataclass(frozen=True)
 class KnownLimitation:
     key: str
@@ -35,7 +41,7 @@ class KnownLimitation:
     def matches(self, detail: str) -> bool:
         """Whether a failure's detail is this entry's: any of the ``" || "``-separated
         parts of ``symptom`` occurs in it (an entry without a symptom matches any detail)."""
-        return not self.symptom or any(part in detail for part in self.symptom.split(" || "))
+        return symptom_matches(self.symptom, detail)
 
 
 ALL_PROPS = tuple(f"P{i}" for i in range(16))

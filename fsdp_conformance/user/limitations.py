@@ -58,7 +58,9 @@ class Limitation:
             return False
         if v.status == "error" and not self.symptom:
             return False
-        return not self.symptom or any(part in v.detail for part in self.symptom.split(" || "))
+        from ..known.entries import symptom_matches
+
+        return symptom_matches(self.symptom, v.detail)
 
     @classmethod
     def of(cls, key_or_props, *, reason: str = "", symptom: str = "", props=None,
