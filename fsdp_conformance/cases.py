@@ -2,7 +2,7 @@
 readable id. It is built into model, wrapping and optimizer inside each rank.
 
 Importing this module does not import torch (``Case`` is part of the light public face);
-``Case.torch_dtype`` and ``DTYPES`` import it on first use."""
+``Case.torch_dtype`` (``torch_dtypes()``) imports it on first use."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -156,10 +156,3 @@ def torch_dtypes() -> dict[str, Any]:
     import torch
 
     return {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def __getattr__(name: str) -> Any:
-    """``DTYPES``, the name -> torch.dtype map, built on first use (it needs torch)."""
-    if name == "DTYPES":
-        return torch_dtypes()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

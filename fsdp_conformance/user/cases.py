@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..cases import CUSTOM_PREFIX, DTYPES, Case
+from ..cases import CUSTOM_PREFIX, DTYPE_NAMES, Case
 from ..properties.layouts import reference_layout
 from ..sut.paths import FSDP1_PATHS, resizable
 from ..zoo import build_model, build_optimizer
@@ -50,8 +50,8 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
     """The cases of one round trip: each path (or the custom one) x each world-size pair.
     Paths that cannot change world size or wrapping (``sut.paths.resizable``) keep their
     same-size pairs only."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_NAMES)}, got {dtype!r}")
     pairs = [world_size_pair(w) for w in (world_sizes or DEFAULT_PAIRS[tier])]
     apis = [custom.api] if custom is not None else list(paths or DEFAULT_PATHS[tier]
                                                         or FSDP1_PATHS)
