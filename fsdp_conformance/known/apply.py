@@ -1,38 +1,144 @@
-"""Known torch limitations applied to a case's verdicts (entries: known/entries.py).
+"""Known torch limitations applied to a case's verdicts (entries: known/entries.py; models:
+known/model.py).
 
-Rules, per property:
-- a "fail" is "known" when an entry applies to the case and property and its symptom (if
-  any) is in the detail;
-- an "error" (an exception, a dead or stuck rank) is "known" only when an entry's symptom
-  names it, so a new crash is never hidden behind an entry about wrong values;
-- a failure of the suite itself (``Verdict.origin == "suite"``) never is;
+Rules, per property whose verdict is "fail" or "error" (never one of the suite's own,
+``Verdict.origin == "suite"``):
+- an entry that applies to the case and property and whose model explains the verdict
+  makes it "known": a ``Raises`` / ``Outcome`` / ``Lines`` model by the detail; an
+  ``Effect`` model when the property passes once the case is judged again under it
+  (``modelled``, computed by the case's kind with :func:`rejudge`);
+- when several ``Effect`` entries apply, their composition is tried too ("a+b");
+- an ``Effect`` entry under which the property still fails leaves a "fail" whose detail is
+  the residual diff and names the entry (``Verdict.known``): the entry explained the rest,
+  not this; unless another entry that applies there explains that residual by its own
+  model (two bugs meet on one case), when it is "known";
+- an error explained by a ``Raises`` entry of a primary property carries to every other
+  property that failed with the very same detail (one root cause: the save or the load
+  raised);
 - a pass of an entry's primary property is marked "fixed upstream?" (retire the entry).
-Then every other property that failed with the very same detail (one root cause: the save
-or the load raised) is "known" under the entry of the primary property.
 """
 from __future__ import annotations
 
+from typing import Callable, Mapping
+
 from ..cases import Case
+from ..properties.expectation import Expectation, expecting
 from ..properties.verdict import Verdict
-from .entries import known_all
+from .entries import KnownLimitation, known_all
+from .model import Effect, observation_digest
+
+Judge = Callable[[], Mapping[str, Verdict]]
+"""Judges the case's recorded observations again (under the expectation in force)."""
 
 
-def apply_known(case: Case, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
-    """``verdicts`` with the known torch limitations applied (module rules)."""
+def _effects(case: Case, verdicts: Mapping[str, Verdict]) -> list[KnownLimitation]:
+    """Entries with an ``Effect`` model that apply to a property that failed."""
+    out: list[KnownLimitation] = []
+    for p, v in verdicts.items():
+        if v.status not in ("fail", "error") or v.origin == "suite":
+            continue
+        for e in known_all(case, p):
+            if isinstance(e.model, Effect) and e not in out:
+                out.append(e)
+    return out
+
+
+def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
+    """The expectation under the entries' effects, composed in order (save effects in the
+    order given, then load effects)."""
+    saves = [e.model.save for e in entries if e.model.save is not None]
+    loads = [e.model.load for e in entries if e.model.load is not None]
+
+    def saved(d: dict) -> dict:
+        for f in saves:
+            d = f(d, case)
+        return d
+
+    def loaded(d: dict) -> dict:
+        for f in loads:
+            d = f(d, case)
+        return d
+    return Expectation(key="+".join(e.key for e in entries), saved=saved, loaded=loaded)
+
+
+def rejudge(case: Case, verdicts: Mapping[str, Verdict], judge: Judge
+            ) -> dict[str, dict[str, Verdict]]:
+    """The verdicts under each applicable ``Effect`` entry, and under all of them composed
+    when there are several: ``{expectation key: {prop: verdict}}``. A judge that raises
+    under a model (the model does not fit what was observed) gives no verdicts for it."""
+    entries = _effects(case, verdicts)
+    tries = [[e] for e in entries] + ([entries] if len(entries) > 1 else [])
+    out: dict[str, dict[str, Verdict]] = {}
+    for group in tries:
+        exp = expectation_of(case, group)
+        try:
+            with expecting(exp):
+                out[exp.key] = dict(judge())
+        except Exception:  # noqa: BLE001  (the model cannot even be applied: explains nothing)
+            continue
+    return out
+
+
+def _known(k: KnownLimitation, detail: str) -> Verdict:
+    return Verdict("known", f"{k.reason}\nmodel: {k.model.describe()}\nupstream: {k.upstream}"
+                            f"\n\n{detail}", k.key, digest=observation_digest(detail))
+
+
+def _explain(case: Case, prop: str, v: Verdict, entries: list[KnownLimitation],
+             modelled: Mapping[str, Mapping[str, Verdict]]) -> Verdict:
+    """``v`` (a torch fail or error) as the module rules judge it."""
+    residual: tuple[KnownLimitation, Verdict] | None = None
+    for k in entries:
+        if isinstance(k.model, Effect):
+            mv = modelled.get(k.key, {}).get(prop)
+            if mv is None:
+                continue
+            if mv.status == "pass":
+                return _known(k, v.detail)
+            if residual is None and mv.status in ("fail", "error"):
+                residual = (k, mv)
+        elif k.model.explains(v.detail):
+            return _known(k, v.detail)
+    effects = [k for k in entries if isinstance(k.model, Effect)]
+    for key, mvs in modelled.items():  # several effects together
+        mv = mvs.get(prop)
+        if "+" in key and effects and mv is not None and mv.status == "pass":
+            k = next((e for e in effects if e.key in key.split("+")), effects[0])
+            return _known(k, v.detail + f"\n(explained by {key} together)")
+    if residual is not None:
+        k, mv = residual
+        other = next((e for e in entries if e is not k and not isinstance(e.model, Effect)
+                      and e.model.explains(mv.detail)), None)
+        if other is not None:  # two bugs meet: the rest is exactly the other entry's effect
+            return _known(k, v.detail + f"\n(what {k.key!r} leaves is exactly {other.key!r}: "
+                                        f"{other.model.describe()})")
+        return Verdict(v.status if mv.status == "error" else "fail",
+                       f"known limitation {k.key!r} ({k.model.describe()}) explains part of "
+                       f"this; what it does not explain:\n{mv.detail}\n\nas observed:\n"
+                       f"{v.detail}", k.key)
+    return v
+
+
+def apply_known(case: Case, verdicts: dict[str, Verdict],
+                modelled: Mapping[str, Mapping[str, Verdict]] | None = None
+                ) -> dict[str, Verdict]:
+    """``verdicts`` with the known torch limitations applied (module rules); ``modelled``:
+    :func:`rejudge`'s verdicts (none: ``Effect`` entries explain nothing)."""
+    modelled = modelled or {}
     out = {}
     for prop, v in verdicts.items():
-        suite_bug = v.origin == "suite"
-        k = next((e for e in known_all(case, prop)
-                  if v.status == "pass" or (v.status == "fail" and e.matches(v.detail))
-                  or (v.status == "error" and e.symptom and e.matches(v.detail))), None)
-        if k is not None and v.status in ("fail", "error") and not suite_bug:
-            v = Verdict("known", f"{k.reason}\nupstream: {k.upstream}\n\n{v.detail}", k.key)
-        elif k is not None and v.status == "pass" and k.primary(prop):
-            v = Verdict("pass", f"fixed upstream? known limitation {k.key!r} did not "
-                                f"reproduce. {v.detail}", k.key)
+        entries = known_all(case, prop)
+        if v.status in ("fail", "error") and v.origin != "suite" and entries:
+            v = _explain(case, prop, v, entries, modelled)
+        elif v.status == "pass":
+            k = next((e for e in entries if e.primary(prop)), None)
+            if k is not None:
+                v = Verdict("pass", f"fixed upstream? known limitation {k.key!r} did not "
+                                    f"reproduce. {v.detail}", k.key)
         out[prop] = v
-    primary = {p: v.status == "known" and any(e.key == v.known and e.primary(p)
-                                             for e in known_all(case, p))
+    primary = {p: v.status == "known" and any(
+                   e.key == v.known and e.primary(p) and not isinstance(e.model, Effect)
+                   for e in known_all(case, p))
                for p, v in out.items()}
     root: dict[str, Verdict] = {}
     for p, v in out.items():  # P0..P15 in order; an entry's primary property names the cause
@@ -41,5 +147,15 @@ def apply_known(case: Case, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
     for p, v in verdicts.items():
         k = root.get(v.detail)
         if k is not None and v.status in ("fail", "error") and not primary[p] and v.origin != "suite":
-            out[p] = Verdict("known", k.detail, k.known)
+            out[p] = Verdict("known", k.detail, k.known, digest=k.digest)
     return out
+
+
+def explain_one(case: Case, prop: str, verdict: Verdict,
+                judge: Callable[[], Verdict] | None = None) -> Verdict:
+    """One property's verdict with the known limitations applied by the module rules
+    (``judge``: judges that property again, under the expectation in force; without it an
+    ``Effect`` entry explains nothing). The differential tests use it."""
+    single = {prop: verdict}
+    modelled = rejudge(case, single, lambda: {prop: judge()}) if judge is not None else {}
+    return apply_known(case, single, modelled)[prop]

@@ -1,14 +1,14 @@
 """Known torch limitations: failures of torch (not of the suite), each with the torch
-versions it was seen on, the evidence, and the upstream issue where one is known.
+versions it was seen on, the evidence, the upstream issue where one is known, and a model of
+the bug (known/model.py): the exact wrong value it produces or the exact error it raises.
 
-Rule: a (case, property) that matches an entry and fails is reported "known"; one that
-matches a *primary* property (``props``) and passes is reported "fixed upstream?" so the
-entry can be retired. ``also`` lists properties that fail as a consequence in some cases
-only (a corrupted full dict makes a resume differ, say): failing there is "known", passing
-there is a plain pass. A property may name one API path (``"P3:set_full"``, FSDP2's
-differential tests). An entry with a ``symptom`` is that failure only: a failure whose
-detail lacks the text is a real failure (:func:`known_all` lists every entry of a case,
-since several torch bugs can meet on one path)."""
+Rule: a (case, property) that an entry applies to is "known" only when the entry's model
+explains what was observed (known/apply.py); anything else there is a failure. A primary
+property (``props``) that passes is reported "fixed upstream?" so the entry can be retired.
+``also`` lists properties that fail as a consequence in some cases only (a corrupted full
+dict makes a resume differ, say): failing there as modelled is "known", passing there is a
+plain pass. A property may name one API path (``"P3:set_full"``, FSDP2's differential
+tests). Several entries can meet on one path (:func:`known_all` lists every one)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,12 +16,9 @@ from typing import Callable
 
 from ..cases import Case
 from ..sut.registry import PATH_NAMES, api_path
-
-
-def symptom_matches(symptom: str, detail: str) -> bool:
-    """Whether ``detail`` shows ``symptom``: any of its ``" || "``-separated parts occurs in
-    it; an empty symptom matches every detail (the callers decide what that may cover)."""
-    return not symptom or any(part in detail for part in symptom.split(" || "))
+from .effects import (alias_to_last_state, drop_empty_states, drop_frozen_state,
+                      dummy_step_state, tuples_to_lists)
+from .model import Effect, Lines, Model, Outcome, Raises
 
 
 @dataclass(frozen=True)
@@ -33,15 +30,30 @@ class KnownLimitation:
     reason: str
     upstream: str = "not yet reported upstream (found by this suite)"
     also: tuple[str, ...] = ()  # consequence properties (see the module docstring)
-    symptom: str = ""  # text a failure's detail must contain to be this entry ("" = any)
+    model: Model | None = None  # what the bug does, exactly (required: __post_init__)
+
+    def __post_init__(self) -> None:
+        if self.model is None:
+            raise ValueError(f"known limitation {self.key!r} has no model of its bug")
 
     def primary(self, prop: str) -> bool:
         return prop in self.props
 
-    def matches(self, detail: str) -> bool:
-        """Whether a failure's detail is this entry's: any of the ``" || "``-separated
-        parts of ``symptom`` occurs in it (an entry without a symptom matches any detail)."""
-        return symptom_matches(self.symptom, detail)
+    def explains(self, detail: str) -> bool:
+        """Whether the model explains a failure's ``detail`` by itself (an ``Effect`` never
+        does: it needs the case judged again under it, known/apply.py)."""
+        return not isinstance(self.model, Effect) and self.model.explains(detail)
+
+
+# P15 outcomes (properties/fault_props.py words them)
+SILENT = r".*: loaded silently on every rank: no error was raised"
+UNNAMED = r".*: every rank raised, but the error does not name '.*':"
+NAMES_NEITHER = r".*: every rank raised, but the error names neither the file nor the damage:"
+STRANDED = (r".*: rank\(s\) \[[\d, ]+\] raised but rank\(s\) \[[\d, ]+\] were left waiting in "
+            r"a collective:")
+# a difference naming the zoo's unused param, and the lines of a tensor it prints
+UNUSED_ITEM = (r"state\['unused\.(weight|bias)'\]: (unexpected|missing|value)\b.*"
+               r"|[\[\]\d., e+-]*(\.\.\.)?")
 
 
 ALL_PROPS = tuple(f"P{i}" for i in range(16))
@@ -92,9 +104,14 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "full_optim_state_dict / optim_state_dict(FULL) with use_orig_params=True on CPU: every "
         "tensor state of a unit is gathered into one reused buffer and returned as views "
         "(_optim_utils.py:1555-1558); .cpu() on a CPU tensor does not copy (:1501-1507), so "
-        "exp_avg comes back holding the values of exp_avg_sq (the last state gathered). "
+        "every tensor state comes back holding the values of the last one gathered, in name "
+        "order: exp_avg holds exp_avg_sq (Adam/AdamW), acc_delta holds square_avg (Adadelta; "
+        "seen at ws 3, where the same call with rank0_only=False returned the correct dict). "
         "Bitwise diff in the P1 detail; GPUs are not affected because .cpu() copies there.",
-        also=("P2", "P3", "P6", "P7", "P9")),
+        also=("P2", "P3", "P6", "P7", "P9"),
+        model=Effect(what="every positive-dim tensor state of a param holds the values of its last one "
+                     "(Adam/AdamW: exp_avg := exp_avg_sq; Adadelta: square_avg := acc_delta)",
+               save=alias_to_last_state)),
     KnownLimitation(
         "orig-params-frozen-full-osd", ("P1", "P4", "P5"),
         lambda c: _fsdp1(c) and c.use_orig_params and c.model == "frozen" and c.world_size == 1,
@@ -106,7 +123,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "every save path at world size 1 fails whatever the load side; P5's FSDP -> plain "
         "rekey then has no full dict to start from.",
         "https://github.com/pytorch/pytorch/issues/110540 (same class)",
-        symptom="KeyError: Parameter containing"),
+        model=Raises(exc="KeyError", message=r"^Parameter containing",
+               where=("_map_param_key_to_optim_keys", "_unflatten_param_groups"))),
     KnownLimitation(
         "adagrad-eager-state-empty-piece", ("P3",),
         lambda c: _fsdp1(c) and c.use_orig_params and c.optimizer == "adagrad" and _sharded(c)
@@ -116,7 +134,10 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "holding none of a param still has {'step': 0, 'sum': empty} for it; the sharded dict "
         "a load path produces has no entry there, so a reload does not equal the rank's own "
         "optim.state_dict() (Adagrad's eager-state class in docs/design.md).",
-        also=("P4",)),
+        also=("P4",),
+        model=Effect(what="a param of which the rank holds no element has no state after the load "
+                     "(before the save it had {'step': 0, 'sum': empty})",
+               load=drop_empty_states)),
     KnownLimitation(
         "tied-across-units-flat-untied", ("P0", "P1", "P3", "P4", "P5"),
         lambda c: _tied_across_units(c) and not c.use_orig_params,
@@ -135,12 +156,16 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "(sgd_momentum: 3.5767 vs 3.5736 at ws 1, 2, 3). FSDP1's docstring calls shared-param "
         "support limited (fully_sharded_data_parallel.py:215-218).",
         _TIED_UPSTREAM,
-        symptom=("rejected torch's local dicts: state key is not an optimizer key of this "
-                 "layout; at param '_flat_param' || rejected torch's local dicts: flat state "
-                 "tensor has the wrong shape; at param '_flat_param' || optimizer key order "
-                 "['_flat_param', || rank 0, unit '': fqns = ['embed.weight' || tied param has "
-                 "state under two FQNs || torch's full dict cannot be rekeyed for the "
-                 "unwrapped tied model")),
+        model=Lines(patterns=(r"rank \d+, unit '': .*",  # P0: the extra root unit's layout
+                         r"rank \d+: FSDP units \['', .*\] != reference units .*",
+                         r"rank \d+: optimizer key order \['_flat_param', .*\] != reference .*",
+                         r"KeyError: 'out\.weight'",  # P5: torch's rekey (the reason's :1782)
+                         ".*rejected\\ torch's\\ local\\ dicts:\\ state\\ key\\ is\\ not\\ an\\ optimizer\\ key\\ of\\ this\\ layout;\\ at\\ param\\ '_flat_param'.*",
+                         ".*rejected\\ torch's\\ local\\ dicts:\\ flat\\ state\\ tensor\\ has\\ the\\ wrong\\ shape;\\ at\\ param\\ '_flat_param'.*",
+                         ".*optimizer\\ key\\ order\\ \\['_flat_param',.*",
+                         ".*rank\\ 0,\\ unit\\ '':\\ fqns\\ =\\ \\['embed\\.weight'.*",
+                         '.*tied\\ param\\ has\\ state\\ under\\ two\\ FQNs.*',
+                         ".*torch's\\ full\\ dict\\ cannot\\ be\\ rekeyed\\ for\\ the\\ unwrapped\\ tied\\ model.*",))),
     KnownLimitation(
         "tied-across-units-orig-sharded-forward", ("P0", "P1", "P3", "P4", "P5"),
         lambda c: _tied_across_units(c) and c.use_orig_params and _sharded(c),
@@ -151,7 +176,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "('split': F.linear 'size mismatch, got input (16), mat (16x6), vec (22)' at ws 3; "
         "'split_out': F.embedding raises \"'weight' must be 2-D\"). Nothing can be saved.",
         _TIED_UPSTREAM,
-        symptom="RuntimeError: size mismatch, got input || RuntimeError: 'weight' must be 2-D"),
+        model=Raises(exc="RuntimeError",
+               message=r"^size mismatch, got input|^'weight' must be 2-D")),
     KnownLimitation(
         "tied-across-units-orig-grad-not-reduced", ("P1", "P3", "P4"),
         lambda c: (c.model == "tied" and "split_out" in (c.plan, c.dst_plan) and c.use_orig_params
@@ -165,7 +191,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "all-reduced. Loss at step 2: 5.24403 (ws 2), 5.24744 (ws 3), against 5.24303 "
         "unwrapped and at ws 1. With the owner being the earlier user (plan 'split') NO_SHARD "
         "is correct. Mechanism read from the behaviour, not traced to a line.",
-        _TIED_UPSTREAM),
+        _TIED_UPSTREAM,
+        model=Lines(patterns=(r".*'embed\.weight'.*",))),
     # --- FSDP2 (fully_shard) + torch.distributed.checkpoint.state_dict (props name a path) ---
     KnownLimitation(
         "dsd-flattened-full-load", ("P3:set_flattened",),
@@ -181,7 +208,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "(_state_dict_utils.py:672, :712) and _unflatten_state_dict raises KeyError (:822-829).",
         "not yet reported upstream (found by this suite; flattened-load class of "
         "https://github.com/pytorch/pytorch/issues/192224 and #192225)",
-        symptom="KeyError: 'param_groups."),
+        model=Raises(exc="KeyError", message=r"^'param_groups\.",
+               where=("_unflatten_state_dict",))),
     KnownLimitation(
         "dsd-stateless-full-load",
         ("P3:set_full", "P3:set_full_nonstrict", "P3:set_flattened", "P3"),
@@ -198,7 +226,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "not yet reported upstream (found by this suite; stateless-optimizer class of "
         "https://github.com/pytorch/pytorch/issues/111499 and #133415)",
         also=("P6", "P7", "P12"),
-        symptom="Expected device to be set"),
+        model=Raises(exc="AssertionError", message=r"^Expected device to be set$",
+               where=("_load_optim_state_dict",))),
     KnownLimitation(
         "dsd-strict-param-without-grad", ("P3:set_full", "P3:set_sharded", "P3"),
         lambda c: c.api in ("fsdp2", "fsdp2.full") and c.model == "unused"
@@ -214,7 +243,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "not yet reported upstream for this case (partial-state class of "
         "https://github.com/pytorch/pytorch/issues/132628)",
         also=_ALL_BUT("P3"),
-        symptom="Missing optimizer state for parameter 'unused."),
+        model=Raises(exc="RuntimeError",
+               message=r"^Missing optimizer state for parameter 'unused\.(weight|bias)' in checkpoint")),
     KnownLimitation(
         "dsd-nonstrict-dummy-state", ("P3:set_full_nonstrict", "P3:set_full_broadcast_nonstrict"),
         lambda c: c.api == "fsdp2" and c.model == "unused" and c.optimizer not in ("sgd", "adagrad"),
@@ -228,7 +258,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "step=1 instead of none (step-2 bias correction on its first real update).",
         "not yet reported upstream (dummy-step class: "
         "https://github.com/pytorch/pytorch/issues/133415, pytorch/torchtitan#4382)",
-        symptom="unexpected; expected <absent>"),
+        model=Lines(patterns=(r"state\['unused\.(weight|bias)'\]: unexpected; expected <absent>, got \{.*",
+                         r"\[\[?0\., .*|\.\.\.|.*\]\]?\.\.\.",))),
     KnownLimitation(
         "dsd-full-load-tuple-to-list",
         ("P11:set_full", "P11:set_full_broadcast", "P11:set_full_nonstrict",
@@ -245,7 +276,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "Golden fixtures (P12): every stored Adam/AdamW full dict (FSDP1 or FSDP2) loaded "
         "through fsdp2.full comes back with list betas.",
         also=("P6", "P7", "P12"),
-        symptom="got list"),
+        model=Effect(what="tuple hyperparameters come back as lists (betas (0.9, 0.999) -> "
+                     "[0.9, 0.999])", load=tuples_to_lists)),
     # --- found by the conformance run, FSDP2 paths (sut/fsdp2_paths.py) -------------------
     KnownLimitation(
         "dtensor-no-fused-sgd-adagrad", ALL_PROPS,
@@ -259,7 +291,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "a sharding strategy registered' (_sharding_prop.py:1041). Nothing can be saved.",
         "not yet reported upstream (found by this suite; foreach/fused class of "
         "https://github.com/pytorch/pytorch/issues/130810)",
-        symptom="does not have a sharding strategy registered"),
+        model=Raises(exc="NotImplementedError",
+               message=r"^Operator aten\._fused_(sgd|adagrad)_\.default does not have a sharding "
+                       r"strategy registered", where=("propagate_op_sharding_non_cached",))),
     KnownLimitation(
         "dsd-get-optim-dummy-step", ("P1", "P2", "P10"),
         lambda c: c.api in _FSDP2_RUN and c.steps == 0 and c.optimizer in _LAZY_STATE,
@@ -274,7 +308,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "2 (P6).",
         "not yet reported upstream (dummy-step class: "
         "https://github.com/pytorch/pytorch/issues/125708, #133415)",
-        also=("P3", "P6")),
+        also=("P3", "P6"),
+        model=Effect(what="every trainable param without state gets the state of one step with a zero "
+                     "gradient and lr=0 (step=1, zero moments)", save=dummy_step_state)),
     KnownLimitation(
         "dsd-broadcast-rank0-error-strands-others", ("P15",),
         lambda c: c.api == "fsdp2.full" and c.fault in ("missing_fqn", "mixed_keys", "wrong_model"),
@@ -286,7 +322,10 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "in _broadcast_state_dict's broadcast_object_list (_state_dict_utils.py:662) and stay "
         "there until the process-group timeout (a hang on a real job; docs/design.md bug class 9). "
         "For 'wrong_model' the error names this model's first param, not the foreign dict.",
-        symptom="left waiting"),
+        model=Outcome(headline=r".*: rank\(s\) \[0\] raised but rank\(s\) \[[\d, ]+\] were left waiting "
+                          r"in a collective:",
+                 raises=(Raises(exc="RuntimeError",
+                               message=r"^Missing optimizer state for parameter '[\w.]+' in checkpoint"),))),
     KnownLimitation(
         "dsd-full-load-ignores-unknown-fqn", ("P15",),
         lambda c: c.api == "fsdp2.full" and c.fault == "extra_fqn",
@@ -295,7 +334,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "not have loads without a word: _split_optim_state_dict walks the optimizer's own "
         "params only (state_dict.py:1011-1045), so unknown FQNs are dropped silently, even with "
         "strict=True.",
-        symptom='loaded silently'),
+        model=Outcome(headline=SILENT)),
     KnownLimitation(
         "dsd-full-load-casts-dtype", ("P15",),
         lambda c: c.api == "fsdp2.full" and c.fault == "dtype",
@@ -304,7 +343,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "_distribute_tensors copies the broadcast tensor into the local shard with copy_ "
         "(_state_dict_utils.py:636), which casts, so the resumed state is rounded to float16 "
         "with no error or warning.",
-        symptom='loaded silently'),
+        model=Outcome(headline=SILENT)),
     KnownLimitation(
         "dsd-shape-error-unnamed", ("P15",),
         lambda c: c.api == "fsdp2.full" and c.fault == "shape",
@@ -313,7 +352,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "(7) must match the size of tensor b (45) at non-singleton dimension 1', raised by "
         "copy_ in _distribute_tensors (_state_dict_utils.py:636): it names neither the param "
         "nor the state key.",
-        symptom='does not name'),
+        model=Outcome(headline=UNNAMED,
+                 raises=(Raises(exc="RuntimeError", message=r"^The size of tensor a \(\d+\) must "
+                               r"match the size of tensor b \(\d+\) at non-singleton dimension"),))),
     KnownLimitation(
         "dcp-template-dummy-state-missing-key", ("P3",),
         lambda c: c.api == "fsdp2.sharded" and c.model == "unused" and c.steps > 0
@@ -330,17 +371,22 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "not yet reported upstream (partial-state class of "
         "https://github.com/pytorch/pytorch/issues/132628)",
         also=("P6", "P7"),
-        symptom="Missing key in checkpoint state_dict: optim.state.unused.weight"),
+        model=Raises(exc="RuntimeError",
+               message=r"^Missing key in checkpoint state_dict: optim\.state\.unused\.(weight|bias)\.",
+               where=("create_local_plan",), alongside=("CheckpointException",))),
     KnownLimitation(
         "dcp-drops-empty-state-dict", ("P8",),
-        lambda c: c.api == "fsdp2.sharded" and c.optimizer == "sgd",
+        lambda c: (c.api == "fsdp2.sharded" and c.optimizer == "sgd")
+        or (c.api == "fsdp1.sharded" and (c.steps == 0 or c.optimizer == "sgd")),
         "2.13",
         "A stateless optimizer's dict saved with DCP does not read back whole: DCP records "
         "leaves only and an empty mapping has none (_traverse.py:57-60), so the 'state': {} "
         "entry is gone (dcp_to_torch_save gives a dict without 'state'). Loading through "
         "set_optimizer_state_dict still works here, since the template has no state either "
-        "(FSDP1's optim_state_dict_to_load raises: dcp-drops-empty-optimizer-state).",
-        symptom="state: missing"),
+        "(FSDP1's optim_state_dict_to_load raises: dcp-drops-empty-optimizer-state). The same "
+        "loss shows in fsdp1.sharded's P8 (an optimizer with no state yet, or SGD).",
+        model=Lines(patterns=(r"state: missing; expected \{\}, got <absent>",
+                         r"DCP round trip changed the state:"))),
     KnownLimitation(
         "dcp-dedups-unsynchronised-ignored-state", (),
         lambda c: c.api == "fsdp2.sharded" and c.model == "buffers" and c.world_size > 1,
@@ -353,7 +399,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "rank 0's full dict, every rank resumes from that copy, and a re-save differs. Which "
         "rank is chosen depends on the sizes, so this entry has no primary property.",
         also=("P3", "P7", "P8"),
-        symptom="side."),
+        model=Lines(patterns=(r"state\['side\.(weight|bias)'\]\['\w+'\]: value at .*",))),
     KnownLimitation(
         "dsd-sharded-load-drops-frozen-state", ("P3",),
         lambda c: c.api == "fsdp2.sharded" and c.model == "frozen" and c.optimizer == "adagrad",
@@ -374,7 +420,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "https://github.com/pytorch/pytorch/issues/192202 (open; fix proposed in "
         "https://github.com/pytorch/pytorch/pull/192307)",
         also=("P6", "P7", "P10"),
-        symptom="missing; expected {'step': tensor(0.) || expected {'inp.weight'"),
+        model=Effect(what="the state of params that do not require grad is dropped by the load",
+               load=drop_frozen_state)),
     KnownLimitation(
         "dcp-corrupt-tensor-unicode-error", ("P15",),
         lambda c: c.api == "fsdp2.sharded" and c.fault == "corrupt_file",
@@ -383,7 +430,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "decode byte ...' from the weights-only unpickler (_weights_only_unpickler.py:232) that "
         "FileSystemReader runs on each stored tensor (filesystem.py:899): it names neither the "
         "file nor the damage, and DCP files carry no checksum to say so.",
-        symptom='UnicodeDecodeError'),
+        model=Outcome(headline=NAMES_NEITHER,
+                 raises=(Raises(exc="UnicodeDecodeError", message=r"^'utf-8' codec can't decode byte"),))),
     # --- found by the conformance run (sut/paths.py round trips) -------------------------
     KnownLimitation(
         "sharded-tensor-not-weights-only", ("P8",),
@@ -395,7 +443,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "sharded_optim_state_dict returns ShardedTensor values (for tensor state of a sharded "
         "unit); a per-rank torch.save of it "
         "cannot be read with torch.load(weights_only=True), the default since torch 2.6 "
-        "(ShardedTensor is not on the weights-only allowlist). DCP is the supported format."),
+        "(ShardedTensor is not on the weights-only allowlist). DCP is the supported format.",
+        model=Raises(exc="UnpicklingError", message=r"^Weights only load failed")),
     KnownLimitation(
         "sharded-tensor-unpickle-hybrid", ALL_PROPS,
         lambda c: c.api == "fsdp1.legacy_sharded" and c.strategy == "HYBRID_SHARD",
@@ -403,9 +452,11 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "Per-rank files of sharded_optim_state_dict under HYBRID_SHARD cannot be loaded at all: "
         "unpickling a ShardedTensor compares its shard group with the default group and "
         "raises 'Local world size at save time was 2, but at load time was 4'.",
-        symptom='Local rank at save time || Local world size at save time'),
+        model=Raises(exc="RuntimeError",
+               message=r"^Local (rank|world size) at save time was \d+, but at load time was \d+$",
+               where=("__setstate__",), alongside=("UnpicklingError",))),
     KnownLimitation(
-        "dcp-drops-empty-optimizer-state", ("P3", "P8"),
+        "dcp-drops-empty-optimizer-state", ("P3",),
         lambda c: c.api == "fsdp1.sharded" and (c.steps == 0 or c.optimizer == "sgd"),
         "2.13",
         "An optimizer with no state (before its first step, or stateless SGD) saved through optim_state_dict "
@@ -416,7 +467,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "by fsdp1.sharded or fsdp2.sharded) does not load through fsdp1.sharded at any world "
         "size 1-4 (same error); fsdp2.sharded loads both.",
         also=("P4", "P6", "P7", "P10", "P11", "P12"),
-        symptom='must have the keys "state" || state: missing'),
+        model=Raises(exc="ValueError", message=r'^`optim_state_dict` must have the keys "state"',
+               where=("_flatten_optim_state_dict",))),
     KnownLimitation(
         "sharded-ignored-module-state-stays-sharded", ALL_PROPS,
         lambda c: c.api == "fsdp1.sharded" and c.model == "buffers",
@@ -427,7 +479,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "args: (ShardedTensor(...' for Adam / SGD with momentum / Adagrad). Ignored-modules "
         "class of pytorch#112515.",
         "https://github.com/pytorch/pytorch/issues/112515 (ignored-modules class)",
-        symptom="', with args: (ShardedTensor("),
+        model=Raises(exc="RuntimeError",
+               message=r"^torch function '(lerp_|mul_|addcmul_|add_)', with args: \(ShardedTensor\(")),
     KnownLimitation(
         "orig-params-unused-param-zero-grad-state", ("P2",),
         lambda c: _fsdp1(c) and c.model == "unused" and c.plan == "root"
@@ -438,7 +491,10 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "FlatParameter, with True the param gets a zero gradient view; either way the "
         "optimizer creates state for it (and weight decay / momentum act on it); a non-FSDP model has "
         "no state for it (params-without-grads class, docs/design.md bug class 3).",
-        also=("P6", "P10")),
+        also=("P6", "P10"),
+        model=Lines(patterns=(UNUSED_ITEM,
+                         r"saved dict: params/state names .*, single-process run has .*",
+                         r"after loading: params/state names .*, expected .*"))),
     KnownLimitation(
         "unused-param-zero-grad-state-after-load", ("P6",),
         lambda c: _fsdp1(c) and c.model == "unused" and c.plan != "root" and c.dst_plan == "root"
@@ -448,7 +504,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "param in its own unit (no state), loaded where it shares a FlatParameter with used "
         "params, the first step after resuming creates state for it (a zero gradient), which "
         "uninterrupted non-FSDP training never has.",
-        symptom="unexpected; expected <absent>"),
+        model=Lines(patterns=(UNUSED_ITEM,))),
     KnownLimitation(
         "orig-params-unused-param-resave-raises", ("P7",),
         lambda c: c.use_orig_params and c.model == "unused" and c.dst_plan == "root"
@@ -461,7 +517,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "this check, not params that simply have no state yet.",
         "https://github.com/pytorch/pytorch/pull/110540 (frozen params only)",
         also=("P4", "P6", "P10"),
-        symptom='is not in the optimizer state'),
+        model=Raises(exc="RuntimeError", message=r"^unused\.weight is not in the optimizer state",
+               where=("_convert_state_with_orig_params",))),
     KnownLimitation(
         "torch-load-skips-crc", ("P15",),
         lambda c: c.fault == "corrupt_file" and c.api in _FULL_GATHER_APIS + ("fsdp2.full",),
@@ -470,7 +527,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS), so flipped bytes inside tensor data load "
         "silently as wrong values.",
         "https://github.com/pytorch/pytorch/issues/126952",
-        symptom='loaded silently'),
+        model=Outcome(headline=SILENT)),
     KnownLimitation(
         "torch-load-truncated-oserror", ("P15",),
         lambda c: c.fault == "truncated_file" and c.api in ("fsdp1.full", "fsdp1.legacy_full",
@@ -478,14 +535,15 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "2.13",
         "torch.load of a truncated file raises 'OSError: [Errno 22] Invalid argument', which "
         "names neither the file nor the problem (DCP's reader says 'archive is corrupted').",
-        symptom='names neither'),
+        model=Outcome(headline=NAMES_NEITHER,
+                 raises=(Raises(exc="OSError", message=r"^\[Errno 22\] Invalid argument$"),))),
     KnownLimitation(
         "fsdp1-missing-param-loads-silently", ("P15",),
         lambda c: c.fault == "missing_fqn" and c.api in ("fsdp1.full", "fsdp1.legacy_full"),
         "2.13",
         "A full optimizer dict that lacks a param (no state, absent from every param group) "
         "loads without a word: the param silently restarts with no optimizer state.",
-        symptom='loaded silently'),
+        model=Outcome(headline=SILENT)),
     KnownLimitation(
         "fsdp1-shape-error-unnamed", ("P15",),
         lambda c: c.fault in ("shape", "wrong_model") and c.api in _FULL_GATHER_APIS,
@@ -494,7 +552,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "'Tensor optimizer state does not have same shape as its parameter: torch.Size([9]) "
         "torch.Size([2, 5])', which names neither the param nor the state key "
         "(_optim_utils.py:753).",
-        symptom='does not name'),
+        model=Outcome(headline=UNNAMED,
+                 raises=(Raises(exc="ValueError", message=r"^Tensor optimizer state does not have "
+                               r"same shape as its parameter: torch\.Size"),))),
     KnownLimitation(
         "fsdp1-mixed-keys-attributeerror", ("P15",),
         lambda c: c.fault == "mixed_keys" and c.api in _FULL_GATHER_APIS,
@@ -502,7 +562,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "A full dict keyed by FQNs with one int key fails with an internal "
         "\"AttributeError: 'int' object has no attribute 'unflat_param_names'\" instead of "
         "saying that the keys mix names and ids.",
-        symptom='unflat_param_names'),
+        model=Outcome(headline=UNNAMED,
+                 raises=(Raises(exc="AttributeError",
+                               message=r"^'int' object has no attribute 'unflat_param_names'$"),))),
     KnownLimitation(
         "scatter-missing-param-typeerror", ("P15",),
         lambda c: c.fault == "missing_fqn" and c.api == "fsdp1.legacy_scatter",
@@ -510,7 +572,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "scatter_full_optim_state_dict with a param missing from the full dict fails on the "
         "other ranks with an internal \"TypeError: _PosDimTensorInfo.__new__() missing 1 "
         "required positional argument: 'dtype'\".",
-        symptom='_PosDimTensorInfo'),
+        model=Outcome(headline=r".*: rank\(s\) \[[\d, ]+\] raised but rank\(s\) \[0\] loaded silently:",
+                 raises=(Raises(exc="TypeError", message=r"^_PosDimTensorInfo\.__new__\(\) missing 1 "
+                               r"required positional argument: 'dtype'$"),))),
     KnownLimitation(
         "dcp-sharded-optim-load-ignores-hybrid-groups", ("P3",),
         lambda c: c.api == "fsdp1.sharded" and c.strategy == "HYBRID_SHARD",
@@ -524,7 +588,14 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "resumed run diverges (P6).",
         "https://github.com/pytorch/pytorch/pull/111096 (introduced the global rank/world "
         "size there)",
-        also=("P4", "P6", "P7")),
+        also=("P4", "P6", "P7"),
+        model=Lines(patterns=(r"state\['[\w.]+'\]\['(exp_avg|exp_avg_sq|momentum_buffer|sum|"
+                         r"square_avg|acc_delta|step)'\]: (value|shape) .*",
+                         r"\['[\w.]+'\]: value at elements .*",
+                         r"losses after resuming differ: .*",
+                         r"the ranks' shards do not tile the params: [\w.]+\.(exp_avg|exp_avg_sq|"
+                         r"momentum_buffer|sum|square_avg|acc_delta): replicas of the shard at "
+                         r"offsets \([\d, ]+\) disagree"))),
     KnownLimitation(
         "orig-params-full-osd-aliasing-load-side", (),
         lambda c: c.use_orig_params and c.world_size == 1 and c.dst_world_size > 1
@@ -534,7 +605,10 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "The orig-params-full-osd-aliasing bug on the load side: saved at world size 1 (not "
         "affected), loaded at >1 ranks, the dict saved again right after loading comes back "
         "with exp_avg holding exp_avg_sq (P7).",
-        also=("P7",)),
+        also=("P7",),
+        model=Effect(what="the dict saved right after the load: every positive-dim tensor state of "
+                     "a param holds the values of its last one",
+               save=alias_to_last_state)),
     KnownLimitation(
         "rekey-empty-state-is-a-noop", ("P5",),
         lambda c: c.api == "fsdp1.rekey" and (c.steps == 0 or c.optimizer == "sgd"),
@@ -542,7 +616,12 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "rekey_optim_state_dict decides the current key type from the keys of 'state'; with "
         "no state (stateless SGD, or before the first step) all([]) is true for both types, so "
         "it returns the dict unchanged (fully_sharded_data_parallel.py:1733-1741): a PARAM_ID "
-        "dict that still lists FQN strings in its param_groups."),
+        "dict that still lists FQN strings in its param_groups.",
+        model=Lines(patterns=(r"param_groups\[\d+\]\['params'\]\[\d+\]: type; expected int \d+, "
+                         r"got str '[\w.]+'",
+                         r"param_groups\[\d+\]\['params'\]\[\d+\]: type; expected str '[\w.]+', "
+                         r"got int \d+",
+                         r"name -> id -> name is not the identity.*"))),
     KnownLimitation(
         "per-rank-file-error-strands-others", ("P15",),
         lambda c: c.fault in ("truncated_file", "corrupt_file") and c.api == "fsdp1.legacy_sharded",
@@ -550,7 +629,11 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "With per-rank files, the rank whose file is damaged raises in torch.load while the "
         "others enter flatten_sharded_optim_state_dict's collectives and wait for it until the "
         "process-group timeout (a hang on a real job; docs/design.md bug class 9).",
-        symptom='left waiting'),
+        model=Outcome(headline=STRANDED,
+                 raises=(Raises(exc="OSError", message=r"^\[Errno 22\] Invalid argument$",
+                               alongside=("UnpicklingError",)),
+                         Raises(exc="UnpicklingError", message=r"^pickle stream refers to "
+                                r"out-of-band data but no \*buffers\* argument was given$")))),
     KnownLimitation(
         "scatter-rank0-error-strands-others", ("P15",),
         lambda c: c.fault == "truncated_file" and c.api == "fsdp1.legacy_scatter",
@@ -558,7 +641,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "With scatter_full_optim_state_dict only rank 0 reads the file; when that fails the "
         "other ranks wait in the broadcast until the process-group timeout (a hang on a real "
         "job; docs/design.md bug class 9). The harness shows their stacks and rebuilds the pool.",
-        symptom='left waiting'),
+        model=Outcome(headline=STRANDED,
+                 raises=(Raises(exc="OSError", message=r"^\[Errno 22\] Invalid argument$"),))),
 )
 
 

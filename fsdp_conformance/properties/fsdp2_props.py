@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .. import reference as ref
+from . import expectation as expect
 from .statediff import diff_state_dicts, format_diff
 from .reference_props import path_value
 from .verdict import Verdict, error, fail, na, passed
@@ -117,6 +118,7 @@ def p1_gather(layout, observations: Sequence[dict], path: str = "full") -> Verdi
         want = ref.fsdp2_gather(layout, [o["local"] for o in observations])
     except ref.StateDictMismatch as exc:
         return error(f"reference.fsdp2_gather rejected torch's local dicts: {exc}")
+    want = expect.saved(want)
     for obs in observations:
         r = obs["rank"]
         got, v = path_value(obs, path)
@@ -152,7 +154,7 @@ def p3_shard(layout, full: dict, observations: Sequence[dict], paths: Sequence[s
     for obs in observations:
         r = obs["rank"]
         try:
-            want = _state_only(ref.fsdp2_shard(layout, full, r))
+            want = _state_only(expect.loaded(ref.fsdp2_shard(layout, full, r)))
         except ref.StateDictMismatch as exc:
             return error(f"reference.fsdp2_shard rejected the full dict for rank {r}: {exc}")
         for path in paths:
@@ -186,7 +188,7 @@ def p11_groups(full: dict, observations: Sequence[dict], path: str) -> Verdict:
     """After loading through ``path``, every rank's optimizer ``param_groups`` equal the full
     dict's exactly: every hyperparameter with its type (a tuple stays a tuple), extra keys,
     and the FQNs of each group."""
-    want = {"param_groups": full.get("param_groups", [])}
+    want = {"param_groups": expect.loaded(full).get("param_groups", [])}
     for obs in observations:
         got, v = path_value(obs, path)
         if v is not None:

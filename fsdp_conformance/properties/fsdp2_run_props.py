@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from . import expectation as expect
 from .. import reference as ref
 from ..cases import Case
 from .statediff import diff_state_dicts, format_diff
 from . import fsdp2_props
 from .fsdp2_props import drop_plain, owner_of
 from .layouts import fsdp2_reference_layout
-from .run_props import assemble_sharded, layout_view
+from .run_props import assemble_sharded, layout_view, own_expected
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from .verdict import Verdict, error, fail, passed
 
@@ -67,6 +68,7 @@ def p1_saved(layout, save_obs: Sequence[SaveRecord], full: dict, api: str) -> Ve
         want = ref.fsdp2_gather(layout, [o.local for o in save_obs])
     except ref.StateDictMismatch as exc:
         return error(f"reference.fsdp2_gather rejected torch's local dicts: {exc}")
+    want = expect.saved(want)
     diffs = diff_state_dicts(want, full, owner=owner_of(layout))
     if diffs:
         return fail(f"{api} saved a dict that differs from reference.fsdp2_gather:\n"
@@ -90,7 +92,7 @@ def p3_loaded(dst, full: dict, load_obs: Sequence[LoadRecord],
         if e:
             return error(f"torch raised while loading on rank {r}:\n{e}")
         try:
-            want = _state(ref.fsdp2_shard(dst, full, r))
+            want = _state(expect.loaded(ref.fsdp2_shard(dst, full, r)))
         except ref.StateDictMismatch as exc:
             return error(f"reference.fsdp2_shard rejected the saved dict for rank {r}: {exc}")
         diffs = diff_state_dicts(want, _state(o.loaded), owner=owner_of(dst))
@@ -98,7 +100,8 @@ def p3_loaded(dst, full: dict, load_obs: Sequence[LoadRecord],
             problems.append(f"rank {r} after loading differs from reference.fsdp2_shard:\n"
                             + format_diff(diffs))
         if own is not None:
-            mine, theirs = _state(own[r].local), _state(o.loaded)
+            mine = _state(own_expected(dst, own, r, ref.fsdp2_gather, ref.fsdp2_shard))
+            theirs = _state(o.loaded)
             if r != 0:
                 mine, theirs = drop_plain(mine, dst), drop_plain(theirs, dst)
             diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst))

@@ -14,6 +14,7 @@ from .. import reference as ref
 from ..cases import Case
 from .layouts import fsdp2_reference_layout, reference_layout
 from ..sut.records import LoadRecord, error_of
+from . import expectation as expect
 from .run_props import canon_groups
 from .statediff import diff_state_dicts, format_diff
 from .verdict import Verdict, fail, passed
@@ -46,7 +47,7 @@ def p12_verdict(case: Case, fx: Any, expected: dict, load_obs: Sequence[LoadReco
         got, owner = _gather(case, load_obs)
     except ref.StateDictMismatch as exc:
         return fail(f"{origin} {how}: the ranks' loaded states do not form one state: {exc}")
-    diffs = diff_state_dicts(canon_groups(expected), canon_groups(got), owner=owner)
+    diffs = diff_state_dicts(canon_groups(expect.loaded(expected)), canon_groups(got), owner=owner)
     if diffs:
         return fail(f"{origin} {how} differs from its recorded state:\n" + format_diff(diffs))
     notes = sorted({o.weights_only_refused for o in load_obs} - {""})

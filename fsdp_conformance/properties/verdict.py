@@ -24,6 +24,9 @@ class Verdict:
     """Key of the matching known limitation (status "known", or "pass" = fixed upstream?)."""
     origin: str = "torch"
     """``"suite"`` when this package failed (a bug of the suite, never "known")."""
+    digest: str = ""
+    """Status "known": a stable digest of what was observed (known/model.py
+    ``observation_digest``), so the gate sees a known pair whose effect changed."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -48,6 +51,8 @@ class Verdict:
             d["fixed_upstream"] = True
         if self.origin != "torch":
             d["origin"] = self.origin
+        if self.digest:
+            d["digest"] = self.digest
         return d
 
 

@@ -29,6 +29,7 @@ CATEGORIES = ("regression", "improvement", "known fixed", "info")
 LABELS: dict[str, str] = {
     "newly failing": "regression",
     "newly known": "regression",
+    "known changed": "regression",
     "no longer checked": "regression",
     "missing in NEW": "regression",
     "slower": "regression",

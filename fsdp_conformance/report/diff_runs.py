@@ -10,6 +10,7 @@ transition                        label               regression?
 pass / known / n/a -> fail/error  newly failing       yes
 pass -> known                     newly known         yes
 known(key A) -> known(key B)      newly known         yes
+known -> known, another digest    known changed       yes
 pass -> n/a                       no longer checked   yes
 case or property only in BASE     missing in NEW      yes
 fail / error -> pass              newly passing       no
@@ -25,7 +26,10 @@ recognises the failure; for an upgrade gate a torch that starts failing a case t
 torch passes is a new torch failure whether or not it has an entry in ``known.py``. Likewise
 a check that stops being made (pass -> n/a, a case missing) can no longer vouch for the
 candidate, so it cannot pass the gate silently. A failure in BASE that changes shape in NEW
-was never a guarantee and is listed for information only.
+was never a guarantee and is listed for information only. A known pair whose observation
+changed (its ``digest``: another wrong value, another error) is a regression too: the
+entry's model explains one effect, and a new torch that fails there differently fails
+differently (pairs without a digest, from older reports, are compared by key only).
 
 Scaling (run reports' top-level ``scaling``, per path/phase): a status that goes from pass to
 fail is a regression, and so is an excess exponent (time's minus its floor's) that grew by
@@ -54,7 +58,10 @@ def classify_status(base: dict, new: dict) -> str | None:
     """The label of one property's verdict change (module docstring's table), or None when
     nothing changed. ``base``/``new`` are verdict JSON objects ({"status", "known"?})."""
     b, n = base["status"], new["status"]
-    if b == n and (b != "known" or base.get("known") == new.get("known")):
+    if b == n == "known" and base.get("known") == new.get("known"):
+        same = not (base.get("digest") and new.get("digest")) or base["digest"] == new["digest"]
+        return None if same else "known changed"
+    if b == n and b != "known":
         return None
     if n in FAILING:
         return "changed" if b in FAILING else "newly failing"

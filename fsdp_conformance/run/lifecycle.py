@@ -56,6 +56,9 @@ class Outcome:
     """Verdict of each property the kind decides (``CaseKind.decides``)."""
     measurements: Mapping[str, dict] = field(default_factory=dict)
     """A bounds case's measurements ({phase: measurement}); empty for other kinds."""
+    modelled: Mapping[str, Mapping[str, Verdict]] = field(default_factory=dict)
+    """The verdicts judged again under each applicable known bug's ``Effect`` model
+    (``known.apply.rejudge``): what the known limitations are checked against."""
 
 
 class StepFailed(Exception):
@@ -111,7 +114,8 @@ class CaseKind(Protocol):
     def run(self, step: Step) -> Outcome:
         """Run the case and decide ``decides(case)``."""
 
-    def known(self, case: Case, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
+    def known(self, case: Case, verdicts: dict[str, Verdict],
+              modelled: Mapping[str, Mapping[str, Verdict]]) -> dict[str, Verdict]:
         """``verdicts`` with the known torch limitations applied (``known.apply``; a user's
         own model is matched as the zoo case it stands for)."""
 
@@ -136,10 +140,12 @@ def execute(case: Case, env: CaseEnv, kind: CaseKind) -> CaseResult:
     step = Step(case=case, env=env, workdir=workdir)
     t0 = time.perf_counter()
     measurements: Mapping[str, dict] = {}
+    modelled: Mapping[str, Mapping[str, Verdict]] = {}
     try:
         try:
             out = kind.run(step)
             decided, measurements = dict(out.verdicts), out.measurements
+            modelled = out.modelled
         except StepFailed as exc:
             decided = all_props(error(str(exc)), kind.decides(case))
         except Exception:  # noqa: BLE001  (a bug of the suite: say so, keep going)
@@ -154,5 +160,6 @@ def execute(case: Case, env: CaseEnv, kind: CaseKind) -> CaseResult:
         raise AssertionError(f"{kind.name} case {case.id}: no verdict for {missing}")
     step.timings["total"] = time.perf_counter() - t0
     ordered = {p: verdicts[p] for p in PROPS}
-    judged = kind.known(case, ordered) if hasattr(kind, "known") else apply_known(case, ordered)
+    judged = (kind.known(case, ordered, modelled) if hasattr(kind, "known")
+              else apply_known(case, ordered, modelled))
     return CaseResult(case, judged, dict(step.timings), dict(measurements))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..cases import Case
 from ..properties.catalogue import NO_REKEY, ONLY_BOUNDS, ONLY_FAULT, ONLY_GOLDEN, PROPS
+from ..known.apply import rejudge
 from ..properties.roundtrip import ROUND_TRIP, round_trip_verdicts
 from ..properties.verdict import Verdict, error, na
 from ..sut.records import error_of
@@ -50,8 +51,12 @@ class RoundTripKind:
                 self.decides(case)))
         load_obs = step.on_pool("load side", case.dst_world_size, path.load_side)
         step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
-        verdicts = round_trip_verdicts(case, save_obs, load_obs, step.workdir)
-        return Outcome(verdicts={p: verdicts[p] for p in self.decides(case)})
+        def judge() -> dict[str, Verdict]:
+            v = round_trip_verdicts(case, save_obs, load_obs, step.workdir)
+            return {p: v[p] for p in self.decides(case)}
+
+        verdicts = judge()
+        return Outcome(verdicts=verdicts, modelled=rejudge(case, verdicts, judge))
 
 
 assert set(PROPS) >= set(ROUND_TRIP)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..cases import Case
 from ..harness.errors import RankError
-from ..known.apply import apply_known
+from ..known.apply import apply_known, rejudge
 from ..properties.verdict import Verdict, fail
 from ..run.lifecycle import Outcome, Step, StepFailed, all_props
 from ..run.roundtrip_kind import RoundTripKind
@@ -49,11 +49,16 @@ class UserModelKind(RoundTripKind):
         load_obs = step.on_pool("load side", case.dst_world_size, rank_load,
                                 before=(self.user, None))
         step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
-        v = evaluate_user(case, save_obs, load_obs, step.workdir)
-        return Outcome(verdicts={p: v[p] for p in self.decides(case)})
+        def judge() -> dict[str, Verdict]:
+            v = evaluate_user(case, save_obs, load_obs, step.workdir)
+            return {p: v[p] for p in self.decides(case)}
 
-    def known(self, case: Case, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
-        return apply_known(known_view(case, self.user), verdicts)
+        verdicts = judge()
+        return Outcome(verdicts=verdicts, modelled=rejudge(known_view(case, self.user),
+                                                           verdicts, judge))
+
+    def known(self, case: Case, verdicts: dict[str, Verdict], modelled=None) -> dict[str, Verdict]:
+        return apply_known(known_view(case, self.user), verdicts, modelled)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,8 +77,8 @@ class CustomPathKind:
     def undecided(self, case: Case) -> dict[str, Verdict]:
         return custom_undecided()
 
-    def known(self, case: Case, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
-        return apply_known(known_view(case, self.user), verdicts)
+    def known(self, case: Case, verdicts: dict[str, Verdict], modelled=None) -> dict[str, Verdict]:
+        return apply_known(known_view(case, self.user), verdicts, modelled)
 
     def run(self, step: Step) -> Outcome:
         case = step.case

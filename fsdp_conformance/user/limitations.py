@@ -19,10 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..properties.verdict import Verdict
 from .spec import PROPERTY_NAMES
+
+
+def symptom_matches(symptom: str, detail: str) -> bool:
+    """Whether ``detail`` shows a user-declared ``symptom``: any of its ``" || "``-separated
+    parts occurs in it; an empty symptom matches every detail (``covers`` decides what that
+    may cover)."""
+    return not symptom or any(part in detail for part in symptom.split(" || "))
 
 if TYPE_CHECKING:
     from ..cases import Case
@@ -48,6 +55,9 @@ class Limitation:
     """A check in which it matches nothing fails ("fixed upstream?")."""
     applies: Callable[["Case"], bool] | None = dataclasses.field(default=None, compare=False)
     """The configurations it covers (a known entry's predicate); None: every one."""
+    model: Any = dataclasses.field(default=None, compare=False)
+    """A known entry's model of its bug (known/model.py): it alone decides what is covered;
+    None for a limitation the user declares (``symptom`` decides)."""
 
     def covers(self, prop: str, v: Verdict, case: "Case | None" = None) -> bool:
         """Whether this limitation turns ``v`` (property ``prop`` of ``case``) "known"
@@ -56,10 +66,12 @@ class Limitation:
             return False
         if self.applies is not None and case is not None and not self.applies(case):
             return False
+        if self.model is not None:  # an Effect needs the case judged again: not here
+            from ..known.model import Effect
+
+            return not isinstance(self.model, Effect) and self.model.explains(v.detail)
         if v.status == "error" and not self.symptom:
             return False
-        from ..known.entries import symptom_matches
-
         return symptom_matches(self.symptom, v.detail)
 
     @classmethod
@@ -74,8 +86,8 @@ class Limitation:
         entry = next((k for k in KNOWN if k.key == key_or_props), None)
         if entry is not None:
             return cls(entry.key, tuple(props or entry.props + entry.also),
-                       reason=reason or entry.reason, symptom=symptom or entry.symptom,
-                       strict=strict, applies=entry.applies)
+                       reason=reason or entry.reason, symptom=symptom,
+                       strict=strict, applies=entry.applies, model=entry.model)
         ids = key_or_props.split(",") if isinstance(key_or_props, str) else list(key_or_props)
         ids = [p.strip() for p in ids]
         if not ids or any(p not in PROPERTY_NAMES for p in ids):

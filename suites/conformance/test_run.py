@@ -193,20 +193,31 @@ def test_known_entry_covers_its_wrong_values_but_not_a_new_crash():
     from fsdp_conformance.known.apply import apply_known as _apply_known
     from fsdp_conformance.run.kinds import failed_verdicts as _failed
 
+    # a wrong value is known only when the case judged again under the entry's model
+    # passes: an arbitrary "exp_avg differs" with no modelled verdicts stays a failure
     v = _apply_known(ALIASED, {"P1": fail("exp_avg differs")})
+    assert v["P1"].status == "fail"
+    v = _apply_known(ALIASED, {"P1": fail("exp_avg differs")},
+                     {"orig-params-full-osd-aliasing": {"P1": Verdict("pass")}})
     assert v["P1"].status == "known" and v["P1"].known == "orig-params-full-osd-aliasing"
+    v = _apply_known(ALIASED, {"P1": fail("exp_avg differs")},
+                     {"orig-params-full-osd-aliasing": {"P1": fail("exp_avg_sq differs")}})
+    assert v["P1"].status == "fail" and v["P1"].known == "orig-params-full-osd-aliasing"
+    assert "exp_avg_sq differs" in v["P1"].detail
     crash = _apply_known(ALIASED, _failed(ALIASED, error("load side failed: brand-new crash")))
     assert {x.status for p, x in crash.items() if p not in ("P5", "P12", "P13", "P14", "P15")} \
         == {"error"}
-    ours = _apply_known(ALIASED, _failed(ALIASED, suite_error("evaluating: KeyError")))
-    assert "known" not in {x.status for x in ours.values()}
     # the origin decides, not the text: a torch error that happens to start with the words
     # the suite uses is still a torch error, and the suite's own failure stays an error
     # whatever its text says
-    mimic = _apply_known(ALIASED, {"P1": fail("the suite failed: exp_avg differs")})
-    assert mimic["P1"].status == "known"
-    ours = _apply_known(ALIASED, {"P1": Verdict("fail", "exp_avg differs", origin="suite")})
-    assert ours["P1"].status == "fail"
+    case = Case(api="fsdp1.sharded", optimizer="sgd", world_size=2)
+    msg = 'ValueError: `optim_state_dict` must have the keys "state"to be valid'
+    mimic = _apply_known(case, {"P3": error("the suite failed: " + msg)})
+    assert mimic["P3"].status == "known"
+    ours = _apply_known(case, {"P3": Verdict("error", msg, origin="suite")})
+    assert ours["P3"].status == "error"
+    ours = _apply_known(case, _failed(case, suite_error("evaluating: " + msg)))
+    assert "known" not in {x.status for x in ours.values()}
 
 
 def test_known_crash_is_matched_by_its_symptom_and_carries_downstream():
@@ -245,11 +256,16 @@ def test_full_tier_crashes_are_known_by_their_symptom_only():
 
     dsd = Case(api="fsdp2.sharded", optimizer="adagrad", model="frozen", world_size=2,
                load_world_size=3)
-    v = _apply_known(dsd, {"P3": fail("state['inp.bias']: missing; expected {'step': "
-                                      "tensor(0.), 'sum': tensor([0.])}, got <absent>"),
-                           "P7": fail("state['block.0.bias']['sum']: value at elements 0..3")})
+    from fsdp_conformance.properties.verdict import Verdict
+
+    observed = {"P3": fail("state['inp.bias']: missing; expected {'step': "
+                           "tensor(0.), 'sum': tensor([0.])}, got <absent>"),
+                "P7": fail("state['block.0.bias']['sum']: value at elements 0..3")}
+    modelled = {"dsd-sharded-load-drops-frozen-state": {  # judged again under its model
+        "P3": Verdict("pass"), "P7": fail("state['block.0.bias']['sum']: value at 0..3")}}
+    v = _apply_known(dsd, observed, modelled)
     assert v["P3"].known == "dsd-sharded-load-drops-frozen-state"
-    assert v["P7"].status == "fail"  # a wrong value is not this entry
+    assert v["P7"].status == "fail"  # a wrong value the model does not predict
 
 
 def test_bf16_resume_comparison_names_a_type_change():

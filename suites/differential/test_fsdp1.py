@@ -11,6 +11,7 @@ import itertools
 import pytest
 
 from fsdp_conformance.cases import Case
+from fsdp_conformance.known.apply import explain_one
 from fsdp_conformance.known.entries import known_all, known_for
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.properties.reference_props import p0_layout, p1_gather, p3_shard, p4_flatten
@@ -18,21 +19,23 @@ from fsdp_conformance.sut import fsdp1
 
 
 def _assert_ok(verdict, what, case=None, prop=None):
-    """Pass, or a recorded torch limitation that still fails the way it records (a known case
-    that starts passing fails here as "fixed upstream?", so the record cannot go stale; a
-    different failure on a known pair fails as itself). Several entries can meet on one
-    configuration: the failure must be one of theirs, by the run's own rules
-    (known/apply.py: the entry's symptom in the detail; an error only by its symptom)."""
+    """Pass, or a recorded torch limitation that fails exactly as its model says (a known
+    case that starts passing fails here as "fixed upstream?", so the record cannot go
+    stale; a different failure on a known pair fails as itself). ``verdict`` may be a
+    function that judges the property: an ``Effect`` model needs it judged again under the
+    model (known/apply.py, the run's own rules)."""
+    judge = verdict if callable(verdict) else None
+    verdict = judge() if judge is not None else verdict
     entries = known_all(case, prop) if case is not None else []
     if entries:
         keys = [e.key for e in entries]
         assert verdict.status == "fail" or verdict.status == "error", (
             f"{what}: known limitation(s) {keys} now pass: fixed upstream? "
             f"Retire them from fsdp_conformance/known/entries.py")
-        assert any(e.matches(verdict.detail) and (verdict.status == "fail" or e.symptom)
-                   for e in entries), (
-            f"{what}: fails, but not as known limitation(s) {keys} record it (a second bug "
-            f"on the same configuration?):\n{verdict.detail}")
+        judged = explain_one(case, prop, verdict, judge)
+        assert judged.status == "known", (
+            f"{what}: fails, but not as known limitation(s) {keys} model it (a second bug "
+            f"on the same configuration?):\n{judged.detail}")
         return
     assert verdict.status == "pass", f"{what}: {verdict.status}\n{verdict.detail}"
 
@@ -41,13 +44,14 @@ def _check_same_layout(rank_pool, case):
     obs = rank_pool(case.world_size).run(fsdp1.observe, case, seed=case.seed)
     layout = reference_layout(case)
     _assert_ok(p0_layout(layout, obs), f"P0 {case.id}")
-    _assert_ok(p1_gather(layout, obs, "full_legacy"), f"P1 full_optim_state_dict {case.id}",
+    _assert_ok(lambda: p1_gather(layout, obs, "full_legacy"), f"P1 full_optim_state_dict {case.id}",
                case, "P1")
-    _assert_ok(p1_gather(layout, obs, "full_current"), f"P1 optim_state_dict FULL {case.id}",
+    _assert_ok(lambda: p1_gather(layout, obs, "full_current"), f"P1 optim_state_dict FULL {case.id}",
                case, "P1")
     if known_for(case, "P1") is None:  # a corrupted full dict cannot be sharded meaningfully
-        _assert_ok(p3_shard(layout, obs[0]["full_legacy"], obs), f"P3 {case.id}", case, "P3")
-    _assert_ok(p4_flatten(layout, obs), f"P4 {case.id}", case, "P4")
+        _assert_ok(lambda: p3_shard(layout, obs[0]["full_legacy"], obs), f"P3 {case.id}", case,
+                   "P3")
+    _assert_ok(lambda: p4_flatten(layout, obs), f"P4 {case.id}", case, "P4")
     assert obs[1 % case.world_size]["full_legacy_rank0_only"] == ({} if case.world_size > 1
                                                                   else obs[0]["full_legacy_rank0_only"])
     return obs

@@ -18,6 +18,7 @@ import pytest
 
 from fsdp_conformance.cases import Case
 from fsdp_conformance.harness.errors import RankError
+from fsdp_conformance.known.apply import explain_one
 from fsdp_conformance.known.entries import known_all
 from fsdp_conformance.properties import fsdp2_props as P
 from fsdp_conformance.properties.layouts import fsdp2_reference_layout, reference_layout
@@ -28,8 +29,11 @@ LOAD_PATHS = P.FULL_LOAD_PATHS + ("set_flattened",)
 
 
 def _assert_ok(verdict, what, case, prop, allow_na=False):
-    """Pass; or every matching known limitation still fails, with its symptom in the detail
-    (a known case that starts passing fails here as "fixed upstream?")."""
+    """Pass; or every matching known limitation still fails, exactly as its model says (a
+    known case that starts passing fails here as "fixed upstream?"). ``verdict`` may be a
+    function that judges the property (an ``Effect`` model needs it judged again)."""
+    judge = verdict if callable(verdict) else None
+    verdict = judge() if judge is not None else verdict
     known = known_all(case, prop)
     if verdict.status == "n/a" and allow_na:
         return  # not observable here (another failure stopped the path): neither known nor fixed
@@ -38,10 +42,10 @@ def _assert_ok(verdict, what, case, prop, allow_na=False):
         assert verdict.status in ("fail", "error"), (
             f"{what}: known limitation(s) {keys} now {verdict.status}: fixed upstream? "
             f"Retire them from fsdp_conformance/known/entries.py\n{verdict.detail}")
-        symptoms = [k.symptom for k in known if k.symptom]
-        assert not symptoms or any(s in verdict.detail for s in symptoms), (
-            f"{what}: fails, but not the way known limitation(s) {keys} do "
-            f"(expected one of {symptoms}):\n{verdict.detail}")
+        judged = explain_one(case, prop, verdict, judge)
+        assert judged.status == "known", (
+            f"{what}: fails, but not the way known limitation(s) {keys} model it:\n"
+            f"{judged.detail}")
         return
     assert verdict.status == "pass", f"{what} ({prop}): {verdict.status}\n{verdict.detail}"
 
@@ -71,10 +75,10 @@ def _check_same_layout(rank_pool, case, nonstrict=False, extras=True):
         na_ok = _broadcast_twin_known(case, path)
         _assert_ok(P.p3_shard(layout, full, obs, paths=(path,)), f"P3 {path} {case.id}", case,
                    f"P3:{path}", allow_na=na_ok)
-        _assert_ok(P.p11_groups(full, obs, path), f"P11 {path} {case.id}", case, f"P11:{path}",
+        _assert_ok(lambda: P.p11_groups(full, obs, path), f"P11 {path} {case.id}", case, f"P11:{path}",
                    allow_na=True)
     _assert_ok(P.p3_reload_own(layout, obs), f"P3 set_sharded {case.id}", case, "P3:set_sharded")
-    _assert_ok(P.p11_groups(full, obs, "set_sharded"), f"P11 set_sharded {case.id}", case,
+    _assert_ok(lambda: P.p11_groups(full, obs, "set_sharded"), f"P11 set_sharded {case.id}", case,
                "P11:set_sharded", allow_na=True)
     for path in ("sharded", "sharded_offload") if extras else ("sharded",):
         _assert_ok(P.p4_sharded(layout, obs, path), f"P4 {path} {case.id}", case, f"P4:{path}")
@@ -147,7 +151,7 @@ def test_save_at_n_load_at_m(rank_pool, src, dst):
     for path in ("set_full", "set_full_broadcast"):
         _assert_ok(P.p3_shard(layout, full, loaded, paths=(path,), own_locals=False),
                    f"P3 {path} {case.id}", case, f"P3:{path}")
-        _assert_ok(P.p11_groups(full, loaded, path), f"P11 {path} {case.id}", case, f"P11:{path}")
+        _assert_ok(lambda: P.p11_groups(full, loaded, path), f"P11 {path} {case.id}", case, f"P11:{path}")
 
 
 # --- DTensor input to the reference flatten: FSDP1 with device_mesh=, SHARDED ------------------

@@ -1,0 +1,93 @@
+"""The effects of the known entries' ``Effect`` models (known/model.py): each maps a
+correct optimizer dict (FQN-keyed full dicts, or a rank's local dict) to what this torch
+produces instead, and never mutates its argument.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+def _state_map(d: dict, fn: Callable[[dict], dict | None]) -> dict:
+    """``d`` with ``fn`` applied to each param's state dict (None drops the param)."""
+    state = {}
+    for k, st in d.get("state", {}).items():
+        new = fn(dict(st)) if isinstance(st, dict) else st
+        if new is not None:
+            state[k] = new
+    return {**d, "state": state}
+
+
+def _is_tensor(v: Any) -> bool:
+    return hasattr(v, "dim") and hasattr(v, "clone")
+
+
+def alias_to_last_state(d: dict, case: Any = None) -> dict:
+    """Every tensor state of positive dimension takes the values of the one whose name sorts
+    last (the last one gathered: Adam: exp_avg := exp_avg_sq; Adadelta: acc_delta :=
+    square_avg); the step counter (a 0-dim tensor) is untouched. Idempotent."""
+    def one(st: dict) -> dict:
+        names = sorted(n for n, v in st.items() if _is_tensor(v) and v.dim() > 0)
+        if len(names) < 2:
+            return st
+        last = st[names[-1]]
+        return {n: (last.clone() if n in names else v) for n, v in st.items()}
+    return _state_map(d, one)
+
+
+def tuples_to_lists(d: dict, case: Any = None) -> dict:
+    """Every tuple hyperparameter of every param group becomes a list."""
+    return {**d, "param_groups": [{k: (list(v) if isinstance(v, tuple) else v)
+                                   for k, v in g.items()}
+                                  for g in d.get("param_groups", [])]}
+
+
+def drop_empty_states(d: dict, case: Any = None) -> dict:
+    """A param whose every positive-dim tensor state is empty (a rank holds none of it) has
+    no state at all."""
+    def one(st: dict) -> dict | None:
+        ts = [v for v in st.values() if _is_tensor(v) and v.dim() > 0]
+        return None if ts and all(v.numel() == 0 for v in ts) else st
+    return _state_map(d, one)
+
+
+def drop_frozen_state(d: dict, case: Any) -> dict:
+    """The params of the case's model that do not require grad have no state."""
+    frozen = _frozen(case.model)
+    return {**d, "state": {k: v for k, v in d.get("state", {}).items() if k not in frozen}}
+
+
+def _frozen(model: str) -> frozenset[str]:
+    from ..zoo import build_model
+
+    return frozenset(n for n, p in build_model(model, 0).named_parameters()
+                     if not p.requires_grad)
+
+
+def dummy_step_state(d: dict, case: Any) -> dict:
+    """Every trainable param named in the param groups that has no state gets the state the
+    case's optimizer creates in one step with zero gradients and lr=0 (what DSD's
+    ``_init_optim_state`` runs), computed here on the case's model."""
+    import torch
+
+    from ..properties.baseline import named_osd
+    from ..zoo import build_model, build_optimizer
+
+    model = build_model(case.model, case.seed, case.torch_dtype)
+    named = list(model.named_parameters())
+    optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
+    lrs = [g["lr"] for g in optim.param_groups]
+    for _, p in named:
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    for g in optim.param_groups:
+        g["lr"] = 0.0
+    optim.step()
+    for g, lr in zip(optim.param_groups, lrs):
+        g["lr"] = lr
+    order = {id(p): n for n, p in named}
+    dummy = named_osd(optim, [order[id(p)] for g in optim.param_groups for p in g["params"]])
+    wanted = [n for g in d.get("param_groups", []) for n in g.get("params", [])]
+    state = dict(d.get("state", {}))
+    for n in wanted:
+        if n not in state and n in dummy["state"]:
+            state[n] = dummy["state"][n]
+    return {**d, "state": state}

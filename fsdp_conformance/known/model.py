@@ -1,0 +1,179 @@
+"""Models of torch bugs: what a known limitation does, exactly (docs/design.md, "Known
+limitations").
+
+A known limitation is a model of its bug, not a filter. A (case, property) is "known" only
+when what was observed equals what the model predicts; anything else in the same
+configuration is a failure, and names the entry that explained the rest.
+
+Rules, per model:
+- ``Effect`` (a wrong value): ``save`` maps the dict a correct save returns to the dict this
+  torch returns; ``load`` maps the state a correct load leaves to the state this torch
+  leaves. The case is judged again with every expectation passed through them
+  (properties/expectation.py; the single-process baseline resumes from the modelled state);
+  a property that passes then is "known", one that still fails is a "fail" whose detail is
+  the residual diff.
+- ``Raises`` (an exception): every exception the detail shows is of type ``exc`` and its
+  message matches ``message`` (a regular expression, searched); where the detail carries the
+  traceback, one of its frames is a function named in ``where``.
+- ``Outcome`` (P15, the load of damaged input): the verdict's first line matches
+  ``headline`` (a regular expression, matched in full) and every rank's exception line, if
+  any, is explained by ``raises``.
+- ``Lines`` (the weakest, for details no transform models yet): every item of the detail (a
+  difference, an exception line, a problem line: every line that is not a header ending in
+  ``:``) matches one of ``patterns`` in full; a truncated list (``... and N more``) is never
+  explained. Entries still on ``Lines`` are to be turned into ``Effect`` models.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+# An exception line, in a traceback or quoted by a verdict ("rank 1: ValueError: ...",
+# "refused optim_rank0.pt: UnpicklingError: ..."): the class name and the message.
+_EXC = re.compile(r"(?:^|[\s:(])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z][A-Za-z0-9_]*"
+                  r"(?:Error|Exception|Interrupt)): (?P<msg>.*)$", re.M)
+_DIFF_COUNT = re.compile(r"^\d+ differences?:$", re.M)
+_FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in (?P<fn>[\w<>]+)\s*$', re.M)
+
+
+def exceptions_in(detail: str) -> list[tuple[str, str]]:
+    """Every (exception type, message) the detail shows, in order. A traceback's message may
+    run over several lines; its first line is the one kept."""
+    return [(m["type"], m["msg"].strip()) for m in _EXC.finditer(detail)]
+
+
+def frames_in(detail: str) -> list[str]:
+    """The function names of every traceback frame in the detail."""
+    return [m["fn"] for m in _FRAME.finditer(detail)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Raises:
+    """The bug is an exception."""
+
+    exc: str
+    """The exception's class name, e.g. ``"KeyError"``."""
+    message: str
+    """A regular expression its message matches (``re.search``)."""
+    where: tuple[str, ...] = ()
+    """The torch functions that raise it (one must be a frame of the traceback, where the
+    detail carries one); empty where the detail never does (a refusal quoted in one line)."""
+    alongside: tuple[str, ...] = ()
+    """Other exception types the same failure shows: a wrapper (DCP's
+    ``CheckpointException``) or an earlier refusal of the same file."""
+
+    def explains(self, detail: str) -> bool:
+        """Whether every exception in ``detail`` is this one (module rules); a detail that
+        also lists differences is never only an exception."""
+        found = exceptions_in(detail)
+        if not found or _DIFF_COUNT.search(detail):
+            return False
+        if any(typ not in (self.exc,) + self.alongside for typ, _ in found):
+            return False
+        if not any(typ == self.exc and re.search(self.message, msg) for typ, msg in found):
+            return False
+        frames = frames_in(detail)
+        return not (frames and self.where and not set(self.where) & set(frames))
+
+    def describe(self) -> str:
+        where = f" in {' / '.join(self.where)}" if self.where else ""
+        return f"raises {self.exc} matching /{self.message}/{where}"
+
+
+Transform = Callable[[dict, Any], dict]
+"""``(dict, case) -> dict``: never mutates its argument."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Effect:
+    """The bug is a wrong value."""
+
+    what: str
+    """The effect in words, e.g. ``"exp_avg := exp_avg_sq of the same param"``."""
+    save: Transform | None = None
+    """The dict a correct save returns -> the dict this torch's save returns."""
+    load: Transform | None = None
+    """The state a correct load leaves -> the state this torch's load leaves."""
+
+    def describe(self) -> str:
+        return f"changes values: {self.what}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """The bug is how a load of damaged input ends (P15)."""
+
+    headline: str
+    """A regular expression the verdict's first line matches in full."""
+    raises: tuple[Raises, ...] = ()
+    """The exceptions the ranks that raised show, one of these (by fault: a truncated
+    and a corrupted file raise differently); empty: no rank raised."""
+
+    def explains(self, detail: str) -> bool:
+        head, _, rest = detail.partition("\n")
+        if not re.fullmatch(self.headline, head):
+            return False
+        if not self.raises:
+            return not exceptions_in(rest)
+        return any(r.explains(rest) for r in self.raises)
+
+    def describe(self) -> str:
+        return f"ends as /{self.headline}/" + "".join(f", or {r.describe()}" if i else
+                                                     f", {r.describe()}"
+                                                     for i, r in enumerate(self.raises))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lines:
+    """The bug is a set of differences described by text (module rules: the weakest model)."""
+
+    patterns: tuple[str, ...]
+    """Regular expressions; every item of the detail must match one in full."""
+
+    def explains(self, detail: str) -> bool:
+        items = detail_items(detail)
+        if not items or any(re.fullmatch(r"\.\.\. and \d+ more", i) for i in items):
+            return False
+        return all(any(re.fullmatch(p, i) for p in self.patterns) for i in items)
+
+    def describe(self) -> str:
+        return "shows only: " + " | ".join(f"/{p}/" for p in self.patterns)
+
+
+Model = Union[Raises, Effect, Outcome, Lines]
+
+
+def detail_items(detail: str) -> list[str]:
+    """The items of a verdict's detail: every non-empty line, stripped, that is not a header
+    (ends in ``:``), a difference count (``3 differences:``) or part of a traceback other
+    than its exception line (frames and their source lines)."""
+    out = []
+    in_tb = False
+    for ln in detail.splitlines():
+        s = ln.strip()
+        if s.startswith("Traceback (most recent call last)"):
+            in_tb = True
+            continue
+        if in_tb and (ln.startswith("  ") or not s):
+            continue  # a frame, its source line, its caret line
+        in_tb = False
+        if not s or s.endswith(":"):
+            continue
+        out.append(s)
+    return out
+
+
+_VOLATILE = re.compile(r"0x[0-9a-f]+|/[^\s:\"']+/")
+
+
+def observation_digest(detail: str) -> str:
+    """A digest of what a failure showed, stable across runs and machines: its items
+    (:func:`detail_items`) without rank-log lines, with memory addresses and directory
+    paths blanked. Same observation, same digest; another wrong value or another error,
+    another digest."""
+    import hashlib
+
+    items = [i for i in detail_items(detail) if not i.startswith(("|", "[rank log"))]
+    text = "\n".join(_VOLATILE.sub("_", i) for i in items)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

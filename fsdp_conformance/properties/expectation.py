@@ -1,0 +1,66 @@
+"""What the properties expect: the correct result, or the correct result with a modelled
+torch bug applied (known/model.py ``Effect``).
+
+Rule: every comparison whose observed side went through torch's save passes its expected
+side through ``saved``; through torch's load, through ``loaded``; through both, through
+both in that order. Outside ``expecting`` both are the identity, so the properties judge
+against the correct result. The single-process baseline (P2, P6) resumes from
+``loaded(saved(state at the save))`` under an expectation (properties/baseline.py), so a
+modelled bug's consequences on the resumed run are predicted, not waved through.
+"""
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+
+def _same(d: dict) -> dict:
+    return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class Expectation:
+    """A modelled bug bound to one case."""
+
+    key: str
+    """The known entries modelled ("a+b" for several; "" for the correct result)."""
+    saved: Callable[[dict], dict] = _same
+    """The dict a correct save returns -> the dict expected from this torch."""
+    loaded: Callable[[dict], dict] = _same
+    """The state a correct load leaves -> the state expected from this torch."""
+
+
+EXACT = Expectation(key="")
+_CURRENT: ContextVar[Expectation] = ContextVar("fsdpc_expectation", default=EXACT)
+
+
+def current() -> Expectation:
+    """The expectation the properties judge against now."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def expecting(e: Expectation) -> Iterator[Expectation]:
+    """Judge against ``e`` inside the block."""
+    token = _CURRENT.set(e)
+    try:
+        yield e
+    finally:
+        _CURRENT.reset(token)
+
+
+def saved(d: dict) -> dict:
+    """``d`` (what a correct save returns) as this torch is expected to save it."""
+    return current().saved(d)
+
+
+def loaded(d: dict) -> dict:
+    """``d`` (what a correct load leaves) as this torch is expected to leave it."""
+    return current().loaded(d)
+
+
+def round_trip(d: dict) -> dict:
+    """``d`` saved, then loaded."""
+    return loaded(saved(d))

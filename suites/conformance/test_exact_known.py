@@ -1,0 +1,180 @@
+"""A known torch limitation explains exactly its own effect and nothing more (issue 15).
+
+Each test plants a second, different bug into a configuration a known entry covers and
+checks that the verdict is "fail" (naming the entry that explained the rest), not "known",
+and that ``compare`` of the clean run against the planted one reports a regression. The
+live tests run real FSDP on the rank pool and damage the saved file between the save and the
+load; the model tests take an observation this suite recorded for the entry
+(``known_observations.json``, from the quick tier on torch 2.13) and add a second failure to
+it."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fsdp_conformance.cases import Case
+from fsdp_conformance.known.apply import apply_known, rejudge
+from fsdp_conformance.known.entries import KNOWN, known_all
+from fsdp_conformance.known.model import Effect, Outcome, Raises
+from fsdp_conformance.properties.roundtrip import round_trip_verdicts
+from fsdp_conformance.report.diff_runs import compare_runs
+from fsdp_conformance.report.run_report import build_report
+from fsdp_conformance.run.result import CaseResult
+from fsdp_conformance.sut import fsdp2_paths, paths
+from fsdp_conformance.sut.registry import api_path
+
+OBSERVED = json.loads((Path(__file__).parent / "known_observations.json").read_text())
+
+
+# -- live: real FSDP, a second bug planted in the saved file -------------------------------
+
+def _judged(rank_pool, case: Case, tmp_path, mutate=None) -> dict:
+    """Save, optionally damage the saved full file, load; the verdicts with the known
+    limitations applied as the run applies them (judged again under each Effect model)."""
+    path = api_path(case.api)
+    save = rank_pool(case.world_size).run(path.save_side, case, str(tmp_path), seed=case.seed)
+    if mutate is not None:
+        f = tmp_path / (fsdp2_paths.FULL_FILE if case.family == "fsdp2" else paths.FULL_FILE)
+        sd = torch.load(f, weights_only=True)
+        mutate(sd)
+        torch.save(sd, f)
+    load = rank_pool(case.dst_world_size).run(path.load_side, case, str(tmp_path),
+                                              seed=case.seed)
+
+    def judge():
+        return round_trip_verdicts(case, save, load, tmp_path)
+
+    verdicts = judge()
+    return apply_known(case, verdicts, rejudge(case, verdicts, judge))
+
+
+def _report(case: Case, verdicts: dict) -> dict:
+    full = {f"P{i}": verdicts.get(f"P{i}") for i in range(16)}
+    from fsdp_conformance.properties.verdict import na
+
+    full = {p: v if v is not None else na("not decided here") for p, v in full.items()}
+    return build_report([CaseResult(case, full, {}, {})], tier="quick", backend="gloo",
+                        seed=0, world_sizes=[1, 2, 3, 4], wall_time_s=1.0, argv=[])
+
+
+def _first_param(sd: dict):
+    return sorted(sd["state"], key=str)[0]
+
+
+def _nudge_exp_avg_sq(sd):
+    sd["state"][_first_param(sd)]["exp_avg_sq"].view(-1)[0] *= 1.5
+
+
+def _zero_acc_delta(sd):
+    sd["state"][_first_param(sd)]["acc_delta"].zero_()
+
+
+def _double_weight_decay(sd):
+    sd["param_groups"][0]["weight_decay"] *= 2
+
+
+ALIASED = Case(api="fsdp1.full", optimizer="adam", use_orig_params=True, world_size=2)
+LISTED = Case(api="fsdp2.full", optimizer="adamw", world_size=2)
+
+
+@pytest.mark.parametrize("case,mutate,prop,entry", [
+    (ALIASED, _nudge_exp_avg_sq, "P3", "orig-params-full-osd-aliasing"),
+    (dataclasses.replace(ALIASED, optimizer="adadelta"), _zero_acc_delta, "P3",
+     "orig-params-full-osd-aliasing"),
+    (LISTED, _double_weight_decay, "P11", "dsd-full-load-tuple-to-list"),
+], ids=["aliasing+exp_avg_sq-nudged", "aliasing+acc_delta-zeroed", "tuple-to-list+wd-doubled"])
+def test_a_second_bug_on_a_known_pair_fails(rank_pool, tmp_path, case, mutate, prop, entry):
+    clean = _judged(rank_pool, case, tmp_path / "clean")
+    assert clean[prop].status == "known" and clean[prop].known == entry, clean[prop].detail
+    assert clean[prop].digest
+    planted = _judged(rank_pool, case, tmp_path / "planted", mutate)
+    v = planted[prop]
+    assert v.status == "fail", f"{prop} hid the planted bug: {v.status}\n{v.detail}"
+    assert v.known == entry and f"known limitation {entry!r}" in v.detail
+    assert "what it does not explain" in v.detail
+    cmp = compare_runs(_report(case, clean), _report(case, planted))
+    assert any(c.label == "newly failing" and c.item == prop for c in cmp.regressions), \
+        [c for c in cmp.changes]
+
+
+def test_the_modelled_effect_is_the_exact_effect(rank_pool, tmp_path):
+    """The aliasing model predicts the saved dict bitwise (P1), the resumed run (P6) and
+    the re-save (P7): the whole effect, not a filter over the detail."""
+    v = _judged(rank_pool, ALIASED, tmp_path)
+    for p in ("P1", "P2", "P6"):
+        assert v[p].status == "known" and v[p].known == "orig-params-full-osd-aliasing", \
+            f"{p}: {v[p].status}\n{v[p].detail}"
+
+
+# -- model tests: a recorded observation, and the same with a second failure --------------
+
+def _detailed(entry) -> bool:
+    return not isinstance(entry.model, Effect)
+
+
+def _planted(entry, detail: str) -> list[str]:
+    """The observation with a second, different failure added."""
+    wrong_value = ("\n1 difference:\n  param_groups[0]['lr']: value; expected 0.01, "
+                   "got 0.0101")
+    other_exc = "\nrank 1: KeyError: 'brand-new'"
+    if isinstance(entry.model, Outcome):
+        head, _, rest = detail.partition("\n")
+        other_head = ("x in optim.pt: loaded silently on every rank: no error was raised"
+                      if "loaded silently" not in head else
+                      "x in optim.pt: rank(s) [0] raised but rank(s) [1] loaded silently:")
+        return [head + "\n" + rest + other_exc, other_head + "\n" + rest]
+    if isinstance(entry.model, Raises):
+        return [detail + other_exc, detail + wrong_value]
+    return [detail + wrong_value]
+
+
+@pytest.mark.parametrize("key", sorted(OBSERVED))
+def test_recorded_observation_is_explained_and_a_second_failure_is_not(key):
+    entry = next(e for e in KNOWN if e.key == key)
+    detail = OBSERVED[key]["detail"]
+    assert entry.explains(detail), f"{key}: its model does not explain its own observation"
+    for planted in _planted(entry, detail):
+        assert not entry.explains(planted), f"{key}: the model also explains\n{planted}"
+
+
+def test_every_entry_has_a_model_and_a_test():
+    """No entry without a model; every entry judged by its detail has a recorded
+    observation here, or is named below with the reason it has none yet."""
+    without = {  # seen only in the full tier or the differential tests, not recorded here
+        "tied-across-units-flat-untied", "tied-across-units-orig-sharded-forward",
+        "tied-across-units-orig-grad-not-reduced", "dsd-flattened-full-load",
+        "dsd-nonstrict-dummy-state", "orig-params-frozen-full-osd",
+        "orig-params-unused-param-zero-grad-state",
+    }
+    for e in KNOWN:
+        assert e.model is not None
+        if _detailed(e):
+            assert e.key in OBSERVED or e.key in without, f"{e.key}: no recorded observation"
+
+
+def test_known_pairs_carry_a_digest_and_compare_sees_a_changed_effect():
+    """Same entry, another observed effect: ``compare`` reports "known changed"."""
+    from fsdp_conformance.properties.verdict import fail
+
+    case = Case(api="fsdp1.full", optimizer="adam", fault="shape", world_size=2)
+    entry = "fsdp1-shape-error-unnamed"
+    detail = OBSERVED[entry]["detail"]
+    a = apply_known(case, {"P15": fail(detail)})["P15"]
+    b = apply_known(case, {"P15": fail(detail.replace("torch.Size([9])", "torch.Size([8])"))})["P15"]
+    assert a.status == b.status == "known" and a.known == b.known == entry
+    assert a.digest and b.digest and a.digest != b.digest
+    cmp = compare_runs(_report(case, {"P15": a}), _report(case, {"P15": b}))
+    assert [c.label for c in cmp.regressions] == ["known changed"]
+    same = compare_runs(_report(case, {"P15": a}), _report(case, {"P15": a}))
+    assert not same.regressions
+
+
+def test_observations_are_of_applicable_cases():
+    """Each recorded observation comes from a case and property its entry applies to."""
+    for key, rec in OBSERVED.items():
+        case = Case(**rec["case"])
+        assert key in [e.key for e in known_all(case, rec["prop"])], (key, case.id)
