@@ -21,16 +21,28 @@ def _is_tensor(v: Any) -> bool:
 
 
 def alias_to_last_state(d: dict, case: Any = None) -> dict:
-    """Every tensor state of positive dimension takes the values of the one whose name sorts
-    last (the last one gathered: Adam: exp_avg := exp_avg_sq; Adadelta: acc_delta :=
-    square_avg); the step counter (a 0-dim tensor) is untouched. Idempotent."""
+    """Every tensor state of positive dimension *is* the one whose name sorts last (the last
+    one gathered: Adam: exp_avg := exp_avg_sq; Adadelta: acc_delta := square_avg): one
+    storage, as torch returns views of one buffer; the step counter (a 0-dim tensor) is
+    untouched. Idempotent."""
     def one(st: dict) -> dict:
         names = sorted(n for n, v in st.items() if _is_tensor(v) and v.dim() > 0)
         if len(names) < 2:
             return st
-        last = st[names[-1]]
-        return {n: (last.clone() if n in names else v) for n, v in st.items()}
+        last = st[names[-1]].clone()
+        return {n: (last if n in names else v) for n, v in st.items()}
     return _state_map(d, one)
+
+
+def unshare_when_resharded(d: dict, case: Any) -> dict:
+    """A load at more than one rank copies each state into the rank's shard, so tensors that
+    shared a storage in the loaded dict no longer do; at one rank the loaded tensors are
+    kept as they are (shared storage and all)."""
+    if case.dst_world_size <= 1:
+        return d
+    import copy
+
+    return _state_map(d, lambda st: {n: copy.deepcopy(v) for n, v in st.items()})
 
 
 def tuples_to_lists(d: dict, case: Any = None) -> dict:

@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..cases import Case
 from ..sut.registry import PATH_NAMES, api_path
-from .effects import (alias_to_last_state, drop_empty_states, drop_frozen_state,
+from .effects import (alias_to_last_state, unshare_when_resharded, drop_empty_states, drop_frozen_state,
                       dummy_step_state, tuples_to_lists)
 from .model import Effect, Lines, Model, Outcome, Raises
 
@@ -107,11 +107,15 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "every tensor state comes back holding the values of the last one gathered, in name "
         "order: exp_avg holds exp_avg_sq (Adam/AdamW), acc_delta holds square_avg (Adadelta; "
         "seen at ws 3, where the same call with rank0_only=False returned the correct dict). "
+        "They are views of one storage, and torch.save keeps that: loaded at one rank the "
+        "states still share it, so Adam's in-place updates of exp_avg and exp_avg_sq write "
+        "the same memory and the resumed run goes to NaN (the plugin's example GatedNet, "
+        "2 -> 1 ranks); loaded at more ranks, each rank copies its shard and they do not. "
         "Bitwise diff in the P1 detail; GPUs are not affected because .cpu() copies there.",
         also=("P2", "P3", "P6", "P7", "P9"),
         model=Effect(what="every positive-dim tensor state of a param holds the values of its last one "
                      "(Adam/AdamW: exp_avg := exp_avg_sq; Adadelta: square_avg := acc_delta)",
-               save=alias_to_last_state)),
+               save=alias_to_last_state, load=unshare_when_resharded)),
     KnownLimitation(
         "orig-params-frozen-full-osd", ("P1", "P4", "P5"),
         lambda c: _fsdp1(c) and c.use_orig_params and c.model == "frozen" and c.world_size == 1,
