@@ -11,33 +11,12 @@ import itertools
 import pytest
 
 from fsdp_conformance.cases import Case
-from fsdp_conformance.known.apply import explain_one
-from fsdp_conformance.known.entries import known_all, known_for
+from fsdp_conformance.known.entries import known_for
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.properties.reference_props import p0_layout, p1_gather, p3_shard, p4_flatten
 from fsdp_conformance.sut import fsdp1
 
-
-def _assert_ok(verdict, what, case=None, prop=None):
-    """Pass, or a recorded torch limitation that fails exactly as its model says (a known
-    case that starts passing fails here as "fixed upstream?", so the record cannot go
-    stale; a different failure on a known pair fails as itself). ``verdict`` may be a
-    function that judges the property: an ``Effect`` model needs it judged again under the
-    model (known/apply.py, the run's own rules)."""
-    judge = verdict if callable(verdict) else None
-    verdict = judge() if judge is not None else verdict
-    entries = known_all(case, prop) if case is not None else []
-    if entries:
-        keys = [e.key for e in entries]
-        assert verdict.status == "fail" or verdict.status == "error", (
-            f"{what}: known limitation(s) {keys} now pass: fixed upstream? "
-            f"Retire them from fsdp_conformance/known/entries.py")
-        judged = explain_one(case, prop, verdict, judge)
-        assert judged.status == "known", (
-            f"{what}: fails, but not as known limitation(s) {keys} model it (a second bug "
-            f"on the same configuration?):\n{judged.detail}")
-        return
-    assert verdict.status == "pass", f"{what}: {verdict.status}\n{verdict.detail}"
+from .known_pairs import assert_ok as _assert_ok
 
 
 def _check_same_layout(rank_pool, case):

@@ -18,36 +18,15 @@ import pytest
 
 from fsdp_conformance.cases import Case
 from fsdp_conformance.harness.errors import RankError
-from fsdp_conformance.known.apply import explain_one
 from fsdp_conformance.known.entries import known_all
 from fsdp_conformance.properties import fsdp2_props as P
 from fsdp_conformance.properties.layouts import fsdp2_reference_layout, reference_layout
 from fsdp_conformance.sut import fsdp1_dtensor, fsdp2
 
+from .known_pairs import assert_ok as _assert_ok
+
 TIMEOUT = 60
 LOAD_PATHS = P.FULL_LOAD_PATHS + ("set_flattened",)
-
-
-def _assert_ok(verdict, what, case, prop, allow_na=False):
-    """Pass; or every matching known limitation still fails, exactly as its model says (a
-    known case that starts passing fails here as "fixed upstream?"). ``verdict`` may be a
-    function that judges the property (an ``Effect`` model needs it judged again)."""
-    judge = verdict if callable(verdict) else None
-    verdict = judge() if judge is not None else verdict
-    known = known_all(case, prop)
-    if verdict.status == "n/a" and allow_na:
-        return  # not observable here (another failure stopped the path): neither known nor fixed
-    if known:
-        keys = [k.key for k in known]
-        assert verdict.status in ("fail", "error"), (
-            f"{what}: known limitation(s) {keys} now {verdict.status}: fixed upstream? "
-            f"Retire them from fsdp_conformance/known/entries.py\n{verdict.detail}")
-        judged = explain_one(case, prop, verdict, judge)
-        assert judged.status == "known", (
-            f"{what}: fails, but not the way known limitation(s) {keys} model it:\n"
-            f"{judged.detail}")
-        return
-    assert verdict.status == "pass", f"{what} ({prop}): {verdict.status}\n{verdict.detail}"
 
 
 def _broadcast_twin_known(case, path):

@@ -1,0 +1,34 @@
+"""The differential tests' one verdict check: pass, or a known torch limitation that fails
+exactly as its entry models it (the run's own rules, known/apply.py)."""
+from __future__ import annotations
+
+from fsdp_conformance.known.apply import explain_one
+from fsdp_conformance.known.entries import known_all
+
+
+def assert_ok(verdict, what, case=None, prop=None, allow_na=False):
+    """Pass, or a recorded torch limitation that fails exactly as its model says.
+
+    - A known pair that starts passing fails here as "fixed upstream?", so the record
+      cannot go stale; a different failure on a known pair fails as itself.
+    - ``verdict`` may be a function that judges the property: an ``Effect`` model needs it
+      judged again under the model.
+    - ``allow_na``: "n/a" is accepted (not observable here: another failure stopped the
+      path), neither known nor fixed.
+    """
+    judge = verdict if callable(verdict) else None
+    verdict = judge() if judge is not None else verdict
+    if verdict.status == "n/a" and allow_na:
+        return
+    entries = known_all(case, prop) if case is not None else []
+    if entries:
+        keys = [e.key for e in entries]
+        assert verdict.status in ("fail", "error"), (
+            f"{what}: known limitation(s) {keys} now {verdict.status}: fixed upstream? "
+            f"Retire them from fsdp_conformance/known/entries.py\n{verdict.detail}")
+        judged = explain_one(case, prop, verdict, judge)
+        assert judged.status == "known", (
+            f"{what}: fails, but not as known limitation(s) {keys} model it (a second bug "
+            f"on the same configuration?):\n{judged.detail}")
+        return
+    assert verdict.status == "pass", f"{what} ({prop}): {verdict.status}\n{verdict.detail}"
