@@ -119,9 +119,8 @@ class Outcome:
         return any(r.explains(rest) for r in self.raises)
 
     def describe(self) -> str:
-        return f"ends as /{self.headline}/" + "".join(f", or {r.describe()}" if i else
-                                                     f", {r.describe()}"
-                                                     for i, r in enumerate(self.raises))
+        raised = " or ".join(r.describe() for r in self.raises)
+        return f"ends as /{self.headline}/" + (f", {raised}" if raised else "")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -80,7 +80,10 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
         if step == case.steps:
             snaps["save"] = (_params(model), named_osd(optim, names))
             if exp.key:  # resume from the modelled state (module rules)
-                modelled = exp.loaded(exp.saved(copy.deepcopy(snaps["save"][1])))
+                # the effects never mutate their argument but may share its tensors (the
+                # step counter): one deep copy keeps the snapshot out of the resumed
+                # optimizer's in-place updates, and keeps the sharing an effect models
+                modelled = exp.loaded(exp.saved(snaps["save"][1]))
                 optim.load_state_dict(copy.deepcopy(_to_ids(modelled, names)))
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
         loss = train_step(model, optim, x, sched)

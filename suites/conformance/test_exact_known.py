@@ -21,6 +21,7 @@ from fsdp_conformance.known.apply import apply_known, rejudge
 from fsdp_conformance.known.entries import KNOWN, known_all
 from fsdp_conformance.known.model import Effect, Outcome, Raises
 from fsdp_conformance.properties.roundtrip import round_trip_verdicts
+from fsdp_conformance.properties.verdict import na
 from fsdp_conformance.report.diff_runs import compare_runs
 from fsdp_conformance.report.run_report import build_report
 from fsdp_conformance.run.result import CaseResult
@@ -53,10 +54,7 @@ def _judged(rank_pool, case: Case, tmp_path, mutate=None) -> dict:
 
 
 def _report(case: Case, verdicts: dict) -> dict:
-    full = {f"P{i}": verdicts.get(f"P{i}") for i in range(16)}
-    from fsdp_conformance.properties.verdict import na
-
-    full = {p: v if v is not None else na("not decided here") for p, v in full.items()}
+    full = {p: verdicts.get(p, na("not decided here")) for p in (f"P{i}" for i in range(16))}
     return build_report([CaseResult(case, full, {}, {})], tier="quick", backend="gloo",
                         seed=0, world_sizes=[1, 2, 3, 4], wall_time_s=1.0, argv=[])
 
