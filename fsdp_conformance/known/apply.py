@@ -84,7 +84,7 @@ def _known(k: KnownLimitation, detail: str) -> Verdict:
                             f"\n\n{detail}", k.key, digest=observation_digest(detail))
 
 
-def _explain(case: Case, prop: str, v: Verdict, entries: list[KnownLimitation],
+def _explain(prop: str, v: Verdict, entries: list[KnownLimitation],
              modelled: Mapping[str, Mapping[str, Verdict]]) -> Verdict:
     """``v`` (a torch fail or error) as the module rules judge it."""
     residual: tuple[KnownLimitation, Verdict] | None = None
@@ -129,7 +129,7 @@ def apply_known(case: Case, verdicts: dict[str, Verdict],
     for prop, v in verdicts.items():
         entries = known_all(case, prop)
         if v.status in ("fail", "error") and v.origin != "suite" and entries:
-            v = _explain(case, prop, v, entries, modelled)
+            v = _explain(prop, v, entries, modelled)
         elif v.status == "pass":
             k = next((e for e in entries if e.primary(prop)), None)
             if k is not None:

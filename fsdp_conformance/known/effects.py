@@ -4,6 +4,7 @@ produces instead, and never mutates its argument.
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 def _state_map(d: dict, fn: Callable[[dict], dict | None]) -> dict:
@@ -40,8 +41,6 @@ def unshare_when_resharded(d: dict, case: Any) -> dict:
     kept as they are (shared storage and all)."""
     if case.dst_world_size <= 1:
         return d
-    import copy
-
     return _state_map(d, lambda st: {n: copy.deepcopy(v) for n, v in st.items()})
 
 
