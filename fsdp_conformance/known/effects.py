@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
+
 def _state_map(d: dict, fn: Callable[[dict], dict | None]) -> dict:
     """``d`` with ``fn`` applied to each param's state dict (None drops the param)."""
     state = {}
