@@ -94,5 +94,40 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
                     named_osd(optim, names))
 
 
+def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
+    """The uninterrupted continuation of a given training state, in this process: the
+    case's model with ``params`` (by FQN), its optimizer with ``state`` (a named optimizer
+    dict, ``named_osd``'s form) and the LR scheduler, trained the case's ``resume_steps``
+    on the same global batches as every other run. bfloat16's P6 (run_props
+    ``p6_resume``) compares a resumed FSDP run with this continuation of FSDP's own state
+    at the save: both start from the same bits, so they differ by the resumed steps'
+    gradient rounding only, not by the drift of the steps before the save.
+
+    ``params_at_save`` / ``optim_at_save`` are the start as given; ``losses`` are the
+    resumed steps' only."""
+    model = build_model(case.model, case.seed, case.torch_dtype)
+    missing = sorted(set(n for n, _ in model.named_parameters()) - set(params))
+    if missing:
+        raise KeyError(f"no start value for params {missing}")
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(params[n])
+    named = list(model.named_parameters())
+    optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
+    sched = build_scheduler(optim) if case.scheduler else None
+    order = {id(p): n for n, p in named}
+    names = [order[id(p)] for g in optim.param_groups for p in g["params"]]
+    ids = _to_ids(state, names)
+    # torch's load_state_dict pairs the saved group's params with the optimizer's by position
+    for g in ids["param_groups"]:
+        g["params"] = sorted(g["params"])
+    optim.load_state_dict(copy.deepcopy(ids))
+    losses = []
+    for step in range(case.steps, case.steps + case.resume_steps):
+        x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
+        losses.append(float(train_step(model, optim, x, sched).detach().to(torch.float64)))
+    return LocalRun(tuple(losses), params, state, _params(model), named_osd(optim, names))
+
+
 def _params(model: torch.nn.Module) -> dict:
     return {n: p.detach().clone() for n, p in model.named_parameters()}

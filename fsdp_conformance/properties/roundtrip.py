@@ -82,7 +82,9 @@ def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[L
         v["P3"] = p3_loaded(dst, full, load_obs, own=save_obs if same else None)
         v["P4"] = rp.p4_flatten(dst, load_obs, api)
         v["P6"] = na(why) if why else rp.p6_resume(
-            dst, load_obs, local, case.dtype, gather=gather, resume_steps=case.resume_steps)
+            dst, load_obs, local, case.dtype, gather=gather, resume_steps=case.resume_steps,
+            case=case, start=rp.save_point(layout, save_obs, gather)
+            if case.dtype == "bf16" else None)
         load_error = next((e for e in map(error_of, (o.loaded for o in load_obs)) if e), None)
         v["P7"] = (rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan)
                    if load_error is None else error("load failed: " + load_error))

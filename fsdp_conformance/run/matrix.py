@@ -5,7 +5,7 @@ Rules
   pair at least once (a covering design: the 16 world-size pairs of a path cycle through
   the optimizers), plus every zoo model, use_orig_params both ways, every sharding
   strategy, several param groups with an LR scheduler, the foreach/fused/for-loop
-  implementations, float32/bfloat16, partial state, a second wrapping plan on the load side,
+  implementations, float32, a bfloat16 round trip per path, partial state, a second wrapping plan on the load side,
   and the bad-input (P15) cases. Quick is what ``make run`` runs: minutes on 2 cores.
 - full: everything quick has, plus the product of paths x optimizers x world-size pairs x
   use_orig_params (mlp), every zoo model x use_orig_params x four world-size pairs x three
@@ -62,7 +62,7 @@ def groups_fit_units(c: Case) -> bool:
 
 def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
     cases: list[Case] = []
-    for api in paths:
+    for p, api in enumerate(paths):
         for i, (n, m) in enumerate(WS_PAIRS):
             if not resizable(api) and n != m:
                 continue
@@ -86,6 +86,11 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                                   use_orig_params=bool(k % 2)))
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
+        # bfloat16 round trips: one per path, the optimizers in turn, resharded where the
+        # path can (P2 and P6 by each tensor's own scale, run_props)
+        cases.append(Case(api=api, optimizer=OPTS[(p + 1) % len(OPTS)], dtype="bf16",
+                          world_size=2, load_world_size=3 if resizable(api) else None,
+                          use_orig_params=bool(p % 2)))
         cases.append(Case(api=api, optimizer="sgd_momentum", impl="fused", world_size=2,
                           use_orig_params=True))
         cases.append(Case(api=api, optimizer="adamw", impl="forloop", world_size=3))

@@ -166,8 +166,9 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
         v["P6"] = fail("training after the load raised (the loaded state cannot be trained "
                        "on):\n" + rank_error_text(errors["resume"]))
     else:
-        v["P6"] = na(why) if why else rp.p6_resume(dst, load_obs, local, case.dtype,
-                                                   resume_steps=case.resume_steps)
+        v["P6"] = na(why) if why else rp.p6_resume(
+            dst, load_obs, local, case.dtype, resume_steps=case.resume_steps, case=case,
+            start=rp.save_point(layout, save_obs) if case.dtype == "bf16" else None)
     v["P7"] = _p7_custom(save_obs, load_obs, errors.get("again"))
     v["P10"] = p10_user(case, layout, dst, None, load_obs, local)
     v["P11"] = rp.p11_groups(full, load_obs, local)

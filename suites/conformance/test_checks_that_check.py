@@ -103,3 +103,56 @@ def test_wrong_model_fault_names_only_the_other_models_params(tmp_path):
     what = apply_fault(case, tmp_path)
     mine = {n for n, _ in build_model("mlp", 0, torch.float64).named_parameters()}
     assert what["names"] and not set(what["names"]) & mine, what["names"]
+
+
+# -- bfloat16: each tensor by its own scale; P6 on the resumed update ----------------------
+
+BF16 = Case(api="fsdp1.full", optimizer="adam", dtype="bf16", world_size=2, load_world_size=3)
+
+
+def _bf16_obs(rank_pool, tmp_path, lr_factor: float = 1.0):
+    save = rank_pool(BF16.world_size).run(paths.save_side, BF16, str(tmp_path), seed=BF16.seed)
+    if lr_factor != 1.0:  # the checkpoint's lr off by lr_factor: the resume trains with it
+        sd = torch.load(tmp_path / paths.FULL_FILE, weights_only=True)
+        for g in sd["param_groups"]:
+            g["lr"] *= lr_factor
+        torch.save(sd, tmp_path / paths.FULL_FILE)
+    load = rank_pool(BF16.dst_world_size).run(paths.load_side, BF16, str(tmp_path),
+                                              seed=BF16.seed)
+    return save, load
+
+
+def test_bf16_p2_judges_each_state_tensor_by_its_own_scale(rank_pool, tmp_path):
+    """Adam's exp_avg_sq is ~1e-4: the old elementwise atol of 1e-2 let it be zeroed."""
+    save, load = _bf16_obs(rank_pool, tmp_path)
+    assert round_trip_verdicts(BF16, save, load, tmp_path)["P2"].status == "pass"
+    for damage in (torch.zeros_like, lambda t: t * 1.5):
+        saved = {**save[0].saved, "state": {
+            k: {**st, "exp_avg_sq": damage(st["exp_avg_sq"])} if k == "block.0.weight" else st
+            for k, st in save[0].saved["state"].items()}}
+        v = round_trip_verdicts(BF16, [dataclasses.replace(save[0], saved=saved), *save[1:]],
+                                load, tmp_path)["P2"]
+        assert v.status == "fail" and "['block.0.weight']['exp_avg_sq']" in v.detail, v.detail
+
+
+def test_bf16_p6_fails_a_one_percent_lr_error(rank_pool, tmp_path):
+    save, load = _bf16_obs(rank_pool, tmp_path / "clean")
+    v = round_trip_verdicts(BF16, save, load, tmp_path / "clean")["P6"]
+    assert v.status == "pass", v.detail
+    save, load = _bf16_obs(rank_pool, tmp_path / "lr", lr_factor=1.01)
+    v = round_trip_verdicts(BF16, save, load, tmp_path / "lr")["P6"]
+    assert v.status == "fail" and "the resumed update is 1.0" in v.detail, v.detail
+
+
+def test_bf16_p6_fails_a_skipped_step_and_a_resume_that_never_updates(rank_pool, tmp_path):
+    from fsdp_conformance.properties import run_props as rp
+    from fsdp_conformance.properties.baseline import continue_from
+    from fsdp_conformance.properties.layouts import reference_layout
+
+    save, load = _bf16_obs(rank_pool, tmp_path)
+    start = rp.save_point(reference_layout(BF16), save)
+    one_step = continue_from(dataclasses.replace(BF16, resume_steps=1), *start).params_at_end
+    for params, why in ((one_step, "a skipped step"), (start[0], "no update")):
+        bad = [dataclasses.replace(load[0], final_params=params), *load[1:]]
+        v = round_trip_verdicts(BF16, save, bad, tmp_path)["P6"]
+        assert v.status == "fail" and "the resumed update is" in v.detail, (why, v.detail)
