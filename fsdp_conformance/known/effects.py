@@ -62,16 +62,53 @@ def drop_empty_states(d: dict, case: Any = None) -> dict:
 
 
 def drop_frozen_state(d: dict, case: Any) -> dict:
-    """The params of the case's model that do not require grad have no state."""
+    """The params of the case's model that do not require grad at the save (frozen when
+    built, or trained and then frozen) have no state."""
     frozen = _frozen(case.model)
     return {**d, "state": {k: v for k, v in d.get("state", {}).items() if k not in frozen}}
 
 
-def _frozen(model: str) -> frozenset[str]:
-    from ..zoo import build_model
+def frozen_state_as_fresh(d: dict, case: Any) -> dict:
+    """The params of the case's model that do not require grad at the save hold what a
+    freshly built optimizer holds for them before any step: Adagrad its construction-time
+    state (``step`` 0, ``sum`` filled with ``initial_accumulator_value``), the others no
+    state at all. Works on full and on per-rank local dicts (a fresh state tensor is a
+    constant, filled to the shape found in ``d``)."""
+    import torch
 
-    return frozenset(n for n, p in build_model(model, 0).named_parameters()
-                     if not p.requires_grad)
+    from ..zoo import build_model, build_optimizer
+
+    frozen = _frozen(case.model)
+    model = build_model(case.model, case.seed, case.torch_dtype)
+    named = list(model.named_parameters())
+    optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
+    fresh = {n: dict(optim.state.get(p, {})) for n, p in named}
+    state = {}
+    for k, st in d.get("state", {}).items():
+        if k not in frozen:
+            state[k] = st
+            continue
+        if not fresh.get(k):
+            continue
+        new = {}
+        for name, v in fresh[k].items():
+            if not _is_tensor(v) or v.dim() == 0:
+                new[name] = v.clone() if _is_tensor(v) else v
+                continue
+            flat = v.reshape(-1)
+            if flat.numel() and not bool((flat == flat[0]).all()):
+                raise ValueError(f"{k}.{name}: a fresh {case.optimizer} state that is not a "
+                                 f"constant cannot be modelled per shard")
+            like = st.get(name, v) if isinstance(st, dict) else v
+            new[name] = torch.full_like(like, float(flat[0]) if flat.numel() else 0.0)
+        state[k] = new
+    return {**d, "state": state}
+
+
+def _frozen(model: str) -> frozenset[str]:
+    from ..zoo import frozen_at_save
+
+    return frozen_at_save(model)
 
 
 def dummy_step_state(d: dict, case: Any) -> dict:

@@ -16,8 +16,9 @@ from typing import Callable
 
 from ..cases import Case
 from ..sut.registry import PATH_NAMES, api_path
-from .effects import (alias_to_last_state, unshare_when_resharded, drop_empty_states, drop_frozen_state,
-                      dummy_step_state, tuples_to_lists)
+from .effects import (alias_to_last_state, drop_empty_states, drop_frozen_state,
+                      dummy_step_state, frozen_state_as_fresh, tuples_to_lists,
+                      unshare_when_resharded)
 from .model import Effect, Lines, Model, Outcome, Raises
 
 
@@ -406,26 +407,44 @@ KNOWN: tuple[KnownLimitation, ...] = (
         model=Lines(patterns=(r"state\['side\.(weight|bias)'\]\['\w+'\]: value at .*",))),
     KnownLimitation(
         "dsd-sharded-load-drops-frozen-state", ("P3",),
-        lambda c: c.api == "fsdp2.sharded" and c.model == "frozen" and c.optimizer == "adagrad",
+        lambda c: c.api == "fsdp2.sharded" and c.optimizer != "sgd" and (
+            c.model == "late_frozen" or (c.model == "frozen" and c.optimizer == "adagrad")),
         "2.13",
         "set_optimizer_state_dict keeps the loaded state of a param only if it requires grad "
-        "(_split_optim_state_dict, state_dict.py:1032), so the saved state of frozen params "
-        "(Adagrad creates {'step': 0, 'sum': 0} for every param at construction, and DSD saves "
-        "it) is silently dropped on load: after a sharded load the frozen params have no state "
-        "at all, a re-save differs, and the resumed optimizer differs from uninterrupted "
-        "training. Unfreezing such a param later raises nothing: Adagrad creates the missing "
-        "state in its step (adagrad.py:158, `if len(state) == 0`), from zero. The full path "
-        "(fsdp2.full) drops it too (a saved sum of 7.0 loads as the fresh optimizer's 0.0: "
-        "notes/repro/dsd_full_load_drops_frozen_state.py), which the run cannot see there: for "
-        "a param frozen from the start the fresh Adagrad's own state equals what was saved. "
-        "A param trained and then frozen before the save loses real state the same way (Adam: "
-        "{} after the full load, step 1 again after unfreezing: "
-        "notes/repro/dsd_frozen_state_dropped.py); no case of the run covers that yet.",
+        "(_split_optim_state_dict, state_dict.py:1032), so the saved state of frozen params is "
+        "silently dropped on load: after a sharded load they have no state at all, a re-save "
+        "differs, and the resumed optimizer differs from uninterrupted training. Seen on a "
+        "param frozen from the start with Adagrad (which creates {'step': 0, 'sum': 0} at "
+        "construction, and DSD saves it) and on a param trained and then frozen before the "
+        "save (zoo `late_frozen`: SGD momentum, Adam, Adagrad lose `step` 2 and the trained "
+        "state). Unfreezing such a param later raises nothing: the optimizer creates the "
+        "missing state in its step (adagrad.py:158, `if len(state) == 0`), from zero, so "
+        "Adam restarts at step 1 (notes/repro/dsd_frozen_state_dropped.py).",
         "https://github.com/pytorch/pytorch/issues/192202 (open; fix proposed in "
         "https://github.com/pytorch/pytorch/pull/192307)",
         also=("P6", "P7", "P10"),
         model=Effect(what="the state of params that do not require grad is dropped by the load",
                load=drop_frozen_state)),
+    KnownLimitation(
+        "dsd-full-load-resets-frozen-state", ("P3",),
+        lambda c: c.api == "fsdp2.full" and c.model == "late_frozen" and c.optimizer != "sgd",
+        "2.13",
+        "The full path (set_optimizer_state_dict(full_state_dict=True, broadcast_from_rank0="
+        "True)) drops the loaded state of params that do not require grad in the same "
+        "_split_optim_state_dict (state_dict.py:1032), then fills the optimizer from its own "
+        "local template (_load_optim_state_dict, state_dict.py:1139-1177: the local template broadcast into), so a frozen param "
+        "keeps what the fresh optimizer holds: nothing for SGD momentum and Adam, Adagrad's "
+        "construction-time {'step': 0, 'sum': 0}. Seen on a param trained and then frozen "
+        "before the save (zoo `late_frozen`); a saved Adagrad sum of 7.0 loads as 0.0 "
+        "(notes/repro/dsd_full_load_drops_frozen_state.py), Adam's state is {} and restarts "
+        "at step 1 after unfreezing (notes/repro/dsd_frozen_state_dropped.py). For a param "
+        "frozen from the start the fresh state equals the saved one, so nothing shows there.",
+        "https://github.com/pytorch/pytorch/issues/192202 (the same _split_optim_state_dict "
+        "rule; open)",
+        also=("P6", "P7"),
+        model=Effect(what="the state of params that do not require grad is the fresh "
+                          "optimizer's after the load",
+               load=frozen_state_as_fresh)),
     KnownLimitation(
         "dcp-corrupt-tensor-unicode-error", ("P15",),
         lambda c: c.api == "fsdp2.sharded" and c.fault == "corrupt_file",

@@ -21,7 +21,8 @@ import torch
 
 from ..cases import Case
 from . import expectation as expect
-from ..zoo import build_model, build_optimizer, build_scheduler, make_batch, train_step
+from ..zoo import (build_model, build_optimizer, build_scheduler, freeze_at_save, make_batch,
+                   train_step)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
     snaps = {}
     for step in range(case.steps + case.resume_steps):
         if step == case.steps:
+            freeze_at_save(model, case.model)  # trained, then frozen at the save (zoo)
             snaps["save"] = (_params(model), named_osd(optim, names))
             if exp.key:  # resume from the modelled state (module rules)
                 # the effects never mutate their argument but may share its tensors (the
@@ -89,6 +91,7 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
         loss = train_step(model, optim, x, sched)
         losses.append(float(loss.detach().to(torch.float64)))
     if "save" not in snaps:
+        freeze_at_save(model, case.model)
         snaps["save"] = (_params(model), named_osd(optim, names))
     return LocalRun(tuple(losses), snaps["save"][0], snaps["save"][1], _params(model),
                     named_osd(optim, names))
@@ -112,6 +115,7 @@ def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
     with torch.no_grad():
         for n, p in model.named_parameters():
             p.copy_(params[n])
+    freeze_at_save(model, case.model)
     named = list(model.named_parameters())
     optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
     sched = build_scheduler(optim) if case.scheduler else None

@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 from ..cases import FAULTS, Case
 from ..sut.paths import FSDP1_PATHS, resizable
 from ..sut.registry import family_of
-from ..zoo import FUSED, MODELS, OPTIMIZERS
+from ..zoo import FUSED, MODELS, OPTIMIZERS, runs_on
 
 OPTS = tuple(OPTIMIZERS)
 WS_PAIRS = tuple(itertools.product((1, 2, 3, 4), repeat=2))
@@ -37,7 +37,7 @@ WS_PAIRS = tuple(itertools.product((1, 2, 3, 4), repeat=2))
 # (tied "split" shares a param across units: a known FSDP1 failure, probed by
 # suites/differential/test_tied_units.py; frozen needs its own unit when flat.)
 ALT_PLAN = {"mlp": "block", "tied": "root", "frozen": "nested", "unused": "root",
-            "buffers": "root", "conv": "root"}
+            "buffers": "root", "conv": "root", "late_frozen": "block"}
 
 
 def default_paths() -> tuple[str, ...]:
@@ -75,6 +75,8 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                 cases.append(Case(api=api, optimizer=opt, world_size=2 + j % 2,
                                   use_orig_params=bool(j % 2), model="conv" if j % 2 else "mlp"))
         for j, model in enumerate(MODELS):
+            if not runs_on(model, family_of(api)):
+                continue
             cases.append(Case(api=api, model=model, optimizer="adam", world_size=2 + j % 2,
                               load_world_size=3 - j % 2 if resizable(api) else None,
                               load_plan=ALT_PLAN[model] if resizable(api) else None,
@@ -115,6 +117,8 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                                                       ((1, 2), (2, 3), (3, 2), (4, 4))):
         if not resizable(api) and n != m:
             n = m
+        if not runs_on(model, family_of(api)):
+            continue
         for opt in ("sgd_momentum", "adam", "adagrad"):
             cases.append(Case(api=api, optimizer=opt, world_size=n, load_world_size=m,
                               use_orig_params=orig, model=model))

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from ..cases import Case
-from ..zoo import build_optimizer, build_scheduler
+from ..zoo import build_optimizer, build_scheduler, freeze_at_save
 from .fsdp1 import named_local, optimizer_keys, train
 from .fsdp2 import local_to_cpu, is_dtensor, mesh_shape, param_layout, wrap_fsdp2
 from .common import guarded, is_error, timed
@@ -75,6 +75,8 @@ def _options(**kw):
 
 def _build(ctx, case: Case, load_side: bool):
     model = wrap_fsdp2(ctx, case, plan=case.dst_plan if load_side else case.plan)
+    if load_side:  # a model frozen at the save is loaded frozen (zoo ModelSpec)
+        freeze_at_save(model, case.model)
     optim = build_optimizer(case.optimizer, list(model.named_parameters()), case.groups,
                             impl=case.impl)
     sched = build_scheduler(optim) if case.scheduler else None
@@ -171,6 +173,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=False)
     losses = train(ctx, case, model, optim, case.steps, sched=sched)
+    freeze_at_save(model, case.model)  # trained, then frozen before the save (zoo ModelSpec)
     mesh, meta, local = mesh_shape(ctx, case), param_layout(model), local_state(optim, keys)
     params = full_params(model)
     saved, t_save = guarded(save_path, case, model, optim)

@@ -1,8 +1,8 @@
 """The model zoo: small models, wrapping plans and optimizers, built by name inside ranks."""
-from .models import (MODELS, build_model, loss_of, make_batch, model_spec, register_model,
-                     train_step)
+from .models import (MODELS, build_model, freeze_at_save, frozen_at_save, loss_of, make_batch,
+                     model_spec, register_model, runs_on, train_step)
 from .optimizers import (FUSED, OPTIMIZERS, build_optimizer, build_scheduler, impl_kwargs,
                          register_optimizer)
 
-__all__ = ["FUSED", "MODELS", "OPTIMIZERS", "build_scheduler", "impl_kwargs", "build_model", "build_optimizer", "loss_of", "make_batch",
-           "model_spec", "register_model", "register_optimizer", "train_step"]
+__all__ = ["FUSED", "MODELS", "OPTIMIZERS", "build_scheduler", "impl_kwargs", "build_model", "build_optimizer", "freeze_at_save", "frozen_at_save", "loss_of", "make_batch",
+           "model_spec", "register_model", "register_optimizer", "runs_on", "train_step"]

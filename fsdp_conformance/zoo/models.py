@@ -104,6 +104,12 @@ class ModelSpec:
     # replaces ``loss_of``'s sum-of-squares loss.
     batch_fn: Callable[[int, int], torch.Tensor] | None = None
     loss_fn: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None
+    # Submodules trained and then frozen (``requires_grad_(False)``) right before the save
+    # (``freeze_at_save``): the save side freezes them after training, the load side's
+    # fresh model before the load, the single-process run at the save point; they stay
+    # frozen while resuming. FSDP2 only (FSDP1 fixes requires_grad per FlatParameter when
+    # it wraps).
+    freeze_at_save: tuple = ()
 
 
 def _floats(shape):
@@ -128,6 +134,9 @@ MODELS: dict[str, ModelSpec] = {
                          {"root": (), "nested": ("inp", "head")}, ignored=("side",)),
     "conv": ModelSpec("conv", ConvNet, _floats((2, 6, 6)),
                       {"root": (), "nested": ("conv1", "conv2")}),
+    "late_frozen": ModelSpec("late_frozen", NestedMLP, _floats((7,)),
+                             {"root": (), "nested": ("inp", "block", "block.2"),
+                              "block": ("block",)}, freeze_at_save=("inp",)),
 }
 
 
@@ -219,6 +228,36 @@ def build_model(name: str, seed: int = 0, dtype: torch.dtype = torch.float64) ->
     if spec.loss_fn is not None:  # read by loss_of (FSDP forwards attribute reads)
         model.__dict__["_fsdpc_loss_fn"] = spec.loss_fn
     return model.to(dtype)
+
+
+def _under(fqn: str, modules: tuple) -> bool:
+    return any(fqn == m or fqn.startswith(m + ".") for m in modules)
+
+
+def freeze_at_save(model: nn.Module, name: str) -> list[str]:
+    """Freeze the params the model ``name`` freezes at the save (``ModelSpec``); returns
+    their FQNs (FSDP wrappers' prefixes are not in FSDP2's FQNs)."""
+    spec = model_spec(name)
+    out = []
+    for n, p in model.named_parameters():
+        if _under(n, spec.freeze_at_save):
+            p.requires_grad_(False)
+            out.append(n)
+    return out
+
+
+def frozen_at_save(name: str) -> frozenset[str]:
+    """The params of the model ``name`` that do not require grad at the save: frozen when
+    built, or by ``freeze_at_save``."""
+    spec = model_spec(name)
+    return frozenset(n for n, p in build_model(name).named_parameters()
+                     if not p.requires_grad or _under(n, spec.freeze_at_save))
+
+
+def runs_on(name: str, family: str) -> bool:
+    """Whether the model ``name`` can go through paths of ``family`` ("fsdp1", "fsdp2"):
+    a model frozen at the save needs FSDP2 (``ModelSpec.freeze_at_save``)."""
+    return family != "fsdp1" or not model_spec(name).freeze_at_save
 
 
 def make_batch(name: str, seed: int, step: int, batch: int,

@@ -71,12 +71,18 @@ def _zero_acc_delta(sd):
     sd["state"][_first_param(sd)]["acc_delta"].zero_()
 
 
+def _nudge_momentum(sd):
+    sd["state"][_first_param(sd)]["momentum_buffer"].view(-1)[0] += 1e-3
+
+
 def _double_weight_decay(sd):
     sd["param_groups"][0]["weight_decay"] *= 2
 
 
 ALIASED = Case(api="fsdp1.full", optimizer="adam", use_orig_params=True, world_size=2)
 LISTED = Case(api="fsdp2.full", optimizer="adamw", world_size=2)
+LATE_FROZEN = Case(api="fsdp2.full", optimizer="sgd_momentum", model="late_frozen", world_size=2,
+                   load_world_size=3)
 
 
 @pytest.mark.parametrize("case,mutate,prop,entry", [
@@ -84,7 +90,9 @@ LISTED = Case(api="fsdp2.full", optimizer="adamw", world_size=2)
     (dataclasses.replace(ALIASED, optimizer="adadelta"), _zero_acc_delta, "P3",
      "orig-params-full-osd-aliasing"),
     (LISTED, _double_weight_decay, "P11", "dsd-full-load-tuple-to-list"),
-], ids=["aliasing+exp_avg_sq-nudged", "aliasing+acc_delta-zeroed", "tuple-to-list+wd-doubled"])
+    (LATE_FROZEN, _nudge_momentum, "P3", "dsd-full-load-resets-frozen-state"),
+], ids=["aliasing+exp_avg_sq-nudged", "aliasing+acc_delta-zeroed", "tuple-to-list+wd-doubled",
+        "frozen-state-reset+momentum-nudged"])
 def test_a_second_bug_on_a_known_pair_fails(rank_pool, tmp_path, case, mutate, prop, entry):
     clean = _judged(rank_pool, case, tmp_path / "clean")
     assert clean[prop].status == "known" and clean[prop].known == entry, clean[prop].detail
