@@ -57,6 +57,10 @@ def wrap_fsdp1(ctx, case: Case, plan: str | None = None, world_size: int | None 
     from torch.distributed.fsdp.wrap import CustomPolicy
 
     spec = model_spec(case.model)
+    if spec.freeze_at_save:
+        raise ValueError(f"model {case.model!r} freezes {list(spec.freeze_at_save)} at the save: "
+                         f"FSDP1 fixes requires_grad per FlatParameter when it wraps, so it "
+                         f"runs on FSDP2 paths only")
     model = build_model(case.model, case.seed, case.torch_dtype)
     plan_fqns = set(spec.plans[plan or case.plan])
     targets = {id(m) for n, m in model.named_modules() if n in plan_fqns}

@@ -46,7 +46,8 @@ from ..run.matrix import groups_fit_units
 from ..properties.layouts import reference_layout
 from ..reference import LayoutError
 from ..sut.paths import FSDP1_PATHS, resizable
-from ..zoo import FUSED, MODELS, OPTIMIZERS, model_spec
+from ..sut.registry import family_of
+from ..zoo import FUSED, MODELS, OPTIMIZERS, model_spec, runs_on
 from .model import UserModel
 from .refs import Ref
 from .spec import ACTIVE
@@ -110,7 +111,11 @@ def cases(draw, *, paths=None, models=None, optimizers=None, world_sizes=(1, 2, 
           impls=("default",), strategies=("FULL_SHARD",), steps=(2, 1, 0), seed: int = 0):
     """A valid zoo ``Case`` (module docstring). Every argument narrows what is drawn."""
     api = draw(st.sampled_from(list(paths or FSDP1_PATHS)))
-    model = draw(st.sampled_from(list(models or MODELS)))
+    usable = [m for m in (models or MODELS) if runs_on(m, family_of(api))]
+    if not usable:
+        raise ValueError(f"none of the models {list(models)} runs on {api} (a model frozen at "
+                         f"the save needs an FSDP2 path)")
+    model = draw(st.sampled_from(usable))
     orig = draw(st.sampled_from(list(use_orig_params)))
     plans = [p for p in _plans(model) if _frozen_ok(model, p, orig)]
     plan = draw(st.sampled_from(plans))
