@@ -20,6 +20,14 @@ def whoami(ctx) -> tuple[int, int, int]:
     return ctx.rank, ctx.world_size, int(t.item())
 
 
+def torchrun_env(ctx) -> dict[str, str]:
+    """The rank's torchrun variables (worker.torchrun_env)."""
+    import os
+
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    return {k: os.environ.get(k, "") for k in keys}
+
+
 def random_bits(ctx, n: int = 8):
     """Draws from python, numpy and torch after the call's seeding."""
     import random

@@ -70,6 +70,17 @@ def run_call(ctx: RankContext, fn, args: tuple, kwargs: dict, seed: int) -> Any:
     return fn(ctx, *args, **kwargs)
 
 
+def torchrun_env(rank: int, world_size: int, host: str, port: int) -> dict[str, str]:
+    """The environment torchrun gives a rank, for user code that reads it (accelerate's
+    ``PartialState``, Lightning, torchtitan): one node, local rank = rank. MASTER_ADDR /
+    MASTER_PORT name the pool's rendezvous store; the default process group is already
+    initialised on it when user code runs, so code that checks
+    ``torch.distributed.is_initialized()`` first (as those trainers do) uses it."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "NODE_RANK": "0",
+            "MASTER_ADDR": host, "MASTER_PORT": str(port)}
+
+
 def main(conn, lifeline, rank: int, world_size: int, backend: str, store_host: str,
          store_port: int, prefix: str, scratch: str, generation: int, pg_timeout_s: float) -> None:
     """Entry point of one rank process (target of the pool's forkserver Process)."""
@@ -83,6 +94,7 @@ def main(conn, lifeline, rank: int, world_size: int, backend: str, store_host: s
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
 
     device = _device_for(backend, rank)
+    os.environ.update(torchrun_env(rank, world_size, store_host, store_port))
     store = dist.PrefixStore(prefix, dist.TCPStore(store_host, store_port, is_master=False,
                                                    timeout=timedelta(seconds=pg_timeout_s)))
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,

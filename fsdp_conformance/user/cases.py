@@ -53,6 +53,10 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
     if dtype not in DTYPE_NAMES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_NAMES)}, got {dtype!r}")
     pairs = [world_size_pair(w) for w in (world_sizes or DEFAULT_PAIRS[tier])]
+    if custom is not None and paths:
+        raise ValueError(f"paths={list(paths)} and save_fn/load_fn were both given: the round "
+                         f"trip goes through your save_fn/load_fn, not through built-in paths; "
+                         f"pass one or the other (two tests, if you want both)")
     apis = [custom.api] if custom is not None else list(paths or DEFAULT_PATHS[tier]
                                                         or FSDP1_PATHS)
     user.register()

@@ -58,10 +58,16 @@ def failure_message(results, *, user: UserModel | None = None,
     for r in bad:
         out.append("")
         out.append(f"case {r.case.id}")
+        # properties failing for one reason (the user's save raised: P3, P6, P7, ...) are
+        # reported together, the reason once
+        groups: dict[str, list] = {}
         for p, v in failing(r).items():
-            lines = v.detail.strip().splitlines() or ["(no detail)"]
-            head = f"  {p} ({PROPERTY_NAMES.get(p, '?')}) {v.status.upper()}: {lines[0]}"
-            out.append(head)
+            groups.setdefault(v.detail.strip(), []).append((p, v))
+        for detail, members in groups.items():
+            lines = detail.splitlines() or ["(no detail)"]
+            names = ", ".join(f"{p} ({PROPERTY_NAMES.get(p, '?')})" for p, _ in members)
+            status = "/".join(sorted({v.status.upper() for _, v in members}))
+            out.append(f"  {names} {status}: {lines[0]}")
             more = lines[1:detail_lines]
             if more:
                 out.append(_indent("\n".join(more), 6))

@@ -88,9 +88,12 @@ _MODEL_NAMES: dict[str, tuple] = {}
 _OPT_NAMES: dict[str, Ref] = {}
 
 
-def _unique(base: str, ident: Any, taken: dict) -> str:
+def _unique(base: str, ident: Any, taken: dict, reserved=()) -> str:
+    """``base``, or ``base~2``, ``base~3``... : the first name not taken by another
+    identity and not ``reserved`` (the zoo's own names: a user's factory that happens to be
+    called ``adam`` is not the zoo's Adam)."""
     name, i = base, 1
-    while name in taken and taken[name] != ident:
+    while (name in taken and taken[name] != ident) or name in reserved:
         i += 1
         name = f"{base}~{i}"
     taken[name] = ident
@@ -147,11 +150,11 @@ def user_model(model, data, *, plan=(), load_plan=None, optimizer="adam", loss=N
         opt, opt_name, kind = optimizer, optimizer, optimizer
     else:
         opt = Ref.of(optimizer, "optimizer factory")
-        opt_name = _unique(opt.name, opt, _OPT_NAMES)
+        opt_name = _unique(opt.name, opt, _OPT_NAMES, reserved=zoo.OPTIMIZERS)
         kind = _optimizer_kind(opt.resolve()(list(built.named_parameters())))
     base = name or factory.name
     ident = (factory, data_ref, loss_ref, ignored)
-    mname = _unique(base, ident, _MODEL_NAMES)
+    mname = _unique(base, ident, _MODEL_NAMES, reserved=zoo.MODELS)
     return UserModel(mname, factory, data_ref, plan=fqns, load_plan=load_fqns, optimizer=opt,
                      loss=loss_ref, ignored=ignored, optimizer_name=opt_name,
                      optimizer_kind=kind)

@@ -12,6 +12,7 @@ Rules (custom save/load)
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .. import reference as ref
@@ -44,6 +45,39 @@ def custom_undecided() -> dict[str, Verdict]:
 
 def _tail(tb: str, lines: int = 12) -> str:
     return "\n".join(tb.strip().splitlines()[-lines:])
+
+
+_FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line \d+, in .*')
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def _library_frame(path: str) -> bool:
+    return ("site-packages" in path or "dist-packages" in path or path.startswith(_PACKAGE_DIR)
+            or path.startswith("<") or "/lib/python3" in path)
+
+
+def user_frames(tb: str, tail: int = 4) -> str:
+    """A traceback cut to what the user needs: the frames of the user's own code (not this
+    package's, not an installed library's), then the frame that raised and the exception.
+    The whole traceback's last lines when no user frame is in it."""
+    # Python 3.11's position markers (^^^, ~~~) point into lines this cut may drop
+    lines = [ln for ln in tb.strip().splitlines() if ln.strip(" ^~")]
+    keep, i = [], 0
+    while i < len(lines):
+        m = _FRAME.match(lines[i])
+        if m and not _library_frame(m.group("file")):
+            keep.append(lines[i])
+            if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]):
+                keep.append(lines[i + 1])
+                i += 1
+        i += 1
+    if not keep:
+        return "\n".join(lines[-8:])
+    frames = [j for j, ln in enumerate(lines) if _FRAME.match(ln)]
+    last = lines[frames[-1]:] if frames else lines[-tail:]
+    if last and last[0] in keep:  # it raised in the user's own frame
+        return "\n".join(["your code:"] + keep + last[2:])
+    return "\n".join(["your code:"] + keep + ["where it raised:"] + last)
 
 
 def _partial(layout, local) -> bool:
@@ -91,8 +125,7 @@ def rank_error_text(exc) -> str:
         lines.append(f"rank(s) {[f.rank for f in others]}: {others[0].kind} "
                      f"(blocked in a collective the failing rank never joined?)")
     if raised:
-        lines += ["traceback of rank %d (last lines):" % raised[0].rank,
-                  _tail(raised[0].detail, 8)]
+        lines += ["traceback of rank %d:" % raised[0].rank, user_frames(raised[0].detail)]
     elif others:
         lines.append(_tail(others[0].detail, 8))
     return "\n".join(lines) or str(exc)

@@ -219,3 +219,14 @@ def test_ctrl_c_tears_everything_down(tmp_path):
 def test_get_pool_outside_torchrun_is_a_spawned_pool():
     pool = get_pool(1)
     assert isinstance(pool, RankPool)
+
+
+def test_ranks_have_the_torchrun_environment(rank_pool):
+    """Trainers read RANK/WORLD_SIZE/LOCAL_RANK/... (accelerate's PartialState): without them
+    a rank looks like a single process."""
+    out = rank_pool(3).run(probes.torchrun_env)
+    for r, env in enumerate(out):
+        assert env["RANK"] == env["LOCAL_RANK"] == str(r)
+        assert env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == "3"
+        assert env["MASTER_ADDR"] == "127.0.0.1" and int(env["MASTER_PORT"]) > 0
+    assert len({e["MASTER_PORT"] for e in out}) == 1

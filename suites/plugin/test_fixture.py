@@ -154,3 +154,39 @@ def test_batch_and_loss_of_a_user_model_reach_the_zoo():
     assert torch.equal(x, make_batch(u.name, 0, 3, 4, torch.float64))
     model = build_model(u.name, 0)
     assert torch.equal(loss_of(model, x), loss(model, x))
+
+
+def test_paths_beside_save_fn_is_an_error_not_ignored():
+    with pytest.raises(ValueError, match=r"paths=\['fsdp1.sharded'\] and save_fn/load_fn"):
+        check(GatedNet, batch, plan=["body", "head"], paths=["fsdp1.sharded"],
+              save_fn=FNS + "save_dropping_lr", load_fn=FNS + "load")
+
+
+def adam(named_params):
+    """A user's optimizer factory that happens to share a zoo optimizer's name."""
+    import torch
+
+    return torch.optim.Adam([p for _, p in named_params], lr=0.003)
+
+
+def test_a_user_factory_named_like_a_zoo_optimizer_is_the_users():
+    from fsdp_conformance.user.model import user_model
+
+    u = user_model(GatedNet, batch, plan=["body", "head"], optimizer=adam)
+    assert u.optimizer_name != "adam" and u.optimizer_name.startswith("adam~")
+    u.register()
+    from fsdp_conformance.zoo import build_optimizer
+
+    opt = build_optimizer(u.optimizer_name, list(GatedNet().named_parameters()))
+    assert opt.param_groups[0]["lr"] == 0.003  # the user's factory, not the zoo's Adam
+
+
+def test_a_raising_save_is_reported_once_with_the_users_frames():
+    with pytest.raises(RoundtripFailure) as exc:
+        check(GatedNet, batch, **USER, world_sizes=[2],
+              save_fn=FNS + "save_into_missing_dir", load_fn=FNS + "load")
+    msg = str(exc.value)
+    assert msg.count("the save function raised") == 1, msg
+    assert "P3 (" in msg and "P11 (" in msg  # every property it stopped, on one line
+    assert "your code:" in msg and "userfns.py" in msg and "save_into_missing_dir" in msg
+    assert "where it raised:" in msg and "no-such-dir" in msg

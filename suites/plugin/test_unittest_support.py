@@ -6,7 +6,8 @@ from examples.my_model import GatedNet, batch, loss, make_optimizer
 from fsdp_conformance.cases import Case
 from fsdp_conformance.user.unittest_support import FSDPTestCase, conformance_cases, world_sizes
 
-USER = dict(plan=["body", "head"], optimizer=make_optimizer, loss=loss, paths=["fsdp1.full"])
+MODEL = dict(plan=["body", "head"], optimizer=make_optimizer, loss=loss)
+USER = dict(MODEL, paths=["fsdp1.full"])
 
 
 class TestGatedNet(FSDPTestCase):
@@ -18,7 +19,7 @@ class TestGatedNet(FSDPTestCase):
 
     def test_planted_bug_fails_with_the_plugins_message(self):
         with self.assertRaises(self.failureException) as cm:
-            self.assertRoundtrip(GatedNet, batch, world_sizes=[1], **USER,
+            self.assertRoundtrip(GatedNet, batch, world_sizes=[1], **MODEL,
                                  save_fn="suites.plugin.userfns:save_dropping_lr",
                                  load_fn="suites.plugin.userfns:load")
         msg = str(cm.exception)

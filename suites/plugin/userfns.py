@@ -63,3 +63,9 @@ def save_with_extra_step(model, optim, path: str) -> None:
                 p.grad = torch.zeros_like(p)
     optim.step()
     save(model, optim, path)
+
+
+def save_into_missing_dir(model, optim, path: str) -> None:
+    """A trainer bug: every rank writes under a directory nobody created (torch.save raises
+    from inside torch.serialization)."""
+    torch.save(_full_osd(model, optim), os.path.join(path, "no-such-dir", FILE))
