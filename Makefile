@@ -3,12 +3,14 @@
 #   make test   the package's own tests (what CI runs)
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+# Where torch comes from (scripts/setup-env: auto, cpu, default, or an index URL).
+TORCH_INDEX ?= auto
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 # The upgrade gate's candidate torch (default: requirements/gate-candidate.txt) and options.
 CANDIDATE ?= $(shell grep -v '^\#' requirements/gate-candidate.txt | head -1)
 GATE_ARGS ?=
-export TORCH_SPEC
+export TORCH_SPEC TORCH_INDEX
 
 .PHONY: setup run test gate bench bench-harness bench-reference clean
 
