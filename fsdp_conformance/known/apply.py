@@ -81,7 +81,7 @@ def rejudge(case: Case, verdicts: Mapping[str, Verdict], judge: Judge
 
 def _known(k: KnownLimitation, detail: str) -> Verdict:
     return Verdict("known", f"{k.reason}\nmodel: {k.model.describe()}\nupstream: {k.upstream}"
-                            f"\n\n{detail}", k.key, digest=observation_digest(detail))
+                            f"\n\n{detail}", k.key, digest=observation_digest(detail, k.model))
 
 
 def _explain(prop: str, v: Verdict, entries: list[KnownLimitation],

@@ -164,15 +164,47 @@ def detail_items(detail: str) -> list[str]:
 
 
 _VOLATILE = re.compile(r"0x[0-9a-f]+|/[^\s:\"']+/")
+# Lines that say where code was, not what happened: traceback and faulthandler frames (their
+# line numbers and function names move with every torch release) and stack-dump headers.
+_WHERE = re.compile(r'File "[^"]+", line \d+,? in \S+|Thread 0x[0-9a-f]+.*|'
+                    r'Current thread 0x[0-9a-f]+.*|Stack \(most recent call first\).*')
 
 
-def observation_digest(detail: str) -> str:
-    """A digest of what a failure showed, stable across runs and machines: its items
-    (:func:`detail_items`) without rank-log lines, with memory addresses and directory
-    paths blanked. Same observation, same digest; another wrong value or another error,
-    another digest."""
+def _observed_items(detail: str) -> list[str]:
+    """``detail_items`` without rank-log lines and frames, volatile parts blanked, sorted
+    (the ranks report in the order they finish, which is not part of the observation)."""
+    items = [i for i in detail_items(detail)
+             if not i.startswith(("|", "[rank log")) and not _WHERE.fullmatch(i)]
+    return sorted(_VOLATILE.sub("_", i) for i in items)
+
+
+def _raised(r: Raises, detail: str) -> list[str]:
+    """What a ``Raises`` model observes: each exception's type and, for the modelled type,
+    the part of its message the model's pattern matches (object reprs and values after it
+    are printed differently by torch releases), sorted."""
+    out = []
+    for typ, msg in exceptions_in(detail):
+        m = re.search(r.message, msg) if typ == r.exc else None
+        out.append(f"{typ}: {m.group(0)}" if m else typ)
+    return sorted(out)
+
+
+def observation_digest(detail: str, model: Model | None = None) -> str:
+    """A digest of what a failure showed, as its model sees it, stable across runs, machines
+    and torch releases that show the same thing. ``Raises``: the exceptions (module rule of
+    ``_raised``); ``Outcome``: its first line and the exceptions of the ``Raises`` that
+    explains the rest; ``Effect``, ``Lines`` and no model: the detail's items without rank
+    logs and frames, with memory addresses and directories blanked, in sorted order. Same
+    observation, same digest; another wrong value, another exception or another message
+    where the model reads it, another digest."""
     import hashlib
 
-    items = [i for i in detail_items(detail) if not i.startswith(("|", "[rank log"))]
-    text = "\n".join(_VOLATILE.sub("_", i) for i in items)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    if isinstance(model, Raises) and model.explains(detail):
+        items = _raised(model, detail)
+    elif isinstance(model, Outcome) and model.explains(detail):
+        head, _, rest = detail.partition("\n")
+        r = next((r for r in model.raises if r.explains(rest)), None)
+        items = [head] + (_raised(r, rest) if r is not None else [])
+    else:
+        items = _observed_items(detail)
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]

@@ -184,3 +184,36 @@ def test_observations_are_of_applicable_cases():
     for key, rec in OBSERVED.items():
         case = Case(**rec["case"])
         assert key in [e.key for e in known_all(case, rec["prop"])], (key, case.id)
+
+
+def test_the_digest_is_the_observation_as_the_model_reads_it():
+    """Frames (their line numbers move with every torch release), the order the ranks
+    report in and object reprs after the modelled part of a message do not change the
+    digest; another modelled message, another headline or another value does."""
+    from fsdp_conformance.known.model import Lines, Outcome, Raises, observation_digest
+
+    tb = ('Traceback (most recent call last):\n  File "/x/torch/a.py", line {n}, in f\n'
+          '    g()\nRuntimeError: torch function \'{op}\', with args: (ShardedTensor({r}))')
+    raises = Raises(exc="RuntimeError", message=r"^torch function '(lerp_|mul_)', with args: "
+                                                r"\(ShardedTensor\(")
+    base = observation_digest(tb.format(n=1, op="lerp_", r="a"), raises)
+    assert observation_digest(tb.format(n=99, op="lerp_", r="a, strides=None"), raises) == base
+    assert observation_digest(tb.format(n=1, op="mul_", r="a"), raises) != base
+
+    outcome = Outcome(headline=r".*: rank\(s\) \[\d\] raised but rank\(s\) \[\d\] were left .*",
+                      raises=(Raises(exc="OSError", message=r"^\[Errno 22\]"),))
+    head = "bad in f.pt: rank(s) [0] raised but rank(s) [1] were left waiting:\n"
+    a = head + "rank 0: OSError: [Errno 22] Invalid argument\n" \
+               '  File "/x/torch/c10d.py", line 3151 in broadcast'
+    b = head + "rank 0: OSError: [Errno 22] Invalid argument\n" \
+               '  File "/x/torch/c10d.py", line 4055 in broadcast'
+    assert observation_digest(a, outcome) == observation_digest(b, outcome)
+    other = a.replace("[0] raised but rank(s) [1]", "[1] raised but rank(s) [0]")
+    assert observation_digest(other, outcome) != observation_digest(a, outcome)
+
+    lines = Lines(patterns=(r"state.*",))
+    x = "2 differences:\n  state['a']: value 1\n  state['b']: value 2"
+    y = "2 differences:\n  state['b']: value 2\n  state['a']: value 1"
+    assert observation_digest(x, lines) == observation_digest(y, lines)
+    assert observation_digest(x.replace("value 1", "value 3"), lines) != \
+        observation_digest(x, lines)
