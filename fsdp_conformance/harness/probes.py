@@ -21,11 +21,13 @@ def whoami(ctx) -> tuple[int, int, int]:
 
 
 def torchrun_env(ctx) -> dict[str, str]:
-    """The rank's torchrun variables (worker.torchrun_env)."""
+    """The rank's torchrun variables, as the environment holds them (every name
+    ``worker.torchrun_env`` sets)."""
     import os
 
-    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    return {k: os.environ.get(k, "") for k in keys}
+    from .worker import torchrun_env as names
+
+    return {k: os.environ.get(k, "") for k in names(0, 1, "", 0)}
 
 
 def random_bits(ctx, n: int = 8):

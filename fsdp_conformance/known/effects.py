@@ -64,7 +64,9 @@ def drop_empty_states(d: dict, case: Any = None) -> dict:
 def drop_frozen_state(d: dict, case: Any) -> dict:
     """The params of the case's model that do not require grad at the save (frozen when
     built, or trained and then frozen) have no state."""
-    frozen = _frozen(case.model)
+    from ..zoo import frozen_at_save
+
+    frozen = frozen_at_save(case.model)
     return {**d, "state": {k: v for k, v in d.get("state", {}).items() if k not in frozen}}
 
 
@@ -76,13 +78,12 @@ def frozen_state_as_fresh(d: dict, case: Any) -> dict:
     constant, filled to the shape found in ``d``)."""
     import torch
 
-    from ..zoo import build_model, build_optimizer
+    from ..properties.baseline import fresh_training
+    from ..zoo import frozen_at_save
 
-    frozen = _frozen(case.model)
-    model = build_model(case.model, case.seed, case.torch_dtype)
-    named = list(model.named_parameters())
-    optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
-    fresh = {n: dict(optim.state.get(p, {})) for n, p in named}
+    frozen = frozen_at_save(case.model)
+    model, optim, _, _ = fresh_training(case)
+    fresh = {n: dict(optim.state.get(p, {})) for n, p in model.named_parameters()}
     state = {}
     for k, st in d.get("state", {}).items():
         if k not in frozen:
@@ -105,26 +106,17 @@ def frozen_state_as_fresh(d: dict, case: Any) -> dict:
     return {**d, "state": state}
 
 
-def _frozen(model: str) -> frozenset[str]:
-    from ..zoo import frozen_at_save
-
-    return frozen_at_save(model)
-
-
 def dummy_step_state(d: dict, case: Any) -> dict:
     """Every trainable param named in the param groups that has no state gets the state the
     case's optimizer creates in one step with zero gradients and lr=0 (what DSD's
     ``_init_optim_state`` runs), computed here on the case's model."""
     import torch
 
-    from ..properties.baseline import named_osd
-    from ..zoo import build_model, build_optimizer
+    from ..properties.baseline import fresh_training, named_osd
 
-    model = build_model(case.model, case.seed, case.torch_dtype)
-    named = list(model.named_parameters())
-    optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
+    model, optim, _, names = fresh_training(case)
     lrs = [g["lr"] for g in optim.param_groups]
-    for _, p in named:
+    for p in model.parameters():
         if p.requires_grad:
             p.grad = torch.zeros_like(p)
     for g in optim.param_groups:
@@ -132,8 +124,7 @@ def dummy_step_state(d: dict, case: Any) -> dict:
     optim.step()
     for g, lr in zip(optim.param_groups, lrs):
         g["lr"] = lr
-    order = {id(p): n for n, p in named}
-    dummy = named_osd(optim, [order[id(p)] for g in optim.param_groups for p in g["params"]])
+    dummy = named_osd(optim, names)
     wanted = [n for g in d.get("param_groups", []) for n in g.get("params", [])]
     state = dict(d.get("state", {}))
     for n in wanted:

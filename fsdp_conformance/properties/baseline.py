@@ -55,11 +55,26 @@ def local_run(case: Case) -> LocalRun:
 
 
 def _to_ids(named: dict, names: list[str]) -> dict:
-    """A named optimizer dict (``named_osd``) keyed by the optimizer's ids again."""
+    """A named optimizer dict (``named_osd``) keyed by the optimizer's ids again, each
+    group's params in the optimizer's order (``names``): torch's ``load_state_dict`` pairs a
+    saved group's params with the optimizer's by position, and a dict gathered from FSDP
+    lists them in its own order."""
     ids = {n: i for i, n in enumerate(names)}
     return {"state": {ids[k]: st for k, st in named["state"].items()},
-            "param_groups": [{**g, "params": [ids[n] for n in g["params"]]}
+            "param_groups": [{**g, "params": sorted(ids[n] for n in g["params"])}
                              for g in named["param_groups"]]}
+
+
+def fresh_training(case: Case):
+    """The case's model, optimizer and LR scheduler as built before any step, and the
+    optimizer's params as FQNs in its own order (the names ``named_osd`` keys by):
+    ``(model, optim, sched or None, names)``."""
+    model = build_model(case.model, case.seed, case.torch_dtype)
+    named = list(model.named_parameters())
+    optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
+    sched = build_scheduler(optim) if case.scheduler else None
+    order = {id(p): n for n, p in named}
+    return model, optim, sched, [order[id(p)] for g in optim.param_groups for p in g["params"]]
 
 
 @functools.lru_cache(maxsize=128)
@@ -69,12 +84,7 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
                    "use_orig_params": False, "plan": "root"})
     if base != case:
         return _local_run(base, exp)
-    model = build_model(case.model, case.seed, case.torch_dtype)
-    named = list(model.named_parameters())
-    optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
-    sched = build_scheduler(optim) if case.scheduler else None
-    order = {id(p): n for n, p in named}
-    names = [order[id(p)] for g in optim.param_groups for p in g["params"]]
+    model, optim, sched, names = fresh_training(case)
     losses: list[float] = []
     snaps = {}
     for step in range(case.steps + case.resume_steps):
@@ -108,7 +118,7 @@ def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
 
     ``params_at_save`` / ``optim_at_save`` are the start as given; ``losses`` are the
     resumed steps' only."""
-    model = build_model(case.model, case.seed, case.torch_dtype)
+    model, optim, sched, names = fresh_training(case)
     missing = sorted(set(n for n, _ in model.named_parameters()) - set(params))
     if missing:
         raise KeyError(f"no start value for params {missing}")
@@ -116,16 +126,7 @@ def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
         for n, p in model.named_parameters():
             p.copy_(params[n])
     freeze_at_save(model, case.model)
-    named = list(model.named_parameters())
-    optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
-    sched = build_scheduler(optim) if case.scheduler else None
-    order = {id(p): n for n, p in named}
-    names = [order[id(p)] for g in optim.param_groups for p in g["params"]]
-    ids = _to_ids(state, names)
-    # torch's load_state_dict pairs the saved group's params with the optimizer's by position
-    for g in ids["param_groups"]:
-        g["params"] = sorted(g["params"])
-    optim.load_state_dict(copy.deepcopy(ids))
+    optim.load_state_dict(copy.deepcopy(_to_ids(state, names)))
     losses = []
     for step in range(case.steps, case.steps + case.resume_steps):
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)

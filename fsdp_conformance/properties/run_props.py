@@ -336,8 +336,9 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
             return error(f"bfloat16's P6 needs FSDP's own state at the save: "
                          f"{start or 'not given'}")
         local = continue_from(case, *start)
-        want_p = {k: v for k, v in local.params_at_end.items() if k not in skip}
-        got_p = {k: v for k, v in o0.final_params.items() if k not in skip}
+    want_p = {k: v for k, v in local.params_at_end.items() if k not in skip}
+    got_p = {k: v for k, v in o0.final_params.items() if k not in skip}
+    if dtype == "bf16":
         scale, bad_p = _update_diffs(start[0], want_p, got_p)
         if not abs(scale - 1) <= BF16_UPDATE_SCALE_TOL:
             problems.append(f"the resumed update is {scale:.5g} x the uninterrupted one "
@@ -346,15 +347,13 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
         if bad_p:
             problems.append("params after resuming differ from uninterrupted training:\n"
                             + "\n".join(bad_p[:20]))
-        want_l = list(local.losses)
     else:
-        want_p = {k: v for k, v in local.params_at_end.items() if k not in skip}
-        got_p = {k: v for k, v in o0.final_params.items() if k not in skip}
         diffs = diff_state_dicts(want_p, got_p, exact=False, rtol=rtol, atol=atol)
         if diffs:
             problems.append("params after resuming differ from uninterrupted training:\n"
                             + format_diff(diffs))
-        want_l = list(local.losses[len(local.losses) - resume_steps:]) if resume_steps else []
+    # the uninterrupted run's losses of the resumed steps (the continuation's are all of them)
+    want_l = list(local.losses[len(local.losses) - resume_steps:]) if resume_steps else []
     got_l = list(o0.losses or ())
     if len(got_l) != resume_steps:
         problems.append(f"the resumed run recorded {len(got_l)} losses, expected "
