@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # test your own model (fsdp_conformance.user)
     "check": ("fsdp_conformance.user.driver", "check"),
+    "TrainState": ("fsdp_conformance.user.app_state", "TrainState"),
     "Case": ("fsdp_conformance.cases", "Case"),
     # the conformance run, its verdicts and reports
     "run_cases": ("fsdp_conformance.run.execute", "run_cases"),

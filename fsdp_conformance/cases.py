@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .sut.registry import CUSTOM_PREFIX, FAMILIES, PATH_NAMES, family_of
+from .sut.registry import FAMILIES, PATH_NAMES, custom_family, family_of
 
 if TYPE_CHECKING:
     import torch
@@ -17,8 +17,8 @@ DTYPE_NAMES = ("fp64", "fp32", "bf16")
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 # API paths of the conformance run (sut/registry.py: one save path and its load path each),
 # plus "fsdp1" / "fsdp2": the differential observers that call every path of that API.
-# A user's own save/load functions (the plugin's CustomPath) run under FSDP1:
-# ``api = "custom:<name>"``.
+# A user's own save/load functions (the plugin's CustomPath): ``api = "custom:<name>"`` under
+# FSDP1, ``"fsdp2.custom:<name>"`` under ``fully_shard`` (``sut.registry.custom_api``).
 PATHS = PATH_NAMES
 APIS = PATHS + FAMILIES
 IMPLS = ("default", "forloop", "foreach", "fused")
@@ -66,9 +66,9 @@ class Case:
     inject: str = ""
 
     def __post_init__(self) -> None:
-        if self.api not in APIS and not (self.api.startswith(CUSTOM_PREFIX)
-                                         and len(self.api) > len(CUSTOM_PREFIX)):
-            raise ValueError(f"api must be one of {APIS} or 'custom:<name>', got {self.api!r}")
+        if self.api not in APIS and custom_family(self.api) is None:
+            raise ValueError(f"api must be one of {APIS}, 'custom:<name>' or "
+                             f"'fsdp2.custom:<name>', got {self.api!r}")
         if self.impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {self.impl!r}")
         if self.fault not in FAULTS:

@@ -16,10 +16,17 @@ Rules, per property whose verdict is "fail" or "error" (never one of the suite's
   property that failed with the very same detail (one root cause: the save or the load
   raised);
 - a pass of an entry's primary property is marked "fixed upstream?" (retire the entry).
+
+A user's own save/load code (:func:`recognise`) goes through torch's APIs by a path the
+suite does not know; there only ``Effect`` entries count, and only as a whole: an entry
+(or a composition) that applies to one of the built-in paths the code could have taken,
+under which *every* decided property passes, makes the failing ones "known" (its exact
+effect and nothing more); anything else stays a fail.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+import dataclasses
+from typing import Callable, Mapping, Sequence
 
 from ..cases import Case
 from ..properties.expectation import Expectation, expecting
@@ -159,3 +166,27 @@ def explain_one(case: Case, prop: str, verdict: Verdict,
     single = {prop: verdict}
     modelled = rejudge(case, single, lambda: {prop: judge()}) if judge is not None else {}
     return apply_known(case, single, modelled)[prop]
+
+
+def recognise(case: Case, apis: Sequence[str], verdicts: Mapping[str, Verdict], judge: Judge
+              ) -> dict[str, Verdict]:
+    """A user's own path's ``verdicts`` with a known torch limitation recognised by its
+    model (module rules): for each built-in path in ``apis``, the ``Effect`` entries that
+    apply to the case seen as that path are tried; the first under which every property of
+    ``verdicts`` passes makes the failing ones "known", naming it and the path."""
+    failing = [p for p, v in verdicts.items()
+               if v.status in ("fail", "error") and v.origin != "suite"]
+    if not failing:
+        return dict(verdicts)
+    for api in apis:
+        view = dataclasses.replace(case, api=api)
+        for key, mv in rejudge(view, verdicts, judge).items():
+            if not all(mv.get(p) is not None and mv[p].status in ("pass", "n/a")
+                       for p in verdicts if verdicts[p].status != "n/a"):
+                continue
+            k = next(e for e in _effects(view, verdicts) if e.key == key.split("+")[0])
+            why = (f"\n(your code's effect is exactly this entry's{' (' + key + ')' if '+' in key else ''}, "
+                   f"as through the built-in path {api})")
+            return {p: _known(k, v.detail + why) if p in failing else v
+                    for p, v in verdicts.items()}
+    return dict(verdicts)

@@ -36,6 +36,10 @@ class LocalRun:
     optim_at_save: dict
     params_at_end: dict
     optim_at_end: dict
+    sched_at_save: dict | None = None
+    """The LR scheduler's ``state_dict()`` at the save point (None: no scheduler)."""
+    sched_at_end: dict | None = None
+    """The LR scheduler's ``state_dict()`` at the end of the resumed run."""
 
 
 def named_osd(optim: torch.optim.Optimizer, names: list[str]) -> dict:
@@ -72,7 +76,7 @@ def fresh_training(case: Case):
     model = build_model(case.model, case.seed, case.torch_dtype)
     named = list(model.named_parameters())
     optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
-    sched = build_scheduler(optim) if case.scheduler else None
+    sched = build_scheduler(optim, case.model) if case.scheduler else None
     order = {id(p): n for n, p in named}
     return model, optim, sched, [order[id(p)] for g in optim.param_groups for p in g["params"]]
 
@@ -90,7 +94,7 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
     for step in range(case.steps + case.resume_steps):
         if step == case.steps:
             freeze_at_save(model, case.model)  # trained, then frozen at the save (zoo)
-            snaps["save"] = (_params(model), named_osd(optim, names))
+            snaps["save"] = (_params(model), named_osd(optim, names), _sched(sched))
             if exp.key:  # resume from the modelled state (module rules)
                 # the effects never mutate their argument but may share its tensors (the
                 # step counter): one deep copy keeps the snapshot out of the resumed
@@ -102,9 +106,13 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
         losses.append(float(loss.detach().to(torch.float64)))
     if "save" not in snaps:
         freeze_at_save(model, case.model)
-        snaps["save"] = (_params(model), named_osd(optim, names))
+        snaps["save"] = (_params(model), named_osd(optim, names), _sched(sched))
     return LocalRun(tuple(losses), snaps["save"][0], snaps["save"][1], _params(model),
-                    named_osd(optim, names))
+                    named_osd(optim, names), snaps["save"][2], _sched(sched))
+
+
+def _sched(sched) -> dict | None:
+    return None if sched is None else copy.deepcopy(sched.state_dict())
 
 
 def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
@@ -127,11 +135,15 @@ def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
             p.copy_(params[n])
     freeze_at_save(model, case.model)
     optim.load_state_dict(copy.deepcopy(_to_ids(state, names)))
+    if sched is not None:  # the scheduler as it was at the save
+        sched.load_state_dict(copy.deepcopy(local_run(case).sched_at_save))
     losses = []
     for step in range(case.steps, case.steps + case.resume_steps):
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
         losses.append(float(train_step(model, optim, x, sched).detach().to(torch.float64)))
-    return LocalRun(tuple(losses), params, state, _params(model), named_osd(optim, names))
+    return LocalRun(tuple(losses), params, state, _params(model), named_osd(optim, names),
+                    local_run(case).sched_at_save if sched is not None else None,
+                    _sched(sched))
 
 
 def _params(model: torch.nn.Module) -> dict:

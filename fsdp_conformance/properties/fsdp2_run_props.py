@@ -35,7 +35,7 @@ def layouts(case: Case):
     return fsdp2_reference_layout(case), fsdp2_reference_layout(case, load_side=True)
 
 
-def _p0_side(layout, records: Sequence[SaveRecord] | Sequence[LoadRecord],
+def p0_side(layout, records: Sequence[SaveRecord] | Sequence[LoadRecord],
              ordered: bool) -> Verdict:
     obs = layout_view(records)
     if ordered:
@@ -53,10 +53,10 @@ def p0(layout, dst, save_obs: Sequence[SaveRecord], load_obs: Sequence[LoadRecor
        ordered: bool) -> Verdict:
     """FSDP2's per-parameter layout (``Shard(0)`` rows, placements, key order) on both sides
     equals the reference's."""
-    s = _p0_side(layout, save_obs, ordered)
+    s = p0_side(layout, save_obs, ordered)
     if s.status != "pass":
         return s
-    ld = _p0_side(dst, load_obs, ordered)
+    ld = p0_side(dst, load_obs, ordered)
     if ld.status != "pass":
         return Verdict(ld.status, "load side: " + ld.detail)
     return passed(f"save side {s.detail}; load side {ld.detail}")

@@ -8,7 +8,8 @@ Rules
   CPU/CUDA ``DeviceMesh`` over the pool's ranks: 1-D ``(ws,)``; HYBRID_SHARD: 2-D
   ``(ws // S, S)`` (HSDP, ``S = shard_group_size``); NO_SHARD: ``(ws, 1)``;
   SHARD_GRAD_OP: ``reshard_after_forward=False``. Params of the zoo's ignored modules are
-  passed as ``ignored_params`` (they stay plain tensors).
+  passed as ``ignored_params`` (they stay plain tensors). A user model registered with a
+  ``shard_fn(model, mesh)`` is sharded by it instead (the mesh as above; the plan unused).
 - Keys: ``model.named_parameters()`` names (``fully_shard`` adds no prefix); the int ids
   of ``optim.state_dict()`` are mapped by the optimizer's own param order.
 - DTensor values: in local dicts, their ``to_local()`` tensor; in the sharded dict, a
@@ -156,6 +157,9 @@ def wrap_fsdp2(ctx, case: Case, plan: str | None = None) -> nn.Module:
         kw["reshard_after_forward"] = False
     if ignored:
         kw["ignored_params"] = ignored
+    if spec.shard_fn is not None:  # a user's own sharding (zoo ModelSpec.shard_fn)
+        out = spec.shard_fn(model, mesh)
+        return model if out is None else out
     for f in shard_order(model, spec.plans[plan or case.plan]):
         fully_shard(model.get_submodule(f), **kw)
     fully_shard(model, **kw)

@@ -79,7 +79,7 @@ def _build(ctx, case: Case, load_side: bool):
         freeze_at_save(model, case.model)
     optim = build_optimizer(case.optimizer, list(model.named_parameters()), case.groups,
                             impl=case.impl)
-    sched = build_scheduler(optim) if case.scheduler else None
+    sched = build_scheduler(optim, case.model) if case.scheduler else None
     return model, optim, sched, optimizer_keys(model, optim)
 
 

@@ -80,7 +80,7 @@ def _build(ctx, case: Case, load_side: bool):
     model = fsdp1.wrap_fsdp1(ctx, case, plan=case.dst_plan if load_side else case.plan)
     names = [(grouping_name(n, p), p) for n, p in model.named_parameters()]
     optim = build_optimizer(case.optimizer, names, case.groups, impl=case.impl)
-    sched = build_scheduler(optim) if case.scheduler else None
+    sched = build_scheduler(optim, case.model) if case.scheduler else None
     return model, optim, sched, optimizer_keys(model, optim)
 
 

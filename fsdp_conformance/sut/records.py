@@ -103,6 +103,15 @@ class SaveRecord:
     after_save: dict | None = None
     """Custom path: the rank's ``optim.state_dict()`` right after the user's save (P7: a save
     must not change it). None for the built-in paths."""
+    sched: dict | None = None
+    """Custom path with the training state: the LR scheduler's ``state_dict()`` at the save
+    (P11). None without a scheduler, and for the built-in paths."""
+    step: int | None = None
+    """Custom path with the training state: ``TrainState.step`` at the save (P11)."""
+    pending: str = ""
+    """Custom path: what was still writing the checkpoint when the user's save returned (a
+    thread in ``torch.distributed.checkpoint``: an ``async_save`` whose Future nobody waited
+    for), one line; empty when nothing was. P7."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,3 +160,12 @@ class LoadRecord:
     """Custom path, P7: the state right after saving that load again."""
     reloaded: dict | None = None
     """Custom path, P7: the state after loading what was saved again."""
+    sched_loaded: dict | None = None
+    """Custom path with the training state: the scheduler's ``state_dict()`` right after the
+    user's load (P11). None without a scheduler."""
+    step_loaded: Any = None
+    """Custom path with the training state: ``TrainState.step`` after the user's load (P11;
+    training resumes there)."""
+    sched_final: dict | None = None
+    """Custom path with the training state: the scheduler's ``state_dict()`` after resuming
+    (P6: the learning rates it produced)."""

@@ -12,7 +12,8 @@ Rules
   pool, on the ranks to run it).
 - Besides the run's paths, two differential observers (``"fsdp1"``, ``"fsdp2"``: every path
   of that API on one rank pool, suites/differential) and a user's own path
-  (``"custom:<name>"``, the plugin; it runs under FSDP1) have a family too (``family_of``).
+  (``"custom:<name>"`` under FSDP1, ``"fsdp2.custom:<name>"`` under ``fully_shard``: the
+  plugin) have a family too (``family_of``).
 """
 from __future__ import annotations
 
@@ -26,6 +27,21 @@ if TYPE_CHECKING:
 
 FAMILIES = ("fsdp1", "fsdp2")
 CUSTOM_PREFIX = "custom:"
+# A user's own save/load under FSDP2 (``fully_shard``): ``"fsdp2.custom:<name>"``.
+CUSTOM_PREFIXES = {"fsdp1": CUSTOM_PREFIX, "fsdp2": "fsdp2." + CUSTOM_PREFIX}
+
+
+def custom_api(family: str, name: str) -> str:
+    """The ``Case.api`` of a user's own save/load called ``name`` under ``family``."""
+    return CUSTOM_PREFIXES[family] + name
+
+
+def custom_family(api: str) -> str | None:
+    """The family of a user's own path (``custom_api``), None for any other api."""
+    for family, prefix in CUSTOM_PREFIXES.items():
+        if api.startswith(prefix) and len(api) > len(prefix):
+            return family
+    return None
 
 
 class PathSides(Protocol):
@@ -94,14 +110,21 @@ def api_path(name: str) -> ApiPath:
         raise KeyError(f"no API path {name!r}; registered paths: {', '.join(PATH_NAMES)}") from None
 
 
+def paths_of(family: str) -> tuple[str, ...]:
+    """The registered paths of one FSDP API, in registry order."""
+    return tuple(p.name for p in PATHS if p.family == family)
+
+
 def family_of(api: str) -> str:
     """The FSDP API a ``Case.api`` runs under: a registered path's family, a differential
-    observer's own name, and ``"fsdp1"`` for a user's own path (``custom:<name>``)."""
+    observer's own name, and a user's own path's (``custom_family``)."""
     if api in _BY_NAME:
         return _BY_NAME[api].family
     if api in FAMILIES:
         return api
-    if api.startswith(CUSTOM_PREFIX):
-        return "fsdp1"
+    family = custom_family(api)
+    if family is not None:
+        return family
     raise KeyError(f"no API path {api!r}; registered paths: {', '.join(PATH_NAMES)}, "
-                   f"observers {', '.join(FAMILIES)}, or '{CUSTOM_PREFIX}<name>'")
+                   f"observers {', '.join(FAMILIES)}, or "
+                   f"{' / '.join(p + '<name>' for p in CUSTOM_PREFIXES.values())}")

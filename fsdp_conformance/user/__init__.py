@@ -7,6 +7,7 @@ pytest plugin (``fsdp_conformance.plugin``), ``FSDPTestCase`` and the hypothesis
 Modules (each one job):
   spec         defaults per tier, property names, world-size pairs (no torch)
   refs         ``Ref``: how a user's callables reach the ranks
+  app_state    ``TrainState``: what a user's ``save_fn(state, directory)`` checkpoints
   model        ``UserModel`` / ``user_model``, ``CustomPath`` (the user's save/load)
   cases        the cases of one round trip, checked before any rank runs
   rank_side    what runs on the ranks: the save/load sides, the custom stages
@@ -34,7 +35,7 @@ _EXPORTS = {
     "Ref": "refs", "UserModel": "model", "user_model": "model", "CustomPath": "model",
     "user_cases": "cases", "Limitation": "limitations",
     "world_size_pair": "spec", "pair_id": "spec",
-    "FSDPTestCase": "unittest_support",
+    "FSDPTestCase": "unittest_support", "TrainState": "app_state",
 }
 
 __all__ = sorted(_EXPORTS)

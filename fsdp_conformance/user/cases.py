@@ -1,17 +1,20 @@
-"""The cases of one user round trip: each built-in path (or the user's own) x each world-size
-pair, checked against what FSDP1 refuses by design before any rank runs.
+"""The cases of one user round trip: each built-in path of the chosen FSDP version (or the
+user's own) x each world-size spec, checked against what FSDP1 refuses by design before any
+rank runs.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from ..cases import CUSTOM_PREFIX, DTYPE_NAMES, Case
+from ..cases import DTYPE_NAMES, Case
 from ..properties.layouts import reference_layout
+from ..sut.fsdp2_paths import FSDP2_PATHS
 from ..sut.paths import FSDP1_PATHS, resizable
+from ..sut.registry import custom_family, family_of
 from ..zoo import build_model, build_optimizer
 from .model import CustomPath, UserModel
 from .refs import Ref
-from .spec import DEFAULT_PAIRS, DEFAULT_PATHS, world_size_pair
+from .spec import DEFAULT_PAIRS, DEFAULT_PATHS, FSDP_VERSIONS, parse_sizes
 
 
 def _groups_of(user: UserModel, seed: int) -> int:
@@ -42,23 +45,50 @@ def check_units_fit_groups(user: UserModel, case: Case) -> None:
                     f"groups' modules separately or pass use_orig_params=True")
 
 
+def _paths(fsdp_version: int, tier: str, paths, custom: CustomPath | None) -> list[str]:
+    if fsdp_version not in FSDP_VERSIONS:
+        raise ValueError(f"fsdp_version must be one of {FSDP_VERSIONS}, got {fsdp_version!r}")
+    family = f"fsdp{fsdp_version}"
+    if custom is not None:
+        if paths:
+            raise ValueError(f"paths={list(paths)} and save_fn/load_fn were both given: the "
+                             f"round trip goes through your save_fn/load_fn, not through "
+                             f"built-in paths; pass one or the other (two tests, if you want "
+                             f"both)")
+        return [custom.api]
+    every = FSDP1_PATHS if fsdp_version == 1 else FSDP2_PATHS
+    apis = list(paths or DEFAULT_PATHS[(fsdp_version, tier)] or every)
+    wrong = [a for a in apis if family_of(a) != family]
+    if wrong:
+        raise ValueError(f"paths {wrong} are not {family} paths (fsdp_version={fsdp_version}); "
+                         f"its paths: {list(every)}")
+    return apis
+
+
 def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
                world_sizes: Sequence | None = None, use_orig_params: bool = False,
                custom: CustomPath | None = None, steps: int = 2, resume_steps: int = 2,
                batch: int = 12, dtype: str = "fp64", seed: int = 0, groups: int | None = None,
-               tier: str = "quick") -> list[Case]:
-    """The cases of one round trip: each path (or the custom one) x each world-size pair.
-    Paths that cannot change world size or wrapping (``sut.paths.resizable``) keep their
-    same-size pairs only."""
+               tier: str = "quick", fsdp_version: int = 1) -> list[Case]:
+    """The cases of one round trip: each path (or the custom one) x each world-size spec
+    (``spec.parse_sizes``: an HSDP spec runs as HYBRID_SHARD). Paths that cannot change
+    world size or wrapping (``sut.paths.resizable``) keep their same-size pairs only. The
+    LR scheduler runs (``Case.scheduler``) when the user gave one, or when their own
+    save/load takes the training state (then the zoo's, if they gave none)."""
     if dtype not in DTYPE_NAMES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_NAMES)}, got {dtype!r}")
-    pairs = [world_size_pair(w) for w in (world_sizes or DEFAULT_PAIRS[tier])]
-    if custom is not None and paths:
-        raise ValueError(f"paths={list(paths)} and save_fn/load_fn were both given: the round "
-                         f"trip goes through your save_fn/load_fn, not through built-in paths; "
-                         f"pass one or the other (two tests, if you want both)")
-    apis = [custom.api] if custom is not None else list(paths or DEFAULT_PATHS[tier]
-                                                        or FSDP1_PATHS)
+    specs = [parse_sizes(w) for w in (world_sizes or DEFAULT_PAIRS[tier])]
+    apis = _paths(fsdp_version, tier, paths, custom)
+    if custom is not None and custom.family != f"fsdp{fsdp_version}":
+        raise ValueError(f"the custom path runs under {custom.family}, the round trip under "
+                         f"fsdp_version={fsdp_version}")
+    if custom is not None and not custom.app_state and user.scheduler is not None:
+        raise ValueError("scheduler= needs save_fn/load_fn that take the training state "
+                         "(save_fn(state, directory)): (model, optimizer, directory) "
+                         "functions cannot save it")
+    if fsdp_version == 2 and user.load_plan is not None and user.shard_fn is not None:
+        raise ValueError("load_plan= and shard_fn= were both given: shard_fn shards both sides")
+    scheduler = user.scheduler is not None or (custom is not None and custom.app_state)
     user.register()
     n_groups = _groups_of(user, seed) if groups is None else groups
     model, plan = user.name, user.plan_name
@@ -66,18 +96,21 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
     opt = user.optimizer_name
     out = []
     for api in apis:
-        for n, m in pairs:
-            if not api.startswith(CUSTOM_PREFIX) and not resizable(api) and (
+        for n, m, hsdp in specs:
+            if custom_family(api) is None and not resizable(api) and (
                     n != m or load_plan is not None):
                 continue
             out.append(Case(model=model, plan=plan, load_plan=load_plan, optimizer=opt,
-                            groups=n_groups, use_orig_params=use_orig_params, world_size=n,
+                            groups=n_groups, use_orig_params=use_orig_params and
+                            fsdp_version == 1, world_size=n,
                             load_world_size=m if m != n else None, api=api, steps=steps,
-                            resume_steps=resume_steps, batch=batch, seed=seed, dtype=dtype))
-    if out:  # unit membership depends on the plans only: one check covers every case
+                            resume_steps=resume_steps, batch=batch, seed=seed, dtype=dtype,
+                            scheduler=scheduler,
+                            strategy="HYBRID_SHARD" if hsdp else "FULL_SHARD"))
+    if out and fsdp_version == 1:  # unit membership depends on the plans only: one check
         check_units_fit_groups(user, out[0])
     if not out:
-        raise ValueError(f"no case: paths {apis} cannot run world sizes {pairs} "
-                         f"(fsdp1.legacy_sharded loads at the saving size and plan only)")
+        raise ValueError(f"no case: paths {apis} cannot run world sizes "
+                         f"{[(n, m) for n, m, _ in specs]} (fsdp1.legacy_sharded loads at the "
+                         f"saving size and plan only)")
     return out
-

@@ -35,28 +35,40 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
           plan=(), load_plan=None, optimizer: OptimizerFactory | str = "adam",
           loss: LossFn | str | None = None, ignored: Iterable[str] = (),
           name: str | None = None, paths=None, world_sizes=None,
-          use_orig_params: bool = False, save_fn: SaveFn | str | None = None,
+          use_orig_params: bool = False, fsdp_version: int = 1, shard_fn=None,
+          scheduler=None, save_fn: SaveFn | str | None = None,
           load_fn: LoadFn | str | None = None,
           custom_name: str | None = None, steps: int = 2, resume_steps: int = 2,
           batch: int = 12, dtype: str = "fp64", seed: int = 0, groups: int | None = None,
           tier: str = "quick", backend: str | None = None, timeout: float = 120.0,
           known: Sequence = (), only: Sequence[str] | None = None,
           rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
-    """Round-trip a user's model through the chosen paths and world-size pairs (or through
+    """Round-trip a user's model through the chosen paths and world-size specs (or through
     ``save_fn``/``load_fn``), judge every property and raise :class:`RoundtripFailure` if any
-    fails. Returns the CaseResults. ``only``: run just the cases with these ids; ``known``:
-    declared limitations (:meth:`Limitation.of` arguments)."""
+    fails. Returns the CaseResults.
+
+    ``fsdp_version``: 2 shards with ``fully_shard`` on a DeviceMesh (the plan's modules, or
+    ``shard_fn(model, mesh)``; world sizes "2", "2->3", and HSDP meshes "2x2->2"), its
+    built-in paths are ``fsdp2.full`` / ``fsdp2.sharded``; 1: FSDP1. ``save_fn(state,
+    directory)`` / ``load_fn(state, directory)`` checkpoint the whole training state
+    (``TrainState``: model, optimizer, ``scheduler``, step); ``(model, optimizer,
+    directory)`` functions the optimizer only. ``only``: run just the cases with these ids;
+    ``known``: declared limitations (:meth:`Limitation.of` arguments)."""
     if model is None or data is None:
         raise TypeError("check needs a model factory and a data factory")
     if (save_fn is None) != (load_fn is None):
         raise TypeError("pass both save_fn and load_fn (or neither)")
+    if shard_fn is not None and fsdp_version != 2:
+        raise ValueError("shard_fn= applies fully_shard: it needs fsdp_version=2")
     user = user_model(model, data, plan=plan, load_plan=load_plan, optimizer=optimizer,
-                      loss=loss, ignored=ignored, name=name)
-    custom = CustomPath.of(save_fn, load_fn, custom_name) if save_fn is not None else None
+                      loss=loss, ignored=ignored, name=name, shard_fn=shard_fn,
+                      scheduler=scheduler)
+    custom = (CustomPath.of(save_fn, load_fn, custom_name, family=f"fsdp{fsdp_version}")
+              if save_fn is not None else None)
     cases = user_cases(user, paths=paths, world_sizes=world_sizes,
                        use_orig_params=use_orig_params, custom=custom, steps=steps,
                        resume_steps=resume_steps, batch=batch, dtype=dtype, seed=seed,
-                       groups=groups, tier=tier)
+                       groups=groups, tier=tier, fsdp_version=fsdp_version)
     if only:
         cases = [c for c in cases if c.id in set(only)]
     return run_checked(cases, user, custom, backend=backend, timeout=timeout, known=known,

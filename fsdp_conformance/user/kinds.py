@@ -12,7 +12,9 @@ Rules
   ``LoadRecord`` (``sut.records``), judged as the built-in paths' records are.
   Failing to build or train the model under FSDP fails every property it decides; the file
   format is the user's own, so P1/P4/P5/P8/P9 are n/a.
-- Known torch limitations see the case as the zoo case it stands for (``known_view``).
+- Known torch limitations see the case as the zoo case it stands for (``known_view``). In a
+  custom path they are recognised by their exact effect only (``known.apply.recognise``,
+  trying each built-in path of the case's family the user's code could have taken).
 """
 from __future__ import annotations
 
@@ -20,11 +22,12 @@ from dataclasses import dataclass
 
 from ..cases import Case
 from ..harness.errors import RankError
-from ..known.apply import apply_known, rejudge
+from ..known.apply import apply_known, recognise, rejudge
 from ..properties.verdict import Verdict, fail
 from ..run.lifecycle import Outcome, Step, StepFailed, all_props
 from ..run.roundtrip_kind import RoundTripKind
 from ..sut.records import LoadRecord, SaveRecord
+from ..sut.registry import paths_of
 from .limitations import known_view
 from .model import CustomPath, UserModel
 from .rank_side import rank_custom, rank_load, rank_save
@@ -121,7 +124,13 @@ class CustomPathKind:
                     errors[name] = exc.exc
         # the merged stages are one rank's save / load side: typed as the built-in paths' are
         # (a stage field that is not a record field fails here, by name)
-        v = evaluate_custom(case, [SaveRecord(**o) for o in save_obs],
-                            None if load_obs is None else [LoadRecord(**o) for o in load_obs],
-                            errors)
-        return Outcome(verdicts={p: v[p] for p in self.decides(case)})
+        saves = [SaveRecord(**o) for o in save_obs]
+        loads = None if load_obs is None else [LoadRecord(**o) for o in load_obs]
+
+        def judge() -> dict[str, Verdict]:
+            v = evaluate_custom(case, saves, loads, errors, app_state=self.custom.app_state)
+            return {p: v[p] for p in self.decides(case)}
+
+        # known torch limitations, recognised in the user's code by their exact effect
+        return Outcome(verdicts=recognise(known_view(case, self.user), paths_of(case.family),
+                                          judge(), judge))

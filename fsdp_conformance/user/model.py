@@ -13,6 +13,7 @@ Rules
 from __future__ import annotations
 
 import hashlib
+import inspect
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Iterable, Sequence
 
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 
 from .. import zoo
-from ..cases import CUSTOM_PREFIX
+from ..sut.registry import CUSTOM_PREFIXES, custom_api
 from .refs import Ref
 
 
@@ -61,6 +62,12 @@ class UserModel:
     """The zoo name the optimizer is registered under."""
     optimizer_kind: str = ""
     """The zoo optimizer of the same class (what known.py matches), or ""."""
+    shard_fn: Ref | None = None
+    """``shard_fn(model, mesh)``: the user's own ``fully_shard`` calls (FSDP2; None: the
+    plan's modules, deepest first, then the root)."""
+    scheduler: Ref | None = None
+    """``scheduler(optimizer) -> LRScheduler``, stepped after every optimizer step (None: no
+    scheduler, or the zoo's ExponentialLR where a round trip needs one)."""
 
     @property
     def plan_name(self) -> str:
@@ -77,7 +84,9 @@ class UserModel:
             plans[self.load_plan_name] = self.load_plan
         zoo.register_model(self.name, self.factory.resolve(), plans=plans,
                            ignored=self.ignored, batch_fn=self.data.resolve(),
-                           loss_fn=self.loss.resolve() if self.loss else None)
+                           loss_fn=self.loss.resolve() if self.loss else None,
+                           shard_fn=self.shard_fn.resolve() if self.shard_fn else None,
+                           scheduler_fn=self.scheduler.resolve() if self.scheduler else None)
         if isinstance(self.optimizer, Ref):
             zoo.register_optimizer(self.optimizer_name, self.optimizer.resolve())
 
@@ -132,13 +141,16 @@ def _optimizer_kind(optim) -> str:
 
 
 def user_model(model, data, *, plan=(), load_plan=None, optimizer="adam", loss=None,
-               ignored: Iterable[str] = (), name: str | None = None) -> UserModel:
+               ignored: Iterable[str] = (), name: str | None = None, shard_fn=None,
+               scheduler=None) -> UserModel:
     """Check and name a user's model (see :class:`UserModel`). ``model``, ``data``,
-    ``optimizer`` (unless a zoo name) and ``loss`` are module-level callables or
-    "package.module:name" strings; ``plan``/``load_plan`` a list of submodule FQNs, a policy
-    ``policy(module) -> bool`` or a set of module classes."""
+    ``optimizer`` (unless a zoo name), ``loss``, ``shard_fn`` and ``scheduler`` are
+    module-level callables or "package.module:name" strings; ``plan``/``load_plan`` a list
+    of submodule FQNs, a policy ``policy(module) -> bool`` or a set of module classes."""
     factory, data_ref = Ref.of(model, "model factory"), Ref.of(data, "data factory")
     loss_ref = Ref.of(loss, "loss function") if loss is not None else None
+    shard_ref = Ref.of(shard_fn, "shard_fn") if shard_fn is not None else None
+    sched_ref = Ref.of(scheduler, "scheduler factory") if scheduler is not None else None
     with torch.random.fork_rng(devices=[]):  # leave the caller's RNG as it was
         torch.manual_seed(0)
         built = factory.resolve()()
@@ -153,11 +165,30 @@ def user_model(model, data, *, plan=(), load_plan=None, optimizer="adam", loss=N
         opt_name = _unique(opt.name, opt, _OPT_NAMES, reserved=zoo.OPTIMIZERS)
         kind = _optimizer_kind(opt.resolve()(list(built.named_parameters())))
     base = name or factory.name
-    ident = (factory, data_ref, loss_ref, ignored)
+    ident = (factory, data_ref, loss_ref, ignored, shard_ref, sched_ref)
     mname = _unique(base, ident, _MODEL_NAMES, reserved=zoo.MODELS)
     return UserModel(mname, factory, data_ref, plan=fqns, load_plan=load_fqns, optimizer=opt,
                      loss=loss_ref, ignored=ignored, optimizer_name=opt_name,
-                     optimizer_kind=kind)
+                     optimizer_kind=kind, shard_fn=shard_ref, scheduler=sched_ref)
+
+
+def _arity(fn, what: str) -> int:
+    """How many positional arguments ``fn`` takes: 2 (``state, directory``) or 3
+    (``model, optimizer, directory``); TypeError naming ``what`` otherwise."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 3
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 3
+    n = sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            and p.default is p.empty)
+    if n not in (2, 3):
+        raise TypeError(f"{what} {getattr(fn, '__name__', fn)!r} takes {n} positional "
+                        f"arguments; expected (state, directory) -- the training state: "
+                        f"model, optimizer, scheduler, step -- or (model, optimizer, "
+                        f"directory)")
+    return n
 
 
 @dataclass(frozen=True)
@@ -166,19 +197,34 @@ class CustomPath:
     directory is shared by all ranks)."""
 
     save: Ref
-    """``save(fsdp_model, optimizer, directory)``, on every rank after training."""
+    """``save(state, directory)`` (``state``: the ``TrainState``: model, optimizer,
+    scheduler, step) or ``save(model, optimizer, directory)``, on every rank after
+    training."""
     load: Ref
-    """``load(fsdp_model, optimizer, directory)``, on every rank, on a fresh model whose
+    """``load(state, directory)`` (restore the optimizer, scheduler and ``state.step`` in
+    place) or ``load(model, optimizer, directory)``, on every rank, on a fresh model whose
     params are already restored."""
     _: KW_ONLY
     name: str = "user"
-    """What case ids show, as ``custom:<name>``."""
+    """What case ids show, as ``custom:<name>`` (``fsdp2.custom:<name>`` under FSDP2)."""
+    family: str = "fsdp1"
+    """The FSDP API the round trip runs under: ``"fsdp1"`` or ``"fsdp2"`` (``fully_shard``)."""
+    app_state: bool = False
+    """The functions take the training state (``save(state, directory)``), not
+    ``(model, optimizer, directory)``: decided from their signatures."""
 
     @classmethod
-    def of(cls, save, load, name: str | None = None) -> "CustomPath":
+    def of(cls, save, load, name: str | None = None, family: str = "fsdp1") -> "CustomPath":
         s, l_ = Ref.of(save, "save_fn"), Ref.of(load, "load_fn")
-        return cls(s, l_, name=name or s.name)
+        n_save, n_load = _arity(s.resolve(), "save_fn"), _arity(l_.resolve(), "load_fn")
+        if n_save != n_load:
+            raise TypeError(f"save_fn takes {n_save} positional arguments and load_fn "
+                            f"{n_load}: both take (state, directory), or both (model, "
+                            f"optimizer, directory)")
+        if family not in CUSTOM_PREFIXES:
+            raise ValueError(f"fsdp_version must be 1 or 2, got family {family!r}")
+        return cls(s, l_, name=name or s.name, family=family, app_state=n_save == 2)
 
     @property
     def api(self) -> str:
-        return CUSTOM_PREFIX + self.name
+        return custom_api(self.family, self.name)

@@ -3,6 +3,14 @@ for a user model (``rank_save`` / ``rank_load``), and the stages of the user's o
 code (``rank_custom``): train, save, load, resume, again (P7). Every function here is sent
 to the ranks by reference, so each is module-level.
 
+- A custom round trip runs under the case's family (``Family``: FSDP1's wrapping, or
+  ``fully_shard`` on the case's mesh). The user's functions get the ``TrainState`` (model,
+  optimizer, scheduler, step) or ``(model, optimizer, directory)``, as their signature says
+  (``CustomPath.app_state``); the load side resumes at the ``state.step`` the load restored.
+- A checkpoint write still running in ``torch.distributed.checkpoint`` when the user's save
+  returns (``pending_writes``) is recorded for P7, then waited for, so the load reads a
+  whole checkpoint and the verdict names the cause instead of a torn read.
+
 Rules
 - The stages of a custom round trip are separate pool calls; the model of the previous stage
   is held in the rank's cache (``ctx.cache``) between them, under the case id. Each stage
@@ -15,11 +23,15 @@ Rules
 """
 from __future__ import annotations
 
+import copy
 import os
+import sys
+import threading
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -27,29 +39,105 @@ import torch.distributed as dist
 from ..cases import Case
 from ..sut.records import LoadRecord, SaveRecord
 from ..sut.registry import api_path
-from ..sut import fsdp1
-from ..sut.fsdp1 import to_cpu, named_local
+from ..sut import fsdp1, fsdp2, fsdp2_paths
+from ..sut.fsdp1 import named_local
+from ..sut.fsdp2 import local_to_cpu
 from ..sut.paths import MODEL_FILE, full_params, grouping_name, load_params
-from ..zoo import build_optimizer
+from ..zoo import build_optimizer, build_scheduler
+from .app_state import TrainState
 from .model import CustomPath, UserModel
 
 CKPT_DIR = "ckpt"
 CKPT_AGAIN_DIR = "ckpt-again"
+# How long a stage waits for a checkpoint write the user's save left running (after
+# recording it) before the next stage reads the directory.
+PENDING_WAIT_S = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Family:
+    """How a custom round trip builds and observes a model under one FSDP API."""
+
+    wrap: Callable
+    """``wrap(ctx, case, plan) -> model``."""
+    grouping: Callable
+    """``grouping(name, param) -> name`` the zoo sorts params into groups by."""
+    meta: Callable
+    """``meta(model) -> list[dict]``: the layout P0 compares."""
+    full_params: Callable
+    """``full_params(model) -> {fqn: tensor}`` (a collective)."""
+    load_params: Callable
+    """``load_params(model, params)``."""
+
+
+def _family(case: Case) -> Family:
+    if case.family == "fsdp2":
+        return Family(wrap=fsdp2.wrap_fsdp2, grouping=lambda n, p: n, meta=fsdp2.param_layout,
+                      full_params=fsdp2_paths.full_params, load_params=fsdp2_paths.load_params)
+    return Family(wrap=lambda ctx, c, plan: fsdp1.wrap_fsdp1(ctx, c, plan=plan),
+                  grouping=grouping_name, meta=fsdp1.flat_metadata, full_params=full_params,
+                  load_params=load_params)
 
 
 def _build(ctx, case: Case, load_side: bool):
-    model = fsdp1.wrap_fsdp1(ctx, case, plan=case.dst_plan if load_side else case.plan)
-    named = [(grouping_name(n, p), p) for n, p in model.named_parameters()]
+    """A fresh ``TrainState`` (step 0) at this side's plan and the optimizer's keys."""
+    fam = _family(case)
+    model = fam.wrap(ctx, case, case.dst_plan if load_side else case.plan)
+    named = [(fam.grouping(n, p), p) for n, p in model.named_parameters()]
     optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
-    return model, optim, fsdp1.optimizer_keys(model, optim)
+    sched = build_scheduler(optim, case.model) if case.scheduler else None
+    return TrainState(model=model, optimizer=optim, scheduler=sched), \
+        fsdp1.optimizer_keys(model, optim)
 
 
 def _local(optim, keys) -> dict:
-    return to_cpu(named_local(optim.state_dict(), keys))
+    """The rank's optimizer state, FQN-keyed, DTensors as their local tensors, on CPU."""
+    return local_to_cpu(named_local(optim.state_dict(), keys))
 
 
-def _save_model_params(ctx, model, workdir: Path) -> None:
-    params = full_params(model)
+def _sched(state: TrainState) -> dict | None:
+    return None if state.scheduler is None else copy.deepcopy(state.scheduler.state_dict())
+
+
+def _call(fn, custom: CustomPath, state: TrainState, directory) -> None:
+    """The user's save or load, with the arguments its signature asks for."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if custom.app_state:
+            fn(state, str(directory))
+        else:
+            fn(state.model, state.optimizer, str(directory))
+
+
+def pending_writes() -> str:
+    """The first thread (not this one) running code of ``torch.distributed.checkpoint``: a
+    checkpoint write still going on (``dcp.async_save`` runs it in a thread and returns a
+    Future); "" when none. A thread that ran the write and finished it has left that code
+    before its Future completes, so a save that waited for the Future shows nothing."""
+    here = threading.get_ident()
+    mark = os.sep.join(("torch", "distributed", "checkpoint"))
+    for ident, frame in sys._current_frames().items():
+        if ident == here:
+            continue
+        f = frame
+        while f is not None:
+            if mark in f.f_code.co_filename:
+                name = next((t.name for t in threading.enumerate() if t.ident == ident), ident)
+                return (f"thread {name!r} in {f.f_code.co_filename.split(mark)[-1].lstrip(os.sep)}"
+                        f":{f.f_lineno} ({f.f_code.co_name})")
+            f = f.f_back
+    return ""
+
+
+def _wait_writes() -> None:
+    """Wait (``PENDING_WAIT_S`` at most) until no checkpoint write runs in this process."""
+    deadline = time.monotonic() + PENDING_WAIT_S
+    while pending_writes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _save_model_params(ctx, case: Case, model, workdir: Path):
+    params = _family(case).full_params(model)
     if ctx.rank == 0:
         tmp = workdir / f".{MODEL_FILE}.tmp{os.getpid()}"
         torch.save(params, tmp)
@@ -60,95 +148,112 @@ def _save_model_params(ctx, model, workdir: Path) -> None:
 _CACHE = "fsdpc_roundtrip"
 
 
-def _stash(ctx, case: Case, model, optim, keys) -> None:
-    ctx.cache[_CACHE] = (case.id, model, optim, keys)
+def _stash(ctx, case: Case, state: TrainState, keys) -> None:
+    ctx.cache[_CACHE] = (case.id, state, keys)
 
 
-def _take(ctx, case: Case, keep: bool = False):
-    held = ctx.cache.get(_CACHE) if keep else ctx.cache.pop(_CACHE, None)
+def _take(ctx, case: Case):
+    held = ctx.cache.pop(_CACHE, None)
     if held is None or held[0] != case.id:
         raise RuntimeError(f"no model of {case.id} held on rank {ctx.rank}: the stages of a "
                            f"custom round trip ran out of order (or the pool was rebuilt)")
     return held[1:]
 
 
-def _fresh_loaded(ctx, case: Case, workdir: Path, params, load, ckpt: Path):
-    """A fresh model at the load world size/plan with the saved params, then ``load``."""
-    model, optim, keys = _build(ctx, case, load_side=True)
-    load_params(model, params)
-    load(model, optim, str(ckpt))
-    return model, optim, keys
+def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
+    """A fresh training state at the load world size/plan with the saved params, then the
+    user's load."""
+    state, keys = _build(ctx, case, load_side=True)
+    _family(case).load_params(state.model, params)
+    _call(custom.load.resolve(), custom, state, ckpt)
+    return state, keys
 
 
 def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
-    """Save side, 1: build, train ``case.steps`` steps, record; keep the model."""
-    model, optim, keys = _build(ctx, case, load_side=False)
-    losses = fsdp1.train(ctx, case, model, optim, case.steps)
+    """Save side, 1: build, train ``case.steps`` steps, record; keep the state."""
+    state, keys = _build(ctx, case, load_side=False)
+    state.step = 0
+    losses = fsdp1.train(ctx, case, state.model, state.optimizer, case.steps,
+                         sched=state.scheduler)
+    state.step = case.steps
     out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
-                           "meta": fsdp1.flat_metadata(model), "local": _local(optim, keys)}
-    params = _save_model_params(ctx, model, workdir)
+                           "meta": _family(case).meta(state.model),
+                           "local": _local(state.optimizer, keys), "sched": _sched(state),
+                           "step": state.step if custom.app_state else None}
+    if case.family == "fsdp2":
+        out["mesh_shape"] = fsdp2.mesh_shape(ctx, case)
+    params = _save_model_params(ctx, case, state.model, workdir)
     if ctx.rank == 0:
         out["params"] = params
     (workdir / CKPT_DIR).mkdir(parents=True, exist_ok=True)
-    _stash(ctx, case, model, optim, keys)
+    _stash(ctx, case, state, keys)
     return out
 
 
 def _stage_save(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
-    """Save side, 2: the user's save (exceptions propagate: the pool reports every rank)."""
-    model, optim, keys = _take(ctx, case)
+    """Save side, 2: the user's save (exceptions propagate: the pool reports every rank);
+    then what it left still writing (``pending_writes``), waited for before returning."""
+    state, keys = _take(ctx, case)
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        custom.save.resolve()(model, optim, str(workdir / CKPT_DIR))
-    return {"timings": {"save": time.perf_counter() - t0}, "after_save": _local(optim, keys)}
+    _call(custom.save.resolve(), custom, state, workdir / CKPT_DIR)
+    took = time.perf_counter() - t0
+    pending = pending_writes()
+    _wait_writes()
+    return {"timings": {"save": took}, "after_save": _local(state.optimizer, keys),
+            "pending": pending}
 
 
 def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
-    """Load side, 1: fresh model with the saved params, the user's load, record; keep it."""
+    """Load side, 1: fresh state with the saved params, the user's load, record; keep it."""
     _clear(ctx)
     params = torch.load(workdir / MODEL_FILE, weights_only=True)
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model, optim, keys = _fresh_loaded(ctx, case, workdir, params, custom.load.resolve(),
-                                           workdir / CKPT_DIR)
-    out = {"rank": ctx.rank, "keys": keys, "meta": fsdp1.flat_metadata(model),
-           "timings": {"load": time.perf_counter() - t0}, "loaded": _local(optim, keys)}
-    _stash(ctx, case, model, optim, keys)
+    state, keys = _fresh_loaded(ctx, custom, case, params, workdir / CKPT_DIR)
+    out = {"rank": ctx.rank, "keys": keys, "meta": _family(case).meta(state.model),
+           "timings": {"load": time.perf_counter() - t0},
+           "loaded": _local(state.optimizer, keys), "sched_loaded": _sched(state),
+           "step_loaded": state.step if custom.app_state else None}
+    if case.family == "fsdp2":
+        out["mesh_shape"] = fsdp2.mesh_shape(ctx, case)
+    _stash(ctx, case, state, keys)
     return out
 
 
 def _stage_resume(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
-    """Load side, 2: train ``case.resume_steps`` more steps on the loaded model."""
-    model, optim, keys = _take(ctx, case)
+    """Load side, 2: train ``case.resume_steps`` more steps on the loaded state, from the
+    step it holds (the training state's; the save's step for optimizer-only functions)."""
+    state, keys = _take(ctx, case)
+    start = state.step if custom.app_state else case.steps
+    if not isinstance(start, int) or isinstance(start, bool):
+        raise TypeError(f"after load_fn, state.step is {start!r} ({type(start).__name__}); "
+                        f"expected the int step the checkpoint was taken at")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        losses = fsdp1.train(ctx, case, model, optim, case.resume_steps, start_step=case.steps)
-    out = {"losses": losses, "final_local": _local(optim, keys)}
-    final = full_params(model)
+        losses = fsdp1.train(ctx, case, state.model, state.optimizer, case.resume_steps,
+                             start_step=start, sched=state.scheduler)
+    out = {"losses": losses, "final_local": _local(state.optimizer, keys),
+           "sched_final": _sched(state)}
+    final = _family(case).full_params(state.model)
     if ctx.rank == 0:
         out["final_params"] = final
     return out
 
 
 def _stage_again(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
-    """Load side, 3 (P7), on fresh models: load, save again at once, load that."""
+    """Load side, 3 (P7), on fresh states: load, save again at once, load that."""
     params = torch.load(workdir / MODEL_FILE, weights_only=True)
     again = workdir / f"{CKPT_AGAIN_DIR}-ws{ctx.world_size}"
     again.mkdir(parents=True, exist_ok=True)
     dist.barrier(group=ctx.group)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model, optim, keys = _fresh_loaded(ctx, case, workdir, params, custom.load.resolve(),
-                                           workdir / CKPT_DIR)
-        first = _local(optim, keys)
-        custom.save.resolve()(model, optim, str(again))
-        after = _local(optim, keys)
-        del model, optim
-        model, optim, keys = _fresh_loaded(ctx, case, workdir, params, custom.load.resolve(),
-                                           again)
-    return {"loaded_again": first, "after_resave": after, "reloaded": _local(optim, keys)}
+    state, keys = _fresh_loaded(ctx, custom, case, params, workdir / CKPT_DIR)
+    first = _local(state.optimizer, keys)
+    _call(custom.save.resolve(), custom, state, again)
+    _wait_writes()
+    after = _local(state.optimizer, keys)
+    del state
+    state, keys = _fresh_loaded(ctx, custom, case, params, again)
+    return {"loaded_again": first, "after_resave": after,
+            "reloaded": _local(state.optimizer, keys)}
 
 
 def _clear(ctx) -> None:

@@ -264,15 +264,16 @@ class Roundtrip:
         return f"pytest '{self._request.node.nodeid}' --fsdp-case '{case.id}'"
 
     def _pairs(self, world_sizes):
-        pairs = [world_size_pair(w) for w in (world_sizes or self.default_world_sizes
-                                              or DEFAULT_PAIRS[self.tier])]
+        """The world-size specs to run (``spec.parse_sizes`` forms, kept as given: an HSDP
+        spec carries its mesh), within ``--fsdp-world-sizes``."""
+        specs = list(world_sizes or self.default_world_sizes or DEFAULT_PAIRS[self.tier])
         if self.allowed is not None:
-            kept = [p for p in pairs if set(p) <= self.allowed]
+            kept = [w for w in specs if set(world_size_pair(w)) <= self.allowed]
             if not kept:
-                pytest.skip(f"no world-size pair of {pairs} within --fsdp-world-sizes "
+                pytest.skip(f"no world-size pair of {specs} within --fsdp-world-sizes "
                             f"{','.join(map(str, sorted(self.allowed)))}")
-            pairs = kept
-        return pairs
+            specs = kept
+        return specs
 
     def _fail_clean(self, fn, *args, **kwargs):
         from .failures import RoundtripFailure

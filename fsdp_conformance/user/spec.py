@@ -7,8 +7,11 @@ Imported by the pytest plugin while it loads and collects: it must stay free of 
 from __future__ import annotations
 from ..properties.catalogue import CATALOGUE
 
-# Built-in paths fsdp_roundtrip runs by default, per tier (FSDP1's current API first).
-DEFAULT_PATHS = {"quick": ("fsdp1.full", "fsdp1.sharded"), "full": None}  # None: FSDP1_PATHS
+# Built-in paths fsdp_roundtrip runs by default, per FSDP version and tier (None: every path
+# of that version, ``sut.paths.FSDP1_PATHS`` / ``sut.fsdp2_paths.FSDP2_PATHS``).
+DEFAULT_PATHS = {(1, "quick"): ("fsdp1.full", "fsdp1.sharded"), (1, "full"): None,
+                 (2, "quick"): ("fsdp2.full", "fsdp2.sharded"), (2, "full"): None}
+FSDP_VERSIONS = (1, 2)
 # (save world size, load world size) pairs by default, per tier: same size, and a reshard
 # onto an odd size (uneven shards, padding).
 DEFAULT_PAIRS = {"quick": ((2, 2), (2, 3)),
@@ -21,22 +24,67 @@ TIERS = ("quick", "full")
 ACTIVE = {"tier": None}
 
 
-def world_size_pair(spec) -> tuple[int, int]:
-    """``2`` -> (2, 2); ``(2, 3)``, ``"2->3"``, ``"2"`` -> pairs."""
+# HSDP meshes in world-size specs ("2x2": 2 replicas x 2 shards): the shard group size the
+# harness builds (sut/fsdp2.py ``shard_group_size``, FSDP1's HYBRID_SHARD groups).
+HSDP_SHARD = 2
+
+
+def _side(text: str, spec) -> tuple[int, bool]:
+    """One side of a spec: ``"3"`` -> (3, False); ``"2x2"`` -> (4, True)."""
+    r, x, s = text.strip().partition("x")
+    try:
+        n = int(r) * (int(s) if x else 1)
+    except ValueError:
+        raise ValueError(f"world sizes are written N or RxS (HSDP: R replicas x S shards), "
+                         f"as '2', '2->3', '2x2->2'; got {spec!r}") from None
+    if x and int(s) != HSDP_SHARD:
+        raise ValueError(f"{spec!r}: an HSDP mesh here shards over {HSDP_SHARD} ranks (RxS "
+                         f"with S = {HSDP_SHARD}); got S = {s}")
+    return n, bool(x)
+
+
+def parse_sizes(spec) -> tuple[int, int, bool]:
+    """``(save world size, load world size, hsdp)`` of a spec: ``2``, ``(2, 3)``, ``"2->3"``,
+    ``"2x2->2"`` (an HSDP side: R replicas x ``HSDP_SHARD``). With an HSDP side, both sides
+    are built as HSDP (HYBRID_SHARD): a 1-D side must then be one shard group (odd, or
+    ``HSDP_SHARD``), else ValueError saying how it would be built."""
     if isinstance(spec, int):
-        pair = (spec, spec)
+        (n, hn), (m, hm) = (spec, False), (spec, False)
     elif isinstance(spec, str):
         a, _, b = spec.partition("->")
-        pair = (int(a), int(b or a))
+        (n, hn), (m, hm) = _side(a, spec), _side(b or a, spec)
     else:
         a, b = spec
-        pair = (int(a), int(b))
-    if min(pair) < 1:
+        (n, hn), (m, hm) = (int(a), False), (int(b), False)
+    if min(n, m) < 1:
         raise ValueError(f"world sizes must be >= 1, got {spec!r}")
-    return pair
+    hsdp = hn or hm
+    for size, is_hsdp in ((n, hn), (m, hm)):
+        if hsdp and not is_hsdp and size % 2 == 0 and size != HSDP_SHARD:
+            raise ValueError(
+                f"{spec!r}: next to an HSDP side, a 1-D size {size} would be built as "
+                f"{size // HSDP_SHARD}x{HSDP_SHARD} too (both sides share the case's "
+                f"strategy): write it as {size // HSDP_SHARD}x{HSDP_SHARD}, or use "
+                f"{HSDP_SHARD} or an odd size")
+    return n, m, hsdp
+
+
+def world_size_pair(spec) -> tuple[int, int]:
+    """``2`` -> (2, 2); ``(2, 3)``, ``"2->3"``, ``"2"`` -> pairs; ``"2x2->2"`` -> (4, 2)."""
+    n, m, _ = parse_sizes(spec)
+    return n, m
 
 
 def pair_id(pair: tuple[int, int]) -> str:
     """The test id of a (save, load) world-size pair: ``ws2``, ``ws2->3``."""
     n, m = pair
     return f"ws{n}" if n == m else f"ws{n}->{m}"
+
+
+def sizes_id(spec) -> str:
+    """The test id of a world-size spec: ``ws2``, ``ws2->3``, ``ws2x2->2``."""
+    n, m, hsdp = parse_sizes(spec)
+    if not hsdp:
+        return pair_id((n, m))
+    a, _, b = str(spec).partition("->")
+    return f"ws{a.strip()}" + (f"->{b.strip()}" if b and b.strip() != a.strip() else "")

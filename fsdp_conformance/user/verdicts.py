@@ -8,12 +8,19 @@ Rules (custom save/load)
   bitwise), P6 (resumed training == uninterrupted), P7 (the save leaves the optimizer
   unchanged, and load -> save -> load gives bitwise the state of the first load), P10
   (partial state) and P11 (param groups). P1, P4, P5, P8 and P9 judge torch's own dicts and
-  files: n/a.
+  files: n/a. The references are the case family's (FSDP1 flat units, or FSDP2's
+  per-parameter DTensor shards).
+- With the training state (``save_fn(state, directory)``): P11 also holds the step the load
+  restored (== the save's) and the scheduler's state after the load (== at the save, == the
+  single-process run's), P6 the scheduler's state after resuming (its learning rates).
+- P7 also fails when the checkpoint was still being written when ``save_fn`` returned (an
+  ``async_save`` whose Future was not waited for: ``rank_side.pending_writes``).
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Sequence
 
 from .. import reference as ref
 from ..cases import Case
@@ -87,7 +94,8 @@ def _partial(layout, local) -> bool:
     return any(n not in have for n in local.params_at_save if n not in skip)
 
 
-def p10_user(case: Case, layout, dst, full: dict | None, load_obs, local) -> Verdict:
+def p10_user(case: Case, layout, dst, full: dict | None, load_obs, local,
+             gather=ref.gather_full) -> Verdict:
     """P10 for a user model: partial state (no step yet, or params without state in the
     single-process run): the params with state, and their state names, are those of the
     single-process run, in what was saved (``full``, if there is one) and after the load."""
@@ -104,7 +112,7 @@ def p10_user(case: Case, layout, dst, full: dict | None, load_obs, local) -> Ver
         problems.append(f"saved: params/state names {shape_of(full)}, single-process run has {want}")
     if all(o.loaded is not None and not error_of(o.loaded) for o in load_obs):
         try:
-            back = ref.gather_full(dst, [o.loaded for o in load_obs])
+            back = gather(dst, [o.loaded for o in load_obs])
         except ref.StateDictMismatch as exc:
             return error(f"reference.gather_full rejected the loaded dicts: {exc}")
         if shape_of(back) != want:
@@ -161,27 +169,100 @@ def _p7_custom(save_obs: list[SaveRecord], load_obs: list[LoadRecord], again_err
     return passed("the save leaves the state unchanged; load -> save -> load bitwise the same")
 
 
+def _state_diffs(what: str, want: dict | None, got: dict | None) -> list[str]:
+    """The keys where two scheduler ``state_dict()``s differ: ``what: key: want X, got Y``."""
+    if want == got:
+        return []
+    if want is None or got is None:
+        return [f"{what}: expected {'no scheduler state' if want is None else want}, got "
+                f"{'none' if got is None else got}"]
+    return [f"{what}: {k!r}: expected {want.get(k, '<missing>')!r}, got {got.get(k, '<missing>')!r}"
+            for k in sorted(set(want) | set(got), key=str) if want.get(k) != got.get(k)]
+
+
+def by_ranks(per_rank: Sequence[tuple[int, list[str]]], side: str = "") -> list[str]:
+    """Problems found on several ranks, each once: ``rank 0: X`` / ``ranks [0, 1, 2]: X``."""
+    ranks: dict[str, list[int]] = {}
+    for r, found in per_rank:
+        for d in found:
+            ranks.setdefault(d, []).append(r)
+    return [f"{side}{'rank ' + str(rs[0]) if len(rs) == 1 else 'ranks ' + str(rs)}: {d}"
+            for d, rs in ranks.items()]
+
+
+def p11_app_state(case: Case, save_obs: Sequence[SaveRecord], load_obs: Sequence[LoadRecord],
+                  local) -> list[str]:
+    """The training state's other parts, as a trainer checkpoints them: on every rank the
+    step the load restored is the save's (``case.steps``), and the scheduler's state after
+    the load is the state it had at the save (== the single-process run's)."""
+    def loaded(o: LoadRecord) -> list[str]:
+        step = ([] if o.step_loaded == case.steps else
+                [f"state.step after the load is {o.step_loaded!r}, expected {case.steps} (the "
+                 f"step the checkpoint was taken at)"])
+        return step + _state_diffs("scheduler after the load vs at the save",
+                                   local.sched_at_save, o.sched_loaded)
+
+    return by_ranks([(o.rank, _state_diffs("scheduler vs the single-process run",
+                                           local.sched_at_save, o.sched)) for o in save_obs],
+                    "save side, ") + by_ranks([(o.rank, loaded(o)) for o in load_obs])
+
+
+def _with(verdict: Verdict, problems: list[str], what: str) -> Verdict:
+    """``verdict`` with more problems: a fail listing them after its own (a pass becomes a
+    fail; an error or n/a stays, with them added)."""
+    if not problems:
+        return verdict if verdict.status != "pass" else passed(f"{verdict.detail}; {what}")
+    text = "\n".join(problems)
+    if verdict.status == "fail":
+        return fail(verdict.detail + "\n\n" + text)
+    if verdict.status == "pass":
+        return fail(text)
+    return Verdict(verdict.status, verdict.detail + "\n\n" + text)
+
+
+def _p7_pending(save_obs: Sequence[SaveRecord]) -> list[str]:
+    pending = [o for o in save_obs if o.pending]
+    if not pending:
+        return []
+    return [f"the checkpoint was still being written when save_fn returned, on rank(s) "
+            f"{[o.rank for o in pending]} (rank {pending[0].rank}: {pending[0].pending}): "
+            f"dcp.async_save returns a Future, and the checkpoint exists only once it "
+            f"completes; wait for it (future.result()) before the save counts as done"]
+
+
+def _family_props(case: Case):
+    """(save layout, load layout, P0 of a side, P3, gather) of the case's FSDP family."""
+    if case.family == "fsdp2":
+        from ..properties import fsdp2_run_props as f2
+
+        layout, dst = f2.layouts(case)
+        return layout, dst, f2.p0_side, f2.p3_loaded, ref.fsdp2_gather
+    return (reference_layout(case), reference_layout(case, load_side=True),
+            lambda lay, obs, ordered: p0_layout(lay, rp.layout_view(obs), ordered=ordered),
+            rp.p3_loaded, ref.gather_full)
+
+
 def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord] | None,
-                    errors: dict | None = None) -> dict[str, Verdict]:
+                    errors: dict | None = None, app_state: bool = False) -> dict[str, Verdict]:
     """Every property of a custom-path round trip (module docstring). ``errors``: the
     RankError of a stage ("save", "load", "resume", "again"), if it raised; ``load_obs``
-    is None when the load side never ran."""
+    is None when the load side never ran. ``app_state``: the user's functions checkpoint
+    the training state (step and scheduler judged too)."""
     errors = errors or {}
-    layout = reference_layout(case)
-    dst = reference_layout(case, load_side=True)
+    layout, dst, p0_side, p3_loaded, gather = _family_props(case)
     v: dict[str, Verdict] = {}
     ordered = case.groups == 1
-    p0s = p0_layout(layout, rp.layout_view(save_obs), ordered=ordered)
-    p0l = p0_layout(dst, rp.layout_view(load_obs), ordered=ordered) if load_obs else passed("")
+    p0s = p0_side(layout, save_obs, ordered)
+    p0l = p0_side(dst, load_obs, ordered) if load_obs else passed("")
     v["P0"] = p0s if p0s.status != "pass" else (
         Verdict(p0l.status, "load side: " + p0l.detail) if p0l.status != "pass" else
         passed(f"save side {p0s.detail}" + (f"; load side {p0l.detail}" if load_obs else "")))
     v.update(custom_undecided())
     local = local_run(case)
     try:
-        full = ref.gather_full(layout, [o.local for o in save_obs])
+        full = gather(layout, [o.local for o in save_obs])
     except ref.StateDictMismatch as exc:
-        bad = error(f"reference.gather_full rejected torch's local dicts: {exc}")
+        bad = error(f"reference gather rejected torch's local dicts: {exc}")
         return {p: v.get(p, bad) for p in PROPS}
     ignored = model_spec(case.model).ignored
     why = (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank, so no "
@@ -194,17 +275,27 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
                 v[p] = fail(detail)
             return {p: v[p] for p in PROPS}
     same = case.dst_world_size == case.world_size and case.dst_plan == case.plan
-    v["P3"] = rp.p3_loaded(dst, full, load_obs, own=save_obs if same else None)
+    v["P3"] = p3_loaded(dst, full, load_obs, own=save_obs if same else None)
     if errors.get("resume") is not None:
         v["P6"] = fail("training after the load raised (the loaded state cannot be trained "
                        "on):\n" + rank_error_text(errors["resume"]))
     else:
         v["P6"] = na(why) if why else rp.p6_resume(
-            dst, load_obs, local, case.dtype, resume_steps=case.resume_steps, case=case,
-            start=rp.save_point(layout, save_obs) if case.dtype == "bf16" else None)
-    v["P7"] = _p7_custom(save_obs, load_obs, errors.get("again"))
-    v["P10"] = p10_user(case, layout, dst, None, load_obs, local)
+            dst, load_obs, local, case.dtype, gather=gather, resume_steps=case.resume_steps,
+            case=case, start=rp.save_point(layout, save_obs, gather)
+            if case.dtype == "bf16" else None)
+        if app_state and local.sched_at_end is not None:
+            v["P6"] = _with(v["P6"], by_ranks([(o.rank, _state_diffs(
+                "scheduler after resuming vs the uninterrupted run", local.sched_at_end,
+                o.sched_final)) for o in load_obs]),
+                "the scheduler after resuming as in the uninterrupted run")
+    v["P7"] = _with(_p7_custom(save_obs, load_obs, errors.get("again")),
+                    _p7_pending(save_obs), "the save was complete when save_fn returned")
+    v["P10"] = p10_user(case, layout, dst, None, load_obs, local, gather)
     v["P11"] = rp.p11_groups(full, load_obs, local)
+    if app_state:
+        v["P11"] = _with(v["P11"], p11_app_state(case, save_obs, load_obs, local),
+                         f"step {case.steps} and the scheduler restored")
     return {p: v[p] for p in PROPS}
 
 
@@ -215,12 +306,12 @@ def evaluate_user(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRec
     know the model."""
     v = round_trip_verdicts(case, save_obs, load_obs, workdir)
     if v["P10"].status == "n/a":
-        layout = reference_layout(case)
+        layout, dst, _, _, gather = _family_props(case)
         local = local_run(case)
         if _partial(layout, local):
             full, bad = rp.to_full(case.api, save_obs)
-            v["P10"] = bad if full is None else p10_user(
-                case, layout, reference_layout(case, load_side=True), full, load_obs, local)
+            v["P10"] = bad if full is None else p10_user(case, layout, dst, full, load_obs,
+                                                         local, gather)
     return v
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -110,6 +111,12 @@ class ModelSpec:
     # frozen while resuming. FSDP2 only (FSDP1 fixes requires_grad per FlatParameter when
     # it wraps).
     freeze_at_save: tuple = ()
+    # Users' models: ``shard_fn(model, mesh)`` applies ``fully_shard`` itself (replaces the
+    # plan under FSDP2; sut/fsdp2.py ``wrap_fsdp2``); ``scheduler_fn(optimizer) ->
+    # LRScheduler`` replaces the zoo's scheduler of ``scheduler=True`` cases
+    # (``optimizers.build_scheduler``).
+    shard_fn: Callable | None = None
+    scheduler_fn: Callable | None = None
 
 
 def _floats(shape):
@@ -146,30 +153,34 @@ REGISTERED: dict[str, ModelSpec] = {}
 
 def register_model(name: str, factory: Callable[[], nn.Module], input_fn=None,
                    plans: dict | None = None, ignored: tuple = (), *,
-                   batch_fn=None, loss_fn=None) -> ModelSpec:
+                   batch_fn=None, loss_fn=None, shard_fn=None,
+                   scheduler_fn=None) -> ModelSpec:
     """Make ``name`` buildable like a zoo model in this process: ``factory() -> nn.Module``
     (called with torch seeded), ``plans`` {plan name: FQNs of submodules that are their own
     unit} ("root" is always there), inputs from ``input_fn(generator, batch, dtype)`` or
-    ``batch_fn(step, batch)``, an optional ``loss_fn(model, x)``.
+    ``batch_fn(step, batch)``, an optional ``loss_fn(model, x)``, ``shard_fn(model, mesh)``
+    and ``scheduler_fn(optimizer)`` (``ModelSpec``).
 
-    Registering a name again with the same factory, inputs, loss and ignored modules merges
-    the plans; anything else under a taken name (a zoo name included) is a ValueError."""
+    Registering a name again with the same callables and ignored modules merges the plans;
+    anything else under a taken name (a zoo name included) is a ValueError."""
     if (input_fn is None) == (batch_fn is None):
         raise ValueError("register_model needs exactly one of input_fn or batch_fn")
     if name in MODELS:
         raise ValueError(f"{name!r} is a zoo model; pick another name")
     plans = {"root": (), **{k: tuple(v) for k, v in (plans or {}).items()}}
-    spec = ModelSpec(name, factory, input_fn, plans, tuple(ignored), batch_fn, loss_fn)
+    spec = ModelSpec(name, factory, input_fn, plans, tuple(ignored), batch_fn, loss_fn,
+                     shard_fn=shard_fn, scheduler_fn=scheduler_fn)
     old = REGISTERED.get(name)
     if old is not None:
-        same = (old.factory, old.input_fn, old.ignored, old.batch_fn, old.loss_fn) == (
-            spec.factory, spec.input_fn, spec.ignored, spec.batch_fn, spec.loss_fn)
+        ident = lambda m: (m.factory, m.input_fn, m.ignored, m.batch_fn, m.loss_fn,  # noqa: E731
+                           m.shard_fn, m.scheduler_fn)
+        same = ident(old) == ident(spec)
         clash = [k for k in plans if k in old.plans and old.plans[k] != plans[k]]
         if not same or clash:
-            why = f"plan(s) {clash} differ" if same else "factory, inputs, loss or ignored differ"
+            why = (f"plan(s) {clash} differ" if same else
+                   "factory, inputs, loss, shard_fn, scheduler or ignored differ")
             raise ValueError(f"model {name!r} is already registered differently ({why})")
-        spec = ModelSpec(name, factory, input_fn, {**old.plans, **plans}, spec.ignored,
-                         batch_fn, loss_fn)
+        spec = dataclasses.replace(spec, plans={**old.plans, **plans})
     REGISTERED[name] = spec
     return spec
 

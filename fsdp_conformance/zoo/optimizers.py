@@ -89,7 +89,15 @@ def build_optimizer(name: str, named_params: Iterable[tuple[str, torch.nn.Parame
     return cls([{"params": first}, {"params": second, **extra}], **kw)
 
 
-def build_scheduler(optim: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
-    """The LR scheduler of cases with ``scheduler=True``: ExponentialLR(gamma=0.9), which
-    adds ``initial_lr`` to every param group (an extra key every path must keep)."""
+def build_scheduler(optim: torch.optim.Optimizer,
+                    model: str | None = None) -> torch.optim.lr_scheduler.LRScheduler:
+    """The LR scheduler of cases with ``scheduler=True``: the registered user model's
+    ``scheduler_fn(optim)`` if ``model`` has one, else ExponentialLR(gamma=0.9), which adds
+    ``initial_lr`` to every param group (an extra key every path must keep)."""
+    if model is not None:
+        from .models import model_spec
+
+        fn = model_spec(model).scheduler_fn
+        if fn is not None:
+            return fn(optim)
     return torch.optim.lr_scheduler.ExponentialLR(optim, gamma=0.9)

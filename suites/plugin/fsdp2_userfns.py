@@ -1,0 +1,121 @@
+"""Bugs a user's FSDP2 app-state checkpoint code can have, each one planted into the
+example trainer's (examples/fsdp2_trainer.py) save/load: the plugin must fail each, naming
+the property and the param or key."""
+import torch
+import torch.distributed.checkpoint as dcp
+
+from examples.fsdp2_trainer import AppState
+
+
+class DropsLr(AppState):
+    """Saves the param groups without ``lr`` and loads them back filled from the fresh
+    optimizer (what a hand-rolled 'hyperparameters come from the config' loader does)."""
+
+    def state_dict(self):
+        sd = super().state_dict()
+        for g in sd["optim"]["param_groups"]:
+            g.pop("lr", None)
+        return sd
+
+    def load_state_dict(self, sd):
+        for g, fresh in zip(sd["optim"]["param_groups"], self.state.optimizer.param_groups):
+            g.setdefault("lr", fresh["lr"])
+        super().load_state_dict(sd)
+
+
+class RoundsToBf16(AppState):
+    """Saves the optimizer state rounded to bfloat16 (kept in its dtype), a 'save space'
+    cast."""
+
+    def state_dict(self):
+        sd = super().state_dict()
+        for st in sd["optim"]["state"].values():
+            for k, v in list(st.items()):
+                if k != "step" and torch.is_tensor(v) and v.is_floating_point():
+                    st[k] = v.to(torch.bfloat16).to(v.dtype)
+        return sd
+
+
+class SkipsScheduler(AppState):
+    """Forgets the LR scheduler: it restarts from its first step after a resume."""
+
+    def state_dict(self):
+        sd = super().state_dict()
+        del sd["scheduler"]
+        return sd
+
+    def load_state_dict(self, sd):
+        sd = {**sd, "scheduler": self.state.scheduler.state_dict()}
+        super().load_state_dict(sd)
+
+
+def save_drops_lr(state, directory):
+    dcp.save({"app": DropsLr(state)}, checkpoint_id=directory)
+
+
+def load_drops_lr(state, directory):
+    dcp.load({"app": DropsLr(state)}, checkpoint_id=directory)
+
+
+def save_rounds_bf16(state, directory):
+    dcp.save({"app": RoundsToBf16(state)}, checkpoint_id=directory)
+
+
+def save_skips_scheduler(state, directory):
+    dcp.save({"app": SkipsScheduler(state)}, checkpoint_id=directory)
+
+
+def load_skips_scheduler(state, directory):
+    dcp.load({"app": SkipsScheduler(state)}, checkpoint_id=directory)
+
+
+def save_async_unwaited(state, directory):
+    """``dcp.async_save`` without waiting for its Future."""
+    dcp.async_save({"app": AppState(state)}, checkpoint_id=directory)
+
+
+def save_async_waited(state, directory):
+    """``dcp.async_save``, then the Future's result: a correct asynchronous save."""
+    dcp.async_save({"app": AppState(state)}, checkpoint_id=directory).result()
+
+
+def _full_file(directory):
+    import os
+    return os.path.join(directory, "optim.pt")
+
+
+def save_full_optim(model, optimizer, directory):
+    """The optimizer's full dict through DSD, written by rank 0 (an FSDP2 trainer's 'full
+    checkpoint' branch): it inherits the known torch limitation that full-dict loads turn
+    tuple hyperparameters into lists."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                         get_optimizer_state_dict)
+
+    sd = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(
+        full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() == 0:
+        torch.save(sd, _full_file(directory))
+    dist.barrier()
+
+
+def load_full_optim(model, optimizer, directory):
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                         set_optimizer_state_dict)
+
+    sd = torch.load(_full_file(directory), weights_only=True)
+    set_optimizer_state_dict(model, optimizer, sd,
+                             options=StateDictOptions(full_state_dict=True))
+
+
+def load_full_optim_nudged(model, optimizer, directory):
+    """The same load, and a second bug on top: one momentum element off by 1e-3."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                         set_optimizer_state_dict)
+
+    sd = torch.load(_full_file(directory), weights_only=True)
+    st = sd["state"]["out.weight"]
+    st["exp_avg"] = st["exp_avg"].clone()
+    st["exp_avg"].view(-1)[0] += 1e-3
+    set_optimizer_state_dict(model, optimizer, sd,
+                             options=StateDictOptions(full_state_dict=True))

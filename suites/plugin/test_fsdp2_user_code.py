@@ -1,0 +1,84 @@
+"""A user's own FSDP2 app-state save/load under the plugin: each bug planted into the
+example trainer (examples/fsdp2_trainer.py; suites/plugin/fsdp2_userfns.py) fails, naming
+the property and the param, group or key; the correct asynchronous save passes. Real
+``fully_shard`` on a gloo CPU mesh, real DCP."""
+import pytest
+
+from examples.fsdp2_trainer import (TinyTransformerish, batch, load_checkpoint,
+                                    make_optimizer, make_scheduler, shard)
+from fsdp_conformance.user import RoundtripFailure, check
+from suites.plugin import fsdp2_userfns as bug
+
+TRAINER = dict(fsdp_version=2, shard_fn=shard, optimizer=make_optimizer,
+               scheduler=make_scheduler)
+
+
+def _failure(save, load, sizes="2->3", **kw) -> str:
+    with pytest.raises(RoundtripFailure) as info:
+        check(TinyTransformerish, batch, save_fn=save, load_fn=load, world_sizes=[sizes],
+              **{**TRAINER, **kw})
+    return str(info.value)
+
+
+def _verdict(message: str, prop: str) -> str:
+    """The lines of one property's verdict in a failure message."""
+    lines = message.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith(f"{prop} ("))
+    end = next((i for i in range(start + 1, len(lines))
+                if lines[i].startswith("  ") and not lines[i].startswith("    ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_a_save_that_drops_a_groups_lr_fails_p11():
+    v = _verdict(_failure(bug.save_drops_lr, bug.load_drops_lr), "P11")
+    assert "FAIL" in v and "param_groups after loading differ" in v and "[0]['lr']" in v
+
+
+def test_state_rounded_to_bf16_fails_p3_naming_the_param():
+    msg = _failure(bug.save_rounds_bf16, load_checkpoint)
+    v = _verdict(msg, "P3")
+    assert "FAIL" in v and "state['blocks.0.ff.0.weight']['exp_avg']" in v, v
+
+
+def test_a_skipped_scheduler_fails_p11_and_p6():
+    msg = _failure(bug.save_skips_scheduler, bug.load_skips_scheduler, "2")
+    p11 = _verdict(msg, "P11")
+    assert "FAIL" in p11 and "scheduler after the load vs at the save: 'last_epoch': " \
+        "expected 2, got 0" in p11, p11
+    assert "scheduler after resuming vs the uninterrupted run" in _verdict(msg, "P6")
+
+
+def test_an_unwaited_async_save_fails_p7():
+    v = _verdict(_failure(bug.save_async_unwaited, load_checkpoint, "2"), "P7")
+    assert "FAIL" in v and "still being written when save_fn returned" in v
+    assert "AsyncCheckpointExecutor" in v or "torch.distributed.checkpoint" in v
+
+
+def test_a_waited_async_save_passes():
+    results = check(TinyTransformerish, batch, save_fn=bug.save_async_waited,
+                    load_fn=load_checkpoint, world_sizes=["2->3"], **TRAINER)
+    p = results[0].properties
+    assert {k: p[k].status for k in ("P3", "P6", "P7", "P11")} == dict.fromkeys(
+        ("P3", "P6", "P7", "P11"), "pass")
+    assert "step 2 and the scheduler restored" in p["P11"].detail
+
+
+def test_a_known_torch_limitation_is_recognised_in_user_code_by_its_effect():
+    """A user's full-dict load through DSD turns AdamW's betas into a list (the entry
+    dsd-full-load-tuple-to-list): known, by its exact effect, naming the entry."""
+    r = check(TinyTransformerish, batch, save_fn=bug.save_full_optim,
+              load_fn=bug.load_full_optim, world_sizes=["2->3"], fsdp_version=2,
+              shard_fn=shard, optimizer=make_optimizer)[0]
+    p = r.properties
+    assert (p["P11"].status, p["P11"].known) == ("known", "dsd-full-load-tuple-to-list")
+    assert "as through the built-in path fsdp2.full" in p["P11"].detail
+    assert p["P3"].status == "pass"
+
+
+def test_a_second_bug_behind_a_known_one_fails():
+    """The same load with one momentum element off: the known effect no longer explains
+    everything, so nothing is known and P3 fails naming the param."""
+    msg = _failure(bug.save_full_optim, bug.load_full_optim_nudged, scheduler=None)
+    v = _verdict(msg, "P3")
+    assert "FAIL" in v and "state['out.weight']['exp_avg']" in v, v
+    assert "FAIL" in _verdict(msg, "P11")  # the betas are no longer excused either
