@@ -14,3 +14,11 @@ def test_trainer_checkpoint(fsdp_roundtrip, sizes):
     fsdp_roundtrip(TinyTransformerish, batch, fsdp_version=2, shard_fn=shard,
                    optimizer=make_optimizer, scheduler=make_scheduler,
                    save_fn=save_checkpoint, load_fn=load_checkpoint, world_sizes=[sizes])
+
+
+def test_builtin_fsdp2_paths(fsdp_roundtrip):
+    """The same model and optimizer through the built-in FSDP2 paths (fsdp2.full,
+    fsdp2.sharded: torch's get_/set_optimizer_state_dict and DCP) instead of the trainer's
+    own code: every property of the conformance run, torch's limitations by their models."""
+    fsdp_roundtrip(TinyTransformerish, batch, fsdp_version=2, shard_fn=shard,
+                   optimizer=make_optimizer, scheduler=make_scheduler, world_sizes=["2->3"])
