@@ -185,8 +185,9 @@ def recognise(case: Case, apis: Sequence[str], verdicts: Mapping[str, Verdict], 
                        for p in verdicts if verdicts[p].status != "n/a"):
                 continue
             k = next(e for e in _effects(view, verdicts) if e.key == key.split("+")[0])
-            why = (f"\n(your code's effect is exactly this entry's{' (' + key + ')' if '+' in key else ''}, "
-                   f"as through the built-in path {api})")
+            together = f" ({key})" if "+" in key else ""
+            why = (f"\n(your code's effect is exactly this entry's{together}, as through the "
+                   f"built-in path {api})")
             return {p: _known(k, v.detail + why) if p in failing else v
                     for p, v in verdicts.items()}
     return dict(verdicts)

@@ -22,7 +22,7 @@ import torch
 from ..cases import Case
 from . import expectation as expect
 from ..zoo import (build_model, build_optimizer, build_scheduler, freeze_at_save, make_batch,
-                   train_step)
+                   scheduler_state, train_step)
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
     for step in range(case.steps + case.resume_steps):
         if step == case.steps:
             freeze_at_save(model, case.model)  # trained, then frozen at the save (zoo)
-            snaps["save"] = (_params(model), named_osd(optim, names), _sched(sched))
+            snaps["save"] = (_params(model), named_osd(optim, names), scheduler_state(sched))
             if exp.key:  # resume from the modelled state (module rules)
                 # the effects never mutate their argument but may share its tensors (the
                 # step counter): one deep copy keeps the snapshot out of the resumed
@@ -106,13 +106,10 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
         losses.append(float(loss.detach().to(torch.float64)))
     if "save" not in snaps:
         freeze_at_save(model, case.model)
-        snaps["save"] = (_params(model), named_osd(optim, names), _sched(sched))
+        snaps["save"] = (_params(model), named_osd(optim, names), scheduler_state(sched))
     return LocalRun(tuple(losses), snaps["save"][0], snaps["save"][1], _params(model),
-                    named_osd(optim, names), snaps["save"][2], _sched(sched))
+                    named_osd(optim, names), snaps["save"][2], scheduler_state(sched))
 
-
-def _sched(sched) -> dict | None:
-    return None if sched is None else copy.deepcopy(sched.state_dict())
 
 
 def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
@@ -135,15 +132,15 @@ def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
             p.copy_(params[n])
     freeze_at_save(model, case.model)
     optim.load_state_dict(copy.deepcopy(_to_ids(state, names)))
+    sched_at_save = local_run(case).sched_at_save if sched is not None else None
     if sched is not None:  # the scheduler as it was at the save
-        sched.load_state_dict(copy.deepcopy(local_run(case).sched_at_save))
+        sched.load_state_dict(copy.deepcopy(sched_at_save))
     losses = []
     for step in range(case.steps, case.steps + case.resume_steps):
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
         losses.append(float(train_step(model, optim, x, sched).detach().to(torch.float64)))
     return LocalRun(tuple(losses), params, state, _params(model), named_osd(optim, names),
-                    local_run(case).sched_at_save if sched is not None else None,
-                    _sched(sched))
+                    sched_at_save, scheduler_state(sched))
 
 
 def _params(model: torch.nn.Module) -> dict:

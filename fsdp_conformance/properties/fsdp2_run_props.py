@@ -49,19 +49,6 @@ def p0_side(layout, records: Sequence[SaveRecord] | Sequence[LoadRecord],
     return fsdp2_props.p0_layout(layout, [{**o, "keys": want} for o in obs])
 
 
-def p0(layout, dst, save_obs: Sequence[SaveRecord], load_obs: Sequence[LoadRecord],
-       ordered: bool) -> Verdict:
-    """FSDP2's per-parameter layout (``Shard(0)`` rows, placements, key order) on both sides
-    equals the reference's."""
-    s = p0_side(layout, save_obs, ordered)
-    if s.status != "pass":
-        return s
-    ld = p0_side(dst, load_obs, ordered)
-    if ld.status != "pass":
-        return Verdict(ld.status, "load side: " + ld.detail)
-    return passed(f"save side {s.detail}; load side {ld.detail}")
-
-
 def p1_saved(layout, save_obs: Sequence[SaveRecord], full: dict, api: str) -> Verdict:
     """What the path saved == reference.fsdp2_gather(every rank's local dict), bitwise."""
     try:

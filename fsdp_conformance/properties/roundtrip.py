@@ -11,8 +11,9 @@ Rules
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-
+from typing import Any, Callable
 
 from .. import reference as ref
 from ..cases import Case
@@ -29,6 +30,56 @@ from .verdict import Verdict, error, na, passed
 DCP_DIR = "dcp"  # where the DCP paths write (sut/paths.py DCP_DIR)
 ROUND_TRIP: tuple[str, ...] = tuple(f"P{i}" for i in range(12))
 """The properties a round-trip case decides."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyRefs:
+    """The references and family-specific property functions of one case."""
+
+    layout: Any
+    """The save side's reference layout (FSDP1 ``ModelLayout`` or ``Fsdp2Layout``)."""
+    dst: Any
+    """The load side's (its world size and plan)."""
+    p0_side: Callable[..., Verdict]
+    """``p0_side(layout, records, ordered)``: one side's layout against the reference."""
+    p1_saved: Callable[..., Verdict]
+    """P1: what the path saved against the reference's gather."""
+    p3_loaded: Callable[..., Verdict]
+    """P3: each rank's state after the load against the reference's shard."""
+    gather: Callable[..., dict]
+    """The reference's gather of the ranks' local dicts."""
+
+
+def _fsdp1_p0_side(layout, records, ordered: bool) -> Verdict:
+    return p0_layout(layout, rp.layout_view(records), ordered=ordered)
+
+
+def family_refs(case: Case) -> FamilyRefs:
+    """The references of the case's FSDP family (``fsdp2_run_props`` for ``fully_shard``,
+    ``run_props`` for FSDP1)."""
+    if case.family == "fsdp2":
+        from . import fsdp2_run_props as f2
+
+        layout, dst = f2.layouts(case)
+        return FamilyRefs(layout=layout, dst=dst, p0_side=f2.p0_side, p1_saved=f2.p1_saved,
+                          p3_loaded=f2.p3_loaded, gather=f2.gather)
+    return FamilyRefs(layout=reference_layout(case), dst=reference_layout(case, load_side=True),
+                      p0_side=_fsdp1_p0_side, p1_saved=rp.p1_saved, p3_loaded=rp.p3_loaded,
+                      gather=ref.gather_full)
+
+
+def p0_both(refs: FamilyRefs, save_obs, load_obs, ordered: bool) -> Verdict:
+    """P0 of both sides: the save side's verdict if it does not pass, else the load side's
+    (prefixed "load side: "); ``load_obs`` None: the load side never ran."""
+    s = refs.p0_side(refs.layout, save_obs, ordered)
+    if s.status != "pass":
+        return s
+    if not load_obs:
+        return passed(f"save side {s.detail}")
+    ld = refs.p0_side(refs.dst, load_obs, ordered)
+    if ld.status != "pass":
+        return Verdict(ld.status, "load side: " + ld.detail)
+    return passed(f"save side {s.detail}; load side {ld.detail}")
 
 
 def _read_dcp(path: Path) -> dict | None:
@@ -51,21 +102,10 @@ def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[L
     api = case.api
     v: dict[str, Verdict] = {}
     ordered = case.groups == 1  # several groups: the optimizer's order is the groups' order
-    if case.family == "fsdp2":  # FSDP2: per-parameter layout and its own reference
-        from ..properties import fsdp2_run_props as f2
-
-        layout, dst = f2.layouts(case)
-        v["P0"] = f2.p0(layout, dst, save_obs, load_obs, ordered)
-        p1_saved, p3_loaded, gather = f2.p1_saved, f2.p3_loaded, f2.gather
-    else:
-        layout = reference_layout(case)
-        dst = reference_layout(case, load_side=True)
-        p0s = p0_layout(layout, rp.layout_view(save_obs), ordered=ordered)
-        p0l = p0_layout(dst, rp.layout_view(load_obs), ordered=ordered)
-        v["P0"] = p0s if p0s.status != "pass" else (
-            Verdict(p0l.status, "load side: " + p0l.detail) if p0l.status != "pass" else
-            passed(f"save side {p0s.detail}; load side {p0l.detail}"))
-        p1_saved, p3_loaded, gather = rp.p1_saved, rp.p3_loaded, ref.gather_full
+    refs = family_refs(case)
+    layout, dst, p1_saved, p3_loaded, gather = (refs.layout, refs.dst, refs.p1_saved,
+                                                refs.p3_loaded, refs.gather)
+    v["P0"] = p0_both(refs, save_obs, load_obs, ordered)
     full, bad = rp.to_full(api, save_obs)
     local = local_run(case)
     if full is None:
@@ -90,6 +130,8 @@ def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[L
                    if load_error is None else error("load failed: " + load_error))
         dcp_full = _read_dcp(workdir / DCP_DIR) if api_path(api).writes == "dcp" else None
         v["P8"] = rp.p8_serialise(api, save_obs, load_obs, full, dcp_full)
+        from . import fsdp2_run_props as f2
+
         v["P9"] = (f2.p9_sharded(full, save_obs) if api == "fsdp2.sharded"
                    else rp.p9_flags(layout, api, save_obs))
         v["P10"] = rp.p10_partial(case, layout, dst, full, load_obs, local, gather=gather)

@@ -23,7 +23,6 @@ Rules
 """
 from __future__ import annotations
 
-import copy
 import os
 import sys
 import threading
@@ -43,7 +42,7 @@ from ..sut import fsdp1, fsdp2, fsdp2_paths
 from ..sut.fsdp1 import named_local
 from ..sut.fsdp2 import local_to_cpu
 from ..sut.paths import MODEL_FILE, full_params, grouping_name, load_params
-from ..zoo import build_optimizer, build_scheduler
+from ..zoo import build_optimizer, build_scheduler, scheduler_state
 from .app_state import TrainState
 from .model import CustomPath, UserModel
 
@@ -68,15 +67,18 @@ class Family:
     """``full_params(model) -> {fqn: tensor}`` (a collective)."""
     load_params: Callable
     """``load_params(model, params)``."""
+    mesh_shape: Callable
+    """``mesh_shape(ctx, case) -> tuple | None``: the device mesh's shape (None: FSDP1)."""
 
 
 def _family(case: Case) -> Family:
     if case.family == "fsdp2":
         return Family(wrap=fsdp2.wrap_fsdp2, grouping=lambda n, p: n, meta=fsdp2.param_layout,
-                      full_params=fsdp2_paths.full_params, load_params=fsdp2_paths.load_params)
+                      full_params=fsdp2_paths.full_params, load_params=fsdp2_paths.load_params,
+                      mesh_shape=fsdp2.mesh_shape)
     return Family(wrap=lambda ctx, c, plan: fsdp1.wrap_fsdp1(ctx, c, plan=plan),
                   grouping=grouping_name, meta=fsdp1.flat_metadata, full_params=full_params,
-                  load_params=load_params)
+                  load_params=load_params, mesh_shape=lambda ctx, c: None)
 
 
 def _build(ctx, case: Case, load_side: bool):
@@ -93,10 +95,6 @@ def _build(ctx, case: Case, load_side: bool):
 def _local(optim, keys) -> dict:
     """The rank's optimizer state, FQN-keyed, DTensors as their local tensors, on CPU."""
     return local_to_cpu(named_local(optim.state_dict(), keys))
-
-
-def _sched(state: TrainState) -> dict | None:
-    return None if state.scheduler is None else copy.deepcopy(state.scheduler.state_dict())
 
 
 def _call(fn, custom: CustomPath, state: TrainState, directory) -> None:
@@ -172,16 +170,15 @@ def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
 def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     """Save side, 1: build, train ``case.steps`` steps, record; keep the state."""
     state, keys = _build(ctx, case, load_side=False)
-    state.step = 0
     losses = fsdp1.train(ctx, case, state.model, state.optimizer, case.steps,
                          sched=state.scheduler)
     state.step = case.steps
+    fam = _family(case)
     out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
-                           "meta": _family(case).meta(state.model),
-                           "local": _local(state.optimizer, keys), "sched": _sched(state),
+                           "meta": fam.meta(state.model), "mesh_shape": fam.mesh_shape(ctx, case),
+                           "local": _local(state.optimizer, keys),
+                           "sched": scheduler_state(state.scheduler),
                            "step": state.step if custom.app_state else None}
-    if case.family == "fsdp2":
-        out["mesh_shape"] = fsdp2.mesh_shape(ctx, case)
     params = _save_model_params(ctx, case, state.model, workdir)
     if ctx.rank == 0:
         out["params"] = params
@@ -209,12 +206,12 @@ def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     params = torch.load(workdir / MODEL_FILE, weights_only=True)
     t0 = time.perf_counter()
     state, keys = _fresh_loaded(ctx, custom, case, params, workdir / CKPT_DIR)
-    out = {"rank": ctx.rank, "keys": keys, "meta": _family(case).meta(state.model),
-           "timings": {"load": time.perf_counter() - t0},
-           "loaded": _local(state.optimizer, keys), "sched_loaded": _sched(state),
+    fam = _family(case)
+    out = {"rank": ctx.rank, "keys": keys, "meta": fam.meta(state.model),
+           "mesh_shape": fam.mesh_shape(ctx, case), "timings": {"load": time.perf_counter() - t0},
+           "loaded": _local(state.optimizer, keys),
+           "sched_loaded": scheduler_state(state.scheduler),
            "step_loaded": state.step if custom.app_state else None}
-    if case.family == "fsdp2":
-        out["mesh_shape"] = fsdp2.mesh_shape(ctx, case)
     _stash(ctx, case, state, keys)
     return out
 
@@ -232,7 +229,7 @@ def _stage_resume(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
         losses = fsdp1.train(ctx, case, state.model, state.optimizer, case.resume_steps,
                              start_step=start, sched=state.scheduler)
     out = {"losses": losses, "final_local": _local(state.optimizer, keys),
-           "sched_final": _sched(state)}
+           "sched_final": scheduler_state(state.scheduler)}
     final = _family(case).full_params(state.model)
     if ctx.rank == 0:
         out["final_params"] = final

@@ -80,11 +80,3 @@ def pair_id(pair: tuple[int, int]) -> str:
     n, m = pair
     return f"ws{n}" if n == m else f"ws{n}->{m}"
 
-
-def sizes_id(spec) -> str:
-    """The test id of a world-size spec: ``ws2``, ``ws2->3``, ``ws2x2->2``."""
-    n, m, hsdp = parse_sizes(spec)
-    if not hsdp:
-        return pair_id((n, m))
-    a, _, b = str(spec).partition("->")
-    return f"ws{a.strip()}" + (f"->{b.strip()}" if b and b.strip() != a.strip() else "")

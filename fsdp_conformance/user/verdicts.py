@@ -28,12 +28,10 @@ from ..properties.statediff import diff_state_dicts, format_diff
 from ..properties.fault_props import exception_line
 from ..properties.baseline import local_run
 from ..properties import run_props as rp
-from ..properties.layouts import reference_layout
-from ..properties.reference_props import p0_layout
 from ..properties.verdict import Verdict, error, fail, na, passed
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..properties.catalogue import ONLY_BOUNDS, ONLY_GOLDEN, PROPS
-from ..properties.roundtrip import round_trip_verdicts
+from ..properties.roundtrip import family_refs, p0_both, round_trip_verdicts
 from ..zoo import model_spec
 
 
@@ -230,18 +228,6 @@ def _p7_pending(save_obs: Sequence[SaveRecord]) -> list[str]:
             f"completes; wait for it (future.result()) before the save counts as done"]
 
 
-def _family_props(case: Case):
-    """(save layout, load layout, P0 of a side, P3, gather) of the case's FSDP family."""
-    if case.family == "fsdp2":
-        from ..properties import fsdp2_run_props as f2
-
-        layout, dst = f2.layouts(case)
-        return layout, dst, f2.p0_side, f2.p3_loaded, ref.fsdp2_gather
-    return (reference_layout(case), reference_layout(case, load_side=True),
-            lambda lay, obs, ordered: p0_layout(lay, rp.layout_view(obs), ordered=ordered),
-            rp.p3_loaded, ref.gather_full)
-
-
 def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord] | None,
                     errors: dict | None = None, app_state: bool = False) -> dict[str, Verdict]:
     """Every property of a custom-path round trip (module docstring). ``errors``: the
@@ -249,14 +235,9 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     is None when the load side never ran. ``app_state``: the user's functions checkpoint
     the training state (step and scheduler judged too)."""
     errors = errors or {}
-    layout, dst, p0_side, p3_loaded, gather = _family_props(case)
-    v: dict[str, Verdict] = {}
-    ordered = case.groups == 1
-    p0s = p0_side(layout, save_obs, ordered)
-    p0l = p0_side(dst, load_obs, ordered) if load_obs else passed("")
-    v["P0"] = p0s if p0s.status != "pass" else (
-        Verdict(p0l.status, "load side: " + p0l.detail) if p0l.status != "pass" else
-        passed(f"save side {p0s.detail}" + (f"; load side {p0l.detail}" if load_obs else "")))
+    refs = family_refs(case)
+    layout, dst, gather = refs.layout, refs.dst, refs.gather
+    v: dict[str, Verdict] = {"P0": p0_both(refs, save_obs, load_obs, case.groups == 1)}
     v.update(custom_undecided())
     local = local_run(case)
     try:
@@ -275,7 +256,7 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
                 v[p] = fail(detail)
             return {p: v[p] for p in PROPS}
     same = case.dst_world_size == case.world_size and case.dst_plan == case.plan
-    v["P3"] = p3_loaded(dst, full, load_obs, own=save_obs if same else None)
+    v["P3"] = refs.p3_loaded(dst, full, load_obs, own=save_obs if same else None)
     if errors.get("resume") is not None:
         v["P6"] = fail("training after the load raised (the loaded state cannot be trained "
                        "on):\n" + rank_error_text(errors["resume"]))
@@ -306,12 +287,12 @@ def evaluate_user(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRec
     know the model."""
     v = round_trip_verdicts(case, save_obs, load_obs, workdir)
     if v["P10"].status == "n/a":
-        layout, dst, _, _, gather = _family_props(case)
+        refs = family_refs(case)
         local = local_run(case)
-        if _partial(layout, local):
+        if _partial(refs.layout, local):
             full, bad = rp.to_full(case.api, save_obs)
-            v["P10"] = bad if full is None else p10_user(case, layout, dst, full, load_obs,
-                                                         local, gather)
+            v["P10"] = bad if full is None else p10_user(case, refs.layout, refs.dst, full,
+                                                         load_obs, local, refs.gather)
     return v
 
 

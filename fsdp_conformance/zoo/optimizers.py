@@ -101,3 +101,11 @@ def build_scheduler(optim: torch.optim.Optimizer,
         if fn is not None:
             return fn(optim)
     return torch.optim.lr_scheduler.ExponentialLR(optim, gamma=0.9)
+
+
+def scheduler_state(sched) -> dict | None:
+    """A deep copy of an LR scheduler's ``state_dict()`` (None without a scheduler): what
+    the round trip compares, detached from the live scheduler."""
+    import copy
+
+    return None if sched is None else copy.deepcopy(sched.state_dict())
