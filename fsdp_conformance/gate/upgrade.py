@@ -16,7 +16,10 @@ Steps (each one a subprocess with its own log file and time limit):
    thresholds; timings and peaks flagged slower or bigger (benchmarks, and the bounds
    cases' measurements in the run reports) are measured again on both sides and stay
    regressions only if they reproduce (``recheck``); verdict regressions stand as they
-   are; the gate's exit code is 1 when either comparison keeps a regression.
+   are; the gate's exit code is 1 when either comparison keeps a regression;
+6. paths whose torch API the candidate removed (run/removal.py) are reported on their own:
+   "API REMOVED: 4 paths (...)", with the fixtures only those paths read. They fail the
+   gate (exit 1) unless ``--allow-removed``; never as a regression per verdict.
 
 Rules
 - The gate never writes outside its own new directory (``--out``, which must not exist),
@@ -77,6 +80,8 @@ class GateConfig:
     max_slowdown: float = 1.5
     max_memory_growth: float = 1.2
     step_timeout: float = 3 * 3600.0
+    allow_removed: bool = False
+    """Accept paths whose API the candidate's torch removed (still listed)."""
     run_args: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -209,14 +214,21 @@ def gate(cfg: GateConfig) -> int:
             f"compare {kind} reports",
             _cli(sys.executable, "compare", str(out / "baseline" / f"{kind}.json"),
                  str(out / "candidate" / f"{kind}.json"), *thresholds,
-                 "--md", str(out / f"compare-{kind}.md"), "--json", str(out / f"compare-{kind}.json")),
+                 "--md", str(out / f"compare-{kind}.md"), "--json", str(out / f"compare-{kind}.json"),
+                 "--allow-removed"),
             logs / f"compare-{kind}.log", timeout=600, ok_codes=(0, 1))
+    removed = _removed(out / "compare-run.json")
     rechecks = {}
     for kind in kinds:
         if verdicts[kind]:
             rechecks[kind] = recheck(kind, cfg, out, sides, thresholds, logs)
             verdicts[kind] = 1 if rechecks[kind]["confirmed"] or rechecks[kind]["other"] else 0
-    rc = 1 if any(verdicts.values()) else 0
+    regressed = any(verdicts.values())
+    rc = 1 if regressed or (removed["paths"] and not cfg.allow_removed) else 0
+    verdict = "regression" if regressed else "no regression"
+    if removed["paths"]:
+        verdict = (f"API removed: {len(removed['paths'])} paths "
+                   f"({', '.join(removed['paths'])}); {verdict}")
     summary = {
         "schema": "fsdp-conformance/gate/1",
         **{s.name: {"spec": s.spec, "python": s.python, "torch": versions[s.name]}
@@ -226,7 +238,10 @@ def gate(cfg: GateConfig) -> int:
         "step_exit_codes": codes,
         "compare_exit_codes": verdicts,
         "rechecks": rechecks,
-        "verdict": "regression" if rc else "no regression",
+        "api_removed": removed["paths"],
+        "removed_fixtures": removed["fixtures"],
+        "allow_removed": cfg.allow_removed,
+        "verdict": verdict,
         "wall_s": round(time.monotonic() - t0, 1),
     }
     write_json_atomic(out / "gate.json", summary)
@@ -246,6 +261,17 @@ def gate(cfg: GateConfig) -> int:
 
 
 NOISY = ("slower", "more memory")
+
+
+def _removed(compare_json: Path) -> dict:
+    """{"paths": {path: detail}, "fixtures": [...]}: what the run comparison says the
+    candidate's torch removed (report/diff_model.py ``Comparison.removed_paths``)."""
+    import json
+
+    if not compare_json.exists():
+        return {"paths": {}, "fixtures": []}
+    data = json.loads(compare_json.read_text())
+    return {"paths": data.get("api_removed") or {}, "fixtures": data.get("removed_fixtures") or []}
 
 
 def _flagged(compare_json: Path) -> tuple[set[str], list[str]]:
@@ -394,6 +420,9 @@ def add_parser(sub) -> None:
                    help="scaling benchmark in both environments (default quick)")
     g.add_argument("--max-slowdown", type=float, default=1.5)
     g.add_argument("--max-memory-growth", type=float, default=1.2)
+    g.add_argument("--allow-removed", action="store_true",
+                   help="pass although the candidate removed some paths' API (they are still "
+                        "listed as \"API removed\")")
     g.add_argument("--step-timeout", type=float, default=3 * 3600.0,
                    help="seconds any one step may take (default 3 h)")
 
@@ -415,7 +444,8 @@ def main(args: argparse.Namespace) -> int:
                      baseline_python=args.baseline_python, out=out, venvs=Path(args.venvs),
                      tier=args.tier, keyword=args.keyword, world_sizes=args.world_sizes,
                      bench=args.bench, max_slowdown=args.max_slowdown,
-                     max_memory_growth=args.max_memory_growth, step_timeout=args.step_timeout)
+                     max_memory_growth=args.max_memory_growth, step_timeout=args.step_timeout,
+                     allow_removed=args.allow_removed)
     try:
         return gate(cfg)
     except GateError as e:

@@ -11,6 +11,12 @@ Lifetime rules: the rank exits when the controller closes the lifeline (its deat
 SIGKILL too), when it gets ("stop",), or when its connection breaks. SIGINT is ignored here:
 Ctrl-C is the controller's to handle, and it tears the ranks down. SIGUSR1 makes faulthandler
 write every thread's Python stack to ``scratch/stacks.txt`` (the controller reads it on a hang).
+
+Rank set-up: ``$FSDPC_RANK_SETUP`` ("pkg.module" or "pkg.module:function") is imported (and
+the function called) on every rank after the process group is up and before the rank serves
+any call: a patch of torch under test, such as a candidate fix, or the self-test's removal of
+the legacy FSDP1 functions (suites/conformance/removed_api.py). A set-up that raises stops the
+rank before it is ready, so the pool fails to start with the traceback in the rank's log.
 """
 from __future__ import annotations
 
@@ -33,6 +39,21 @@ from .seeding import seed_everything
 
 STACK_FILE = "stacks.txt"
 LOG_FILE = "rank.log"
+RANK_SETUP_ENV = "FSDPC_RANK_SETUP"
+
+
+def run_rank_setup() -> None:
+    """Import ``$FSDPC_RANK_SETUP``'s module and call its function, if one is named (module
+    docstring)."""
+    import importlib
+
+    spec = os.environ.get(RANK_SETUP_ENV, "").strip()
+    if not spec:
+        return
+    module, _, func = spec.partition(":")
+    mod = importlib.import_module(module)
+    if func:
+        getattr(mod, func)()
 
 
 def _watch_lifeline(lifeline) -> None:
@@ -102,6 +123,7 @@ def main(conn, lifeline, rank: int, world_size: int, backend: str, store_host: s
     ctx = RankContext(rank=rank, world_size=world_size, local_rank=rank, backend=backend,
                       device=device, group=dist.group.WORLD, scratch=scratch_dir,
                       generation=generation)
+    run_rank_setup()
     conn.send(("ready", os.getpid()))
     serve(conn, ctx)
     os._exit(0)

@@ -1,5 +1,6 @@
 """Verdict of one property on one case: pass, fail (with the diff), known (a recorded torch
-limitation), n/a (with the reason), error (harness or unexpected exception).
+limitation), n/a (with the reason), error (harness or unexpected exception), removed (the
+path's torch API is gone from the torch under test: run/removal.py).
 
 Rule: a verdict carries where it came from (``origin``): ``"torch"`` for what the system
 under test did, ``"suite"`` for a failure of this package itself. A known torch limitation
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STATUSES = ("pass", "fail", "known", "n/a", "error")
+STATUSES = ("pass", "fail", "known", "n/a", "error", "removed")
 ORIGINS = ("torch", "suite")
 
 
@@ -36,7 +37,9 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("pass", "known", "n/a")
+        """Nothing wrong was found: pass, known, n/a, or removed (an API that is gone is a
+        change of torch's surface, reported on its own, not a wrong result)."""
+        return self.status in ("pass", "known", "n/a", "removed")
 
     @property
     def fixed_upstream(self) -> bool:

@@ -1,7 +1,8 @@
 """``fsdp-conformance report`` (render a run report as Markdown and HTML) and
 ``fsdp-conformance compare`` (what changed between two reports; the upgrade gate).
 
-Exit codes: 0 ok (``compare``: no regression), 1 ``compare`` found a regression, 2 usage
+Exit codes: 0 ok (``compare``: no regression), 1 ``compare`` found a regression or a path
+whose torch API NEW removed (``--allow-removed``: removals alone exit 0), 2 usage
 error (unreadable input, a file of another schema, a run report against a benchmark report,
 a threshold below 1, an output path that is one of the inputs).
 
@@ -39,7 +40,9 @@ def add_parser(sub) -> None:
         description="What changed from BASE to NEW: verdicts newly failing / newly passing, "
                     "known limitations fixed or new, cases missing, timings (floor-normalised, "
                     "beyond the noise of both runs) and peak memory beyond the thresholds. "
-                    "Exit codes: 0 no regression, 1 regression, 2 usage error.")
+                    "A path whose torch API NEW no longer has is reported once per path as "
+                    "\"API removed\", not as regressions. Exit codes: 0 no regression, 1 "
+                    "regression or API removed, 2 usage error.")
     c.add_argument("base", help="BASE report (run or benchmark JSON)")
     c.add_argument("new", help="NEW report, of the same kind as BASE")
     c.add_argument("--max-slowdown", type=float, default=1.5,
@@ -47,6 +50,9 @@ def add_parser(sub) -> None:
                         "regression (default 1.5)")
     c.add_argument("--max-memory-growth", type=float, default=1.2,
                    help="per-rank peak memory ratio NEW/BASE that is a regression (default 1.2)")
+    c.add_argument("--allow-removed", action="store_true",
+                   help="accept paths whose API NEW's torch removed (exit 0 if nothing else "
+                        "regressed); they are still listed")
     c.add_argument("--md", default=None, help="also write the comparison as Markdown")
     c.add_argument("--json", default=None, help="also write the comparison as JSON")
 
@@ -112,7 +118,7 @@ def _compare(args) -> int:
         write_text_atomic(outs["--md"], render_markdown(cmp))
     if "--json" in outs:
         write_json_atomic(outs["--json"], cmp.to_json())
-    return 1 if cmp.regressed else 0
+    return 1 if cmp.blocked(args.allow_removed) else 0
 
 
 def main(args) -> int:

@@ -2,10 +2,13 @@
 :class:`Comparison` (all of them, JSON schema ``fsdp-conformance/compare/1``), the
 :class:`Thresholds` a caller may set, and the schemas of the reports compared.
 
-Labels and their categories (:data:`LABELS`): regression, improvement, known fixed,
-information; which transition gets which label is report/diff_runs.py's table (verdicts,
+Labels and their categories (:data:`LABELS`): regression, API removed, improvement, known
+fixed, information; which transition gets which label is report/diff_runs.py's table (verdicts,
 scaling) and report/diff_measure.py's rules (timings, memory). A comparison has regressed
-when any change is in the regression category.
+when any change is in the regression category. An API removal (run/removal.py) is not a
+regression: NEW's torch no longer has a path at all, and the comparison says so once per path
+(``removed_paths``: "API removed: 4 paths") instead of one failure per verdict; it still
+blocks (``blocked``) unless the caller accepts it.
 
 Output order is deterministic: regressions, then improvements, known fixed, information;
 within each, by subject and item.
@@ -25,7 +28,7 @@ RUN_SCHEMA = "fsdp-conformance/run/1"
 BENCH_SCHEMA = "fsdp-conformance/bench/1"
 
 # label -> category; categories in output order.
-CATEGORIES = ("regression", "improvement", "known fixed", "info")
+CATEGORIES = ("regression", "removed", "improvement", "known fixed", "info")
 LABELS: dict[str, str] = {
     "newly failing": "regression",
     "newly known": "regression",
@@ -35,6 +38,7 @@ LABELS: dict[str, str] = {
     "slower": "regression",
     "more memory": "regression",
     "scaling worse": "regression",
+    "API removed": "removed",
     "newly passing": "improvement",
     "faster": "improvement",
     "less memory": "improvement",
@@ -44,6 +48,7 @@ LABELS: dict[str, str] = {
     "changed": "info",
     "scaling changed": "info",
     "added in NEW": "info",
+    "API restored": "info",
 }
 
 
@@ -104,6 +109,24 @@ class Comparison:
     def regressed(self) -> bool:
         return bool(self.regressions)
 
+    @property
+    def removed_paths(self) -> dict[str, str]:
+        """{path: NEW's "removed" detail} for every path NEW's torch removed that BASE's had
+        (the run report's ``summary.removed``, minus BASE's)."""
+        base = self.base_facts.get("removed") or {}
+        return {api: d for api, d in (self.new_facts.get("removed") or {}).items()
+                if api not in base}
+
+    @property
+    def removed_fixtures(self) -> list[str]:
+        """Golden fixtures only NEW's removed paths read (NEW cannot load them)."""
+        return list(self.new_facts.get("removed_fixtures") or [])
+
+    def blocked(self, allow_removed: bool = False) -> bool:
+        """Whether this comparison fails a gate: a regression, or (unless ``allow_removed``)
+        a path whose API NEW removed."""
+        return self.regressed or (bool(self.removed_paths) and not allow_removed)
+
     def counts(self) -> dict[str, int]:
         """Changes per label, labels in LABELS order (non-zero only)."""
         n = Counter(c.label for c in self.changes)
@@ -117,6 +140,13 @@ class Comparison:
         nreg = len(self.regressions)
         head = (f"REGRESSION: {nreg} regression{'s' if nreg != 1 else ''}" if nreg
                 else "OK: no regressions")
+        removed = self.removed_paths
+        if removed:
+            fx = self.removed_fixtures
+            gone = (f"API REMOVED: {len(removed)} path{'s' if len(removed) != 1 else ''} "
+                    f"({', '.join(removed)})"
+                    + (f", fixtures only they read: {', '.join(fx)}" if fx else ""))
+            head = f"{gone}; {head if nreg else 'no regressions'}"
         return f"{head} ({counts})"
 
     def to_json(self) -> dict:
@@ -129,6 +159,8 @@ class Comparison:
                            "min_memory_delta_bytes": MIN_MEMORY_DELTA_BYTES,
                            "min_scaling_exponent_delta": MIN_SCALING_EXPONENT_DELTA},
             "regression": self.regressed,
+            "api_removed": self.removed_paths,
+            "removed_fixtures": self.removed_fixtures,
             "verdict": self.verdict_line(),
             "counts": self.counts(),
             "notes": list(self.notes),

@@ -25,7 +25,8 @@ def header_lines(cmp: Comparison) -> list[str]:
 
 def sections(cmp: Comparison) -> list[tuple[str, list[Change]]]:
     """(title, changes) per non-empty category, in CATEGORIES order."""
-    titles = {"regression": "Regressions", "improvement": "Improvements",
+    titles = {"regression": "Regressions", "removed": "API removed (verdicts)",
+              "improvement": "Improvements",
               "known fixed": "Known limitations fixed", "info": "Other changes (information)"}
     return [(f"{titles[cat]} ({len(cs)})", cs) for cat in CATEGORIES
             if (cs := [c for c in cmp.changes if c.category == cat])]
@@ -60,7 +61,8 @@ def render_rich(cmp: Comparison, console=None) -> None:
     console.print(Text(f"fsdp-conformance compare ({cmp.kind} reports)", style="bold"))
     for line in header_lines(cmp):
         console.print(Text(line, style="dim" if line.startswith(("note", "thresholds")) else ""))
-    styles = {"regression": "red", "improvement": "green", "known fixed": "yellow", "info": ""}
+    styles = {"regression": "red", "removed": "magenta", "improvement": "green",
+              "known fixed": "yellow", "info": ""}
     for title, cs in sections(cmp):
         table = Table(title=title, title_justify="left", title_style=f"bold {styles[cs[0].category]}")
         for col in ("change", "subject", "item", "BASE", "NEW", "detail"):
@@ -69,7 +71,8 @@ def render_rich(cmp: Comparison, console=None) -> None:
             table.add_row(Text(c.label, style=styles[c.category]), c.subject, c.item, c.base,
                           c.new, c.detail)
         console.print(table)
-    console.print(Text(cmp.verdict_line(), style="bold red" if cmp.regressed else "bold green"))
+    console.print(Text(cmp.verdict_line(),
+                       style="bold red" if cmp.regressed or cmp.removed_paths else "bold green"))
 
 
 def _md(text: str) -> str:

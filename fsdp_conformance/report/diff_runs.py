@@ -19,7 +19,14 @@ n/a -> pass / known               newly checked       no
 fail <-> error, fail/error ->     changed             no
 known / n/a, known -> n/a
 case or property only in NEW      added in NEW        no
+any other -> removed              API removed         no (its own
+                                                      category)
+removed -> any other              API restored        no
 ================================  ==================  ===========
+
+"removed" (run/removal.py) means NEW's torch no longer has the path's API: one change per
+verdict is kept for the record, but the comparison reports it per path ("API removed: 4
+paths"), and a gate blocks on it unless told to accept it (diff_model.py).
 
 A newly known limitation is a regression: "known" means torch fails there and the suite
 recognises the failure; for an upgrade gate a torch that starts failing a case the current
@@ -63,6 +70,10 @@ def classify_status(base: dict, new: dict) -> str | None:
         return None if same else "known changed"
     if b == n and b != "known":
         return None
+    if n == "removed":
+        return "API removed"
+    if b == "removed":
+        return "API restored"
     if n in FAILING:
         return "changed" if b in FAILING else "newly failing"
     if b in FAILING:

@@ -30,9 +30,9 @@ from ..run.result import CaseResult  # noqa: E402  (re-exported: the report's re
 SCHEMA = "fsdp-conformance/run/1"
 _SCHEMA_PREFIX, _SCHEMA_MAJOR = SCHEMA.rsplit("/", 1)
 
-SYMBOLS = {"pass": "✓", "fail": "✗", "known": "k", "n/a": "–", "error": "E"}
-LEGEND = ("N✓ pass · N✗ fail · NE error · Nk known torch limitation · N– not applicable; "
-          "counts are (case, property) pairs")
+SYMBOLS = {"pass": "✓", "fail": "✗", "known": "k", "n/a": "–", "error": "E", "removed": "R"}
+LEGEND = ("N✓ pass · N✗ fail · NE error · Nk known torch limitation · N– not applicable · "
+          "NR API removed from this torch; counts are (case, property) pairs")
 FAILING = ("fail", "error")
 DETAIL_LINES_MD = 80  # lines of a failure's detail shown in Markdown (all of it is in the JSON)
 DETAIL_LINES_TERM = 4  # lines shown in the terminal
@@ -68,11 +68,15 @@ def summarize(cases: list[dict]) -> dict:
     ``by_path``: {api: {Pn: {status: count}}} (non-zero counts only);
     ``failing_cases``: sorted ids with any fail/error; ``known``: {key: number of cases with
     a "known" verdict under that key}; ``fixed_upstream``: [case id, Pn, key] for every
-    verdict that passes although a known limitation is recorded for it."""
+    verdict that passes although a known limitation is recorded for it; ``removed``: {api:
+    the first "removed" verdict's detail} for every path whose torch API is gone
+    (run/removal.py); ``removed_fixtures``: the golden fixtures ("<torch>/<name>") whose every
+    load path is removed, so this torch cannot read them at all."""
     by_status = Counter({s: 0 for s in STATUSES})
     by_path: dict[str, dict[str, Counter]] = {}
     failing, fixed = set(), []
     known: dict[str, set[str]] = {}
+    removed: dict[str, str] = {}
     for c in cases:
         path = by_path.setdefault(c["api"], {})
         for prop, v in c["properties"].items():
@@ -84,6 +88,8 @@ def summarize(cases: list[dict]) -> dict:
                 known.setdefault(v["known"], set()).add(c["id"])
             if v.get("fixed_upstream"):
                 fixed.append([c["id"], prop, v.get("known", "")])
+            if v["status"] == "removed":
+                removed.setdefault(c["api"], v.get("detail", ""))
     return {
         "cases": len(cases),
         "by_status": {s: by_status[s] for s in STATUSES},
@@ -93,7 +99,18 @@ def summarize(cases: list[dict]) -> dict:
         "failing_cases": sorted(failing),
         "known": {k: len(ids) for k, ids in sorted(known.items())},
         "fixed_upstream": sorted(fixed),
+        "removed": dict(sorted(removed.items())),
+        "removed_fixtures": _unreadable_fixtures(cases, set(removed)),
     }
+
+
+def _unreadable_fixtures(cases: list[dict], removed: set[str]) -> list[str]:
+    """The golden fixtures of ``cases`` whose format no load path outside ``removed`` reads
+    (golden/formats.py ``LOAD_PATHS``)."""
+    from ..golden.formats import LOAD_PATHS, format_of
+
+    return sorted({c["golden"] for c in cases if c.get("golden") and removed
+                   and set(LOAD_PATHS[format_of(c["api"])]) <= removed})
 
 
 def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed: int,
@@ -213,14 +230,25 @@ def rerun_command(case_id: str) -> str:
 def headline(report: dict) -> str:
     """One line: OK/FAILED, cases, verdicts per status, fixed-upstream count."""
     s = report["summary"]
-    counts = ", ".join(f"{s['by_status'][k]} {k}" for k in STATUSES)
+    counts = ", ".join(f"{s['by_status'].get(k, 0)} {k}" for k in STATUSES)
     if report.get("incomplete"):  # never OK; say what the decided cases showed
         bad = s["by_status"]["fail"] or s["by_status"]["error"]
         return (f"INCOMPLETE ({report['incomplete']}; {report.get('planned_cases', '?')} "
                 f"planned): {'failing' if bad else 'no failure'} so far: {s['cases']} cases; "
                 f"{counts}; {len(s['fixed_upstream'])} fixed upstream?")
     return (f"{'OK' if report['ok'] else 'FAILED'}: {s['cases']} cases; {counts}; "
-            f"{len(s['fixed_upstream'])} fixed upstream?")
+            f"{len(s['fixed_upstream'])} fixed upstream?{removed_line(s)}")
+
+
+def removed_line(summary: dict) -> str:
+    """"; API removed: N paths (a, b); fixtures only removed paths read: x, y", or ""."""
+    removed = summary.get("removed") or {}
+    if not removed:
+        return ""
+    fixtures = summary.get("removed_fixtures") or []
+    return (f"; API removed: {len(removed)} path{'s' if len(removed) != 1 else ''} "
+            f"({', '.join(removed)})"
+            + (f"; fixtures only removed paths read: {', '.join(fixtures)}" if fixtures else ""))
 
 
 def machine_line(report: dict) -> str:
@@ -348,7 +376,8 @@ def bounds_markdown(report: dict) -> list[str]:
 
 def render_markdown(report: dict) -> str:
     """The report for humans: title and run facts, the matrix with its legend, Failures
-    (detail and rerun command each), Known torch limitations, Fixed upstream?, Not
+    (detail and rerun command each), API removed (when any), Known torch limitations, Fixed
+    upstream?, Not
     applicable (distinct reasons with counts), Tolerances."""
     s = report["summary"]
     out = [f"# fsdp-conformance run: torch {report['torch_version']}, {report['backend']}, "
@@ -376,6 +405,17 @@ def render_markdown(report: dict) -> str:
         fence = _fence(body)
         out += [f"### `{cid}` {p}: {v['status']}", "", fence, body, fence, "",
                 f"Rerun: `{rerun_command(cid)}`", ""]
+
+    removed = s.get("removed") or {}
+    if removed:
+        out += [f"## API removed ({len(removed)} paths)", "",
+                "The torch under test no longer has these paths' API (run/removal.py); their "
+                "verdicts are \"removed\", not failures.", ""]
+        out += [f"- **{api}**: {detail}" for api, detail in removed.items()]
+        if s.get("removed_fixtures"):
+            out += ["", "Golden fixtures that only removed paths read (this torch cannot load "
+                    "them): " + ", ".join(f"`{f}`" for f in s["removed_fixtures"])]
+        out.append("")
 
     out += ["## Known torch limitations", ""]
     if not s["known"]:

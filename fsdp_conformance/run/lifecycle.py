@@ -14,7 +14,8 @@ Rules
     any other exception -> "error" of origin "suite": a bug of this package, never turned
         "known" by a torch limitation.
   Ctrl-C (KeyboardInterrupt) and SystemExit propagate: the run decides what to keep.
-- Known torch limitations (``known.apply``) are applied to every verdict of every kind, once.
+- A removed torch API (run/removal.py) turns the verdicts that show it "removed"; then the
+  known torch limitations (``known.apply``) are applied to every verdict of every kind, once.
 """
 from __future__ import annotations
 
@@ -133,6 +134,7 @@ def execute(case: Case, env: CaseEnv, kind: CaseKind) -> CaseResult:
     """Run one case of ``kind`` (run/kinds.py ``kind_of`` picks the run's) and return its
     ``CaseResult`` (module rules)."""
     from ..known.apply import apply_known
+    from .removal import mark_removed
 
     workdir = workdir_of(case, env.rundir)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -159,7 +161,7 @@ def execute(case: Case, env: CaseEnv, kind: CaseKind) -> CaseResult:
     if missing:
         raise AssertionError(f"{kind.name} case {case.id}: no verdict for {missing}")
     step.timings["total"] = time.perf_counter() - t0
-    ordered = {p: verdicts[p] for p in PROPS}
+    ordered = mark_removed(case, {p: verdicts[p] for p in PROPS})
     judged = (kind.known(case, ordered, modelled) if hasattr(kind, "known")
               else apply_known(case, ordered, modelled))
     return CaseResult(case, judged, dict(step.timings), dict(measurements))

@@ -73,6 +73,11 @@ class ApiPath:
     """The path rekeys the dict (P5 applies)."""
     resizable: bool = True
     """The load side may run at another world size or wrapping than the save."""
+    calls: tuple[str, ...] = ()
+    """The torch functions the path's save and load call by name (the last component of
+    their qualified name, e.g. ``"full_optim_state_dict"``). A torch without one of them
+    (missing, or raising that it was removed) makes the path's verdicts "removed"
+    (run/removal.py)."""
 
     def sides(self) -> ModuleType:
         """The path's module (``PathSides``), imported on first use."""
@@ -87,16 +92,27 @@ class ApiPath:
         return self.sides().load_side
 
 
+_FSDP1_NEW = ("optim_state_dict", "optim_state_dict_to_load", "state_dict_type")
+_DSD = ("get_optimizer_state_dict", "set_optimizer_state_dict")
 PATHS: tuple[ApiPath, ...] = (
-    ApiPath(name="fsdp1.legacy_full", family="fsdp1", module="paths", writes="full"),
-    ApiPath(name="fsdp1.legacy_scatter", family="fsdp1", module="paths", writes="full"),
+    ApiPath(name="fsdp1.legacy_full", family="fsdp1", module="paths", writes="full",
+            calls=("full_optim_state_dict", "shard_full_optim_state_dict")),
+    ApiPath(name="fsdp1.legacy_scatter", family="fsdp1", module="paths", writes="full",
+            calls=("full_optim_state_dict", "scatter_full_optim_state_dict")),
     ApiPath(name="fsdp1.legacy_sharded", family="fsdp1", module="paths", writes="per_rank",
-            resizable=False),
-    ApiPath(name="fsdp1.full", family="fsdp1", module="paths", writes="full"),
-    ApiPath(name="fsdp1.sharded", family="fsdp1", module="paths", writes="dcp"),
-    ApiPath(name="fsdp1.rekey", family="fsdp1", module="paths", writes="full", rekeys=True),
-    ApiPath(name="fsdp2.full", family="fsdp2", module="fsdp2_paths", writes="full"),
-    ApiPath(name="fsdp2.sharded", family="fsdp2", module="fsdp2_paths", writes="dcp"),
+            resizable=False,
+            calls=("sharded_optim_state_dict", "flatten_sharded_optim_state_dict")),
+    ApiPath(name="fsdp1.full", family="fsdp1", module="paths", writes="full",
+            calls=_FSDP1_NEW),
+    ApiPath(name="fsdp1.sharded", family="fsdp1", module="paths", writes="dcp",
+            calls=_FSDP1_NEW + ("load_sharded_optimizer_state_dict",)),
+    ApiPath(name="fsdp1.rekey", family="fsdp1", module="paths", writes="full", rekeys=True,
+            calls=("full_optim_state_dict", "rekey_optim_state_dict",
+                   "shard_full_optim_state_dict")),
+    ApiPath(name="fsdp2.full", family="fsdp2", module="fsdp2_paths", writes="full",
+            calls=_DSD),
+    ApiPath(name="fsdp2.sharded", family="fsdp2", module="fsdp2_paths", writes="dcp",
+            calls=_DSD),
 )
 PATH_NAMES: tuple[str, ...] = tuple(p.name for p in PATHS)
 _BY_NAME = {p.name: p for p in PATHS}

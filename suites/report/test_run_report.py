@@ -62,7 +62,7 @@ def test_schema_cases_and_summary_counts():
 
     s = r["summary"]
     assert s["cases"] == 4
-    assert s["by_status"] == {"pass": 8, "fail": 1, "known": 1, "n/a": 3, "error": 0}
+    assert s["by_status"] == {"pass": 8, "fail": 1, "known": 1, "n/a": 3, "error": 0, "removed": 0}
     assert s["by_path"]["fsdp1.full"]["P0"] == {"pass": 2}
     assert s["by_path"]["fsdp1.full"]["P1"] == {"pass": 1, "fail": 1}
     assert s["by_path"]["fsdp2.sharded"]["P4"] == {"pass": 1, "n/a": 1}
