@@ -68,7 +68,7 @@ def build_optimizer(name: str, named_params: Iterable[tuple[str, torch.nn.Parame
     docstring), or a registered factory called with the named params (which then decides
     the groups and flags itself)."""
     if name in REGISTERED and name not in OPTIMIZERS:
-        return REGISTERED[name]([(n, p) for n, p in named_params])
+        return _checked(name, REGISTERED[name]([(n, p) for n, p in named_params]))
     try:
         cls, kw = OPTIMIZERS[name]
     except KeyError:
@@ -87,6 +87,24 @@ def build_optimizer(name: str, named_params: Iterable[tuple[str, torch.nn.Parame
     if "weight_decay" in kw or cls in (torch.optim.Adam, torch.optim.SGD):
         extra["weight_decay"] = 0.01
     return cls([{"params": first}, {"params": second, **extra}], **kw)
+
+
+def _checked(name: str, optim) -> torch.optim.Optimizer:
+    """A registered factory's optimizer, if the suite can read it: a ``torch.optim.Optimizer``
+    whose ``state_dict()`` has torch's form (``{"state", "param_groups"}``). Otherwise a
+    TypeError naming the factory and what it returned (a trainer's container, such as
+    torchtitan's ``OptimizersContainer``, has its own flat ``state_dict``: return the
+    optimizer it wraps)."""
+    if not isinstance(optim, torch.optim.Optimizer):
+        raise TypeError(f"optimizer factory {name!r} returned {type(optim).__qualname__}, not "
+                        f"a torch.optim.Optimizer")
+    keys = set(optim.state_dict())
+    if not {"state", "param_groups"} <= keys:
+        raise TypeError(f"optimizer factory {name!r} returned {type(optim).__qualname__}, "
+                        f"whose state_dict() has keys {sorted(keys)[:6]}, not torch's "
+                        f"{{'state', 'param_groups'}}: return the torch optimizer it wraps "
+                        f"(a trainer's container keeps its own format)")
+    return optim
 
 
 def build_scheduler(optim: torch.optim.Optimizer,
