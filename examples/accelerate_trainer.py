@@ -1,8 +1,15 @@
-"""A user's training code on Hugging Face accelerate with FSDP2 (``fsdp_version=2``), put
-under the suite by ``test_accelerate_trainer.py``: the model is sharded by accelerate's own
-``fsdp2_prepare_model`` (what ``Accelerator.prepare`` runs on a model), and checkpoints go
-through accelerate's ``save_fsdp_optimizer`` / ``load_fsdp_optimizer`` (FULL and SHARDED
-state dicts) or ``Accelerator.save_state`` / ``load_state`` (the whole training state).
+"""A user's training code on Hugging Face accelerate with FSDP2 and FSDP1 (``fsdp_version`` 2
+and 1), put under the suite by ``test_accelerate_trainer.py``. Checkpoints go through
+accelerate's ``save_fsdp_optimizer`` / ``load_fsdp_optimizer`` (FULL and SHARDED state
+dicts) or ``Accelerator.save_state`` / ``load_state`` (the whole training state).
+
+- FSDP2: the model is sharded by accelerate's own ``fsdp2_prepare_model`` (what
+  ``Accelerator.prepare`` runs on a model): ``shard_full`` / ``shard_sharded``.
+- FSDP1: the suite wraps the model in FSDP1 by the test's plan (its ``shard_fn`` is
+  FSDP2-only), which is accelerate's "manual wrapping": ``prepare`` keeps a model that is
+  already an FSDP module (accelerate 1.15.0 accelerator.py:1923-1931). The ``*_v1``
+  functions build the FSDP1 Accelerator whose plugin they read, with accelerate's default
+  configs (offload_to_cpu=True; rank0_only=True for FULL: utils/dataclasses.py:2059-2067).
 
 CPU set-up, said plainly: accelerate enters its FSDP mode only for GPU-like devices
 (``AcceleratorState`` takes the FSDP branch for ``MULTI_GPU`` and the like, accelerate
@@ -11,7 +18,10 @@ model in DDP, without a warning. ``accelerator()`` below builds ``PartialState(c
 (gloo, the pool's process group) and then records the run as ``MULTI_GPU``, so
 ``Accelerator`` takes its FSDP branch; everything after that is accelerate's own code.
 Several Accelerators per process need ``AcceleratorState._reset_state(True)`` first (the
-rank processes are reused), as accelerate's own test base class does.
+rank processes are reused), as accelerate's own test base class does. (When accelerate
+wraps an FSDP1 model itself on CPU it also needs ``ACCELERATE_TORCH_DEVICE=cpu``: its
+device ``cpu:0`` is refused by FSDP1 as "Inconsistent compute device and `device_id`",
+torch _init_utils.py:1102; here the suite wraps, so it is not set.)
 """
 import torch
 from torch import nn
@@ -19,8 +29,9 @@ from torch import nn
 _CURRENT: dict = {}
 
 
-def accelerator(state_dict_type: str):
-    """A fresh FSDP2 ``Accelerator`` on this CPU rank (module docstring)."""
+def accelerator(state_dict_type: str, fsdp_version: int = 2):
+    """A fresh FSDP ``Accelerator`` (``fsdp_version`` 1 or 2) on this CPU rank (module
+    docstring); the training state prepared into the previous one is forgotten."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState, PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
@@ -29,11 +40,14 @@ def accelerator(state_dict_type: str):
     GradientState._reset_state()
     PartialState(cpu=True)
     PartialState._shared_state["distributed_type"] = DistributedType.MULTI_GPU
-    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type=state_dict_type)
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=fsdp_version,
+                                            state_dict_type=state_dict_type)
     acc = Accelerator(cpu=True, fsdp_plugin=plugin)
-    if acc.distributed_type != DistributedType.FSDP or not acc.is_fsdp2:
-        raise RuntimeError(f"accelerate did not enter FSDP2: {acc.distributed_type}")
+    if acc.distributed_type != DistributedType.FSDP or acc.is_fsdp2 != (fsdp_version == 2):
+        raise RuntimeError(f"accelerate did not enter FSDP{fsdp_version}: "
+                           f"{acc.distributed_type}, is_fsdp2={acc.is_fsdp2}")
     _CURRENT["acc"] = acc
+    _CURRENT.pop("prepared", None)
     return acc
 
 
@@ -121,3 +135,57 @@ def save_state(state, directory: str) -> None:
 
 def load_state(state, directory: str) -> None:
     _prepared(state).load_state(directory)
+
+
+# FSDP1: the suite has wrapped the model (module docstring); each function builds the
+# FSDP1 Accelerator whose plugin accelerate's save/load read.
+
+def save_optimizer_v1(state_dict_type: str, model, optimizer, directory: str) -> None:
+    """``save_fsdp_optimizer`` under a fresh FSDP1 Accelerator (bind the state dict type
+    with ``functools.partial``)."""
+    accelerator(state_dict_type, fsdp_version=1)
+    save_optimizer(model, optimizer, directory)
+
+
+def load_optimizer_v1(state_dict_type: str, model, optimizer, directory: str) -> None:
+    """``load_fsdp_optimizer`` under a fresh FSDP1 Accelerator."""
+    accelerator(state_dict_type, fsdp_version=1)
+    load_optimizer(model, optimizer, directory)
+
+
+def save_state_v1(state_dict_type: str, state, directory: str) -> None:
+    """``Accelerator.save_state`` of the training state prepared into a fresh FSDP1
+    Accelerator."""
+    accelerator(state_dict_type, fsdp_version=1)
+    save_state(state, directory)
+
+
+def load_state_v1(state_dict_type: str, state, directory: str) -> None:
+    """``Accelerator.load_state`` into the training state prepared into a fresh FSDP1
+    Accelerator."""
+    accelerator(state_dict_type, fsdp_version=1)
+    load_state(state, directory)
+
+
+def prime(optimizer) -> None:
+    """Give every param its optimizer state without moving it: one step on zero gradients
+    at lr 0 (AdamW then changes no param, bit for bit); the load overwrites the state. This
+    is what torch's ``get_optimizer_state_dict`` does first (``_init_optim_state``,
+    torch/distributed/checkpoint/state_dict.py:629-660), so accelerate's FSDP2 SHARDED load
+    (fsdp_utils.py:416) has a full target; its FSDP1 branch (:418, ``FSDP.optim_state_dict``)
+    does not."""
+    lrs = [g["lr"] for g in optimizer.param_groups]
+    for g in optimizer.param_groups:
+        g["lr"] = 0.0
+        for p in g["params"]:
+            p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    for g, lr in zip(optimizer.param_groups, lrs):
+        g["lr"] = lr
+
+
+def load_optimizer_v1_primed(state_dict_type: str, model, optimizer, directory: str) -> None:
+    """``load_optimizer_v1`` into an optimizer that already has state (``prime``)."""
+    prime(optimizer)
+    load_optimizer_v1(state_dict_type, model, optimizer, directory)

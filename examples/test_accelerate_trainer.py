@@ -1,24 +1,139 @@
-"""accelerate 1.15.0 (FSDP2 on CPU, examples/accelerate_trainer.py) under the suite: its
-``save_fsdp_optimizer`` / ``load_fsdp_optimizer`` with FULL and SHARDED state dicts, and
-``Accelerator.save_state`` / ``load_state`` with the scheduler and step, each at the same
-world size and at another. Installed by the set-up (the ``trainers`` extra)."""
+"""accelerate 1.15.0 (examples/accelerate_trainer.py) under the suite, with FSDP2 and FSDP1
+(``fsdp_version`` 2 and 1): its ``save_fsdp_optimizer`` / ``load_fsdp_optimizer`` with FULL
+and SHARDED state dicts, and ``Accelerator.save_state`` / ``load_state`` with the scheduler
+and step, each at the same world size and at another. Installed by the set-up (the
+``trainers`` extra).
+
+What the suite finds, asserted exactly (CPU, gloo, torch 2.13):
+- FSDP2: every path passes.
+- FSDP1 FULL ``save_fsdp_optimizer``: passes with ``use_orig_params=False``; with
+  ``use_orig_params=True`` the loaded ``exp_avg`` holds ``exp_avg_sq`` (P3, P6 fail: torch's
+  aliasing of FULL optimizer state on CPU, which the suite does not recognise in user code).
+- FSDP1 SHARDED (``save_fsdp_optimizer`` and ``save_state``): the load into a fresh optimizer
+  restores no optimizer state (P3 "missing"): accelerate builds the DCP load target from the
+  fresh optimizer's empty state (accelerate/utils/fsdp_utils.py:418). An optimizer that has
+  state already (``prime``) loads exactly, at 2 and 2 -> 3 ranks.
+- FSDP1 FULL ``save_state``: the model state dict (offload_to_cpu=True, forced by
+  fsdp_utils.py:139-141) raises on rank 0 in torch (``use_orig_params=False``), or kills
+  rank 0 with SIGSEGV (``use_orig_params=True``): notes/repro/fsdp1_full_model_sd_offload_cpu.py.
+"""
+from functools import partial
+
 import pytest
 
 pytest.importorskip("accelerate", reason="the `trainers` extra (scripts/setup-env installs it)")
 
 from examples import accelerate_trainer as acc  # noqa: E402
+from fsdp_conformance.user import RoundtripFailure, check  # noqa: E402
 
 SIZES = ["2", "2->3"]
+FULL, SHARDED = "FULL_STATE_DICT", "SHARDED_STATE_DICT"
+V1 = dict(fsdp_version=1, plan=["body"])
+"""FSDP1: the suite wraps ``body`` and the root (``shard_fn`` is FSDP2-only)."""
 
 
-@pytest.mark.parametrize("shard", [acc.shard_full, acc.shard_sharded], ids=["full", "sharded"])
-def test_save_fsdp_optimizer(fsdp_roundtrip, shard):
-    fsdp_roundtrip(acc.Net, acc.batch, fsdp_version=2, shard_fn=shard,
-                   optimizer=acc.make_optimizer, save_fn=acc.save_optimizer,
-                   load_fn=acc.load_optimizer, world_sizes=SIZES)
+def _optimizer_fns(version: int, state_dict_type: str) -> dict:
+    """The round trip's keyword arguments for ``save_fsdp_optimizer`` / ``load_fsdp_optimizer``
+    under FSDP ``version``."""
+    if version == 2:
+        shard = acc.shard_full if state_dict_type == FULL else acc.shard_sharded
+        return dict(fsdp_version=2, shard_fn=shard, save_fn=acc.save_optimizer,
+                    load_fn=acc.load_optimizer)
+    return dict(V1, save_fn=partial(acc.save_optimizer_v1, state_dict_type),
+                load_fn=partial(acc.load_optimizer_v1, state_dict_type))
 
 
-def test_save_state(fsdp_roundtrip):
+def _failing(**kw) -> list:
+    """The CaseResults of a round trip the suite finds failing (``check`` raises)."""
+    with pytest.raises(RoundtripFailure) as info:
+        check(acc.Net, acc.batch, optimizer=acc.make_optimizer, **kw)
+    return info.value.results
+
+
+def _decided(result) -> dict:
+    """Property -> status, for the properties this case decides."""
+    return {p: v.status for p, v in result.properties.items() if v.status != "n/a"}
+
+
+P3_P6_FAIL = {"P0": "pass", "P2": "pass", "P3": "fail", "P6": "fail", "P7": "pass",
+              "P11": "pass"}
+SAVE_RAISED = {"P0": "pass", "P2": "pass", "P3": "fail", "P6": "fail", "P7": "fail",
+               "P10": "fail", "P11": "fail"}
+
+
+@pytest.mark.parametrize("version,state_dict_type", [(2, FULL), (2, SHARDED), (1, FULL)],
+                         ids=["v2-full", "v2-sharded", "v1-full"])
+def test_save_fsdp_optimizer(fsdp_roundtrip, version, state_dict_type):
+    fsdp_roundtrip(acc.Net, acc.batch, optimizer=acc.make_optimizer, world_sizes=SIZES,
+                   **_optimizer_fns(version, state_dict_type))
+
+
+def test_fsdp1_sharded_load_into_a_fresh_optimizer_restores_nothing():
+    """accelerate's SHARDED load builds its DCP target from the fresh optimizer
+    (fsdp_utils.py:418: no state yet), so DCP fills nothing and every param's state is
+    missing after the load, silently."""
+    for r in _failing(world_sizes=SIZES, **_optimizer_fns(1, SHARDED)):
+        p = r.properties
+        assert _decided(r) == P3_P6_FAIL, (r.case.id, _decided(r))
+        assert "state['body._flat_param']: missing" in p["P3"].detail
+        assert "state['_flat_param']: missing" in p["P3"].detail
+        assert p["P3"].known == "" and "losses after resuming differ" in p["P6"].detail
+
+
+def test_fsdp1_sharded_load_into_a_primed_optimizer_passes(fsdp_roundtrip):
+    """The same checkpoint loaded into an optimizer that has state (``prime``): exact, on
+    another world size too."""
+    fsdp_roundtrip(acc.Net, acc.batch, optimizer=acc.make_optimizer, world_sizes=["2->3"],
+                   save_fn=partial(acc.save_optimizer_v1, SHARDED),
+                   load_fn=partial(acc.load_optimizer_v1_primed, SHARDED), **V1)
+
+
+def test_fsdp1_full_optimizer_with_orig_params_loses_exp_avg():
+    """``use_orig_params=True``: the FULL file's ``exp_avg`` holds ``exp_avg_sq`` (torch's
+    orig-params-full-osd-aliasing on CPU, offload_to_cpu=True by accelerate's default). Only
+    ``exp_avg`` differs after the load; not recognised as the known entry in user code."""
+    [r] = _failing(world_sizes=["2"], use_orig_params=True, **_optimizer_fns(1, FULL))
+    p3 = r.properties["P3"]
+    assert _decided(r) == P3_P6_FAIL, _decided(r)
+    assert "state['body.0.weight']['exp_avg']: value" in p3.detail
+    assert "['exp_avg_sq']" not in p3.detail and p3.known == ""
+
+
+def test_save_state_fsdp2(fsdp_roundtrip):
     fsdp_roundtrip(acc.Net, acc.batch, fsdp_version=2, shard_fn=acc.shard_sharded,
                    optimizer=acc.make_optimizer, save_fn=acc.save_state,
                    load_fn=acc.load_state, world_sizes=SIZES)
+
+
+def test_save_state_fsdp1_sharded_restores_step_and_scheduler_but_no_optimizer_state():
+    for r in _failing(world_sizes=SIZES, save_fn=partial(acc.save_state_v1, SHARDED),
+                      load_fn=partial(acc.load_state_v1, SHARDED), **V1):
+        p = r.properties
+        assert _decided(r) == P3_P6_FAIL, (r.case.id, _decided(r))
+        assert "state['body._flat_param']: missing" in p["P3"].detail
+        assert "step 2 and the scheduler restored" in p["P11"].detail
+
+
+def test_save_state_fsdp1_full_raises_in_the_model_state_dict():
+    """FULL ``save_state`` gathers the model with offload_to_cpu=True (forced at >1 process,
+    fsdp_utils.py:139-141); on CPU torch frees the "CPU copy" (FlatParamHandle.to_cpu,
+    _flat_param.py:1750-1751) and rank 0 raises; rank 1, waiting in a collective, is
+    reported with it. Only the save runs, so one world size."""
+    [r] = _failing(world_sizes=["2"], save_fn=partial(acc.save_state_v1, FULL),
+                   load_fn=partial(acc.load_state_v1, FULL), **V1)
+    assert _decided(r) == SAVE_RAISED, _decided(r)
+    detail = r.properties["P3"].detail
+    assert detail.startswith("the save function raised:\nrank 0: RuntimeError: setStorage:")
+    assert "storage of size 0" in detail and "rank(s) [1]: stuck-after-error" in detail
+
+
+def test_save_state_fsdp1_full_with_orig_params_kills_rank_0():
+    """The same save with ``use_orig_params=True``: rank 0 dies of SIGSEGV in torch; the
+    verdict reports it as a died rank beside rank 1's broken connection."""
+    [r] = _failing(world_sizes=["2"], use_orig_params=True,
+                   save_fn=partial(acc.save_state_v1, FULL),
+                   load_fn=partial(acc.load_state_v1, FULL), **V1)
+    assert _decided(r) == SAVE_RAISED, _decided(r)
+    detail = r.properties["P3"].detail
+    assert detail.startswith("the save function raised:\nrank 1: RuntimeError:")
+    assert "rank(s) [0]: died" in detail
