@@ -129,11 +129,13 @@ def test_save_state_fsdp1_full_raises_in_the_model_state_dict():
 
 def test_save_state_fsdp1_full_with_orig_params_kills_rank_0():
     """The same save with ``use_orig_params=True``: rank 0 dies of SIGSEGV in torch; the
-    verdict reports it as a died rank beside rank 1's broken connection."""
+    verdict names the dead rank and how it died first, with its log's last lines (the
+    faulthandler stack), then rank 1's broken connection that follows from it."""
     [r] = _failing(world_sizes=["2"], use_orig_params=True,
                    save_fn=partial(acc.save_state_v1, FULL),
                    load_fn=partial(acc.load_state_v1, FULL), **V1)
     assert _decided(r) == SAVE_RAISED, _decided(r)
     detail = r.properties["P3"].detail
-    assert detail.startswith("the save function raised:\nrank 1: RuntimeError:")
-    assert "rank(s) [0]: died" in detail
+    assert detail.startswith("the save function raised:\nrank 0: died, killed by SIGSEGV "
+                             "(exit code -11)\nrank 1: RuntimeError:"), detail
+    assert "rank 0's log, where it died:" in detail and "param_hook" in detail, detail

@@ -120,20 +120,35 @@ def p10_user(case: Case, layout, dst, full: dict | None, load_obs, local,
     return passed(f"{len(want)} params with state, as in the single-process run")
 
 
+def _crash_site(log: str, n: int = 10) -> str:
+    """The first ``n`` lines of the faulthandler report in a dead rank's log (innermost
+    frame first: where it died), or the log's last ``n`` lines when there is none."""
+    lines = log.splitlines()
+    start = next((i for i, line in enumerate(lines)
+                  if line.startswith(("Fatal Python error", "Current thread", "Thread 0x"))), None)
+    return "\n".join(lines[start:start + n] if start is not None else lines[-n:])
+
+
 def rank_error_text(exc) -> str:
-    """A RankError as: each raising rank's exception line, the ranks left waiting, then the
-    first traceback's last lines."""
+    """A RankError as: each rank that died (how: a signal, an exit code) and the last lines
+    of its log (a faulthandler stack), each raising rank's exception line, the ranks left
+    waiting, then the first traceback's user frames. A rank that died is the cause: the
+    others' errors (a peer's "Connection reset") follow from it."""
     fails = list(getattr(exc, "failures", []))
+    died = [f for f in fails if f.kind == "died"]
     raised = [f for f in fails if f.kind.startswith("exception")]
-    lines = [f"rank {f.rank}: {exception_line(f.detail)}" for f in raised]
-    others = [f for f in fails if not f.kind.startswith("exception")]
-    if others:
-        lines.append(f"rank(s) {[f.rank for f in others]}: {others[0].kind} "
+    waiting = [f for f in fails if f not in died and f not in raised]
+    lines = [f"rank {f.rank}: died, {f.detail.strip()}" for f in died]
+    lines += [f"rank {f.rank}: {exception_line(f.detail)}" for f in raised]
+    if waiting:
+        lines.append(f"rank(s) {[f.rank for f in waiting]}: {waiting[0].kind} "
                      f"(blocked in a collective the failing rank never joined?)")
-    if raised:
+    if died and died[0].log_tail.strip():
+        lines += [f"rank {died[0].rank}'s log, where it died:", _crash_site(died[0].log_tail)]
+    if raised and not died:
         lines += ["traceback of rank %d:" % raised[0].rank, user_frames(raised[0].detail)]
-    elif others:
-        lines.append(_tail(others[0].detail, 8))
+    elif waiting and not died:
+        lines.append(_tail(waiting[0].detail, 8))
     return "\n".join(lines) or str(exc)
 
 
