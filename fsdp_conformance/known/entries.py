@@ -11,6 +11,7 @@ plain pass. A property may name one API path (``"P3:set_full"``, FSDP2's differe
 tests). Several entries can meet on one path (:func:`known_all` lists every one)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -72,6 +73,50 @@ def _fsdp1(c: Case) -> bool:
 _FSDP2_RUN = ("fsdp2.full", "fsdp2.sharded")
 _LAZY_STATE = ("sgd_momentum", "adam", "adamw", "adadelta", "rmsprop")  # state at 1st step
 _ALL_BUT = lambda *ps: tuple(p for p in ALL_PROPS if p not in ps)  # noqa: E731
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a torch version string ("2.15.0+cu132" -> (2, 15, 0))."""
+    return tuple(int(x) for x in re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version).groups("0"))
+
+
+def _running_torch() -> tuple[int, ...]:
+    from importlib import metadata
+
+    return _release(metadata.version("torch"))
+
+
+def _fixture_from(c: Case, first: str) -> bool:
+    """A golden case whose fixture was written by torch ``first`` or later, loaded by a torch
+    older than ``first``."""
+    if not c.golden:
+        return False
+    written = _release(c.golden.split("/", 1)[0])
+    return written >= _release(first) > _running_torch()
+
+
+def _rank_files_with_tensor_state(c: Case) -> bool:
+    """fsdp1.legacy_sharded files that hold ShardedTensor values: some tensor state of a
+    sharded unit (flat units always; original params only when sharded)."""
+    return (c.api == "fsdp1.legacy_sharded" and c.optimizer != "sgd"
+            and (c.steps > 0 or c.optimizer == "adagrad")
+            and (not c.use_orig_params or (c.world_size > 1 and c.strategy != "NO_SHARD")))
+
+
+_STRIDES = (
+    "torch 2.15 pickles a sixth field, `strides`, in TensorProperties (DCP's "
+    "checkpoint/metadata.py __getstate__ :71-78, and ShardedTensor's "
+    "_shard/sharded_tensor/metadata.py), while torch 2.13's __setstate__ unpacks exactly five "
+    "(checkpoint/metadata.py:81-87, _shard/sharded_tensor/metadata.py:50). So a torch older "
+    "than the writer cannot read the file: a rollback after an upgrade cannot load any DCP "
+    "checkpoint (its .metadata) or per-rank ShardedTensor file written by the newer torch. "
+    "Seen: every 2.15.0 fixture of those formats loaded by 2.13.0 and by 2.8.0 "
+    "(fixtures/2.15.0). The "
+    "field was added as 'optional for backward compatibility' (old files in new torch), "
+    "not forward.")
+_STRIDES_UPSTREAM = ("https://github.com/pytorch/pytorch/pull/192248 and "
+                     "https://github.com/pytorch/pytorch/pull/194251 (add strides to "
+                     "TensorProperties)")
 
 
 def _tied_across_units(c: Case) -> bool:
@@ -224,14 +269,15 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "without momentum) into a fully_shard model: the full-dict path takes its device from "
         "the first positive-dim tensor of the local optimizer state and asserts it found one "
         "(state_dict.py:1146-1157, 'Expected device to be set'); a stateless optimizer has none. "
-        "The sharded path (full_state_dict=False) loads it. In the run (fsdp2.full) the "
+        "torch 2.8 asserts the same without a message (state_dict.py:1000, `assert device is "
+        "not None`). The sharded path (full_state_dict=False) loads it. In the run (fsdp2.full) the "
         "load fails on every rank, so the resume (P6) and the re-save (P7) cannot happen. "
         "Golden fixtures (P12): a stored SGD full dict, from FSDP1 or FSDP2, does not load "
         "through fsdp2.full at any world size 1-4 (same assertion).",
         "not yet reported upstream (found by this suite; stateless-optimizer class of "
         "https://github.com/pytorch/pytorch/issues/111499 and #133415)",
         also=("P6", "P7", "P12"),
-        model=Raises(exc="AssertionError", message=r"^Expected device to be set$",
+        model=Raises(exc="AssertionError", message=r"^(Expected device to be set)?$",
                where=("_load_optim_state_dict",))),
     KnownLimitation(
         "dsd-strict-param-without-grad", ("P3:set_full", "P3:set_sharded", "P3"),
@@ -456,12 +502,46 @@ KNOWN: tuple[KnownLimitation, ...] = (
         model=Outcome(headline=NAMES_NEITHER,
                  raises=(Raises(exc="UnicodeDecodeError", message=r"^'utf-8' codec can't decode byte"),))),
     # --- found by the conformance run (sut/paths.py round trips) -------------------------
+    # --- files written by a newer torch, loaded by this one (golden fixtures, P12) ---------
     KnownLimitation(
-        "sharded-tensor-not-weights-only", ("P8",),
-        lambda c: c.api == "fsdp1.legacy_sharded" and c.optimizer != "sgd"
-        and (c.steps > 0 or c.optimizer == "adagrad")  # some tensor state exists
-        and (not c.use_orig_params  # flat units always; original params only when sharded
-             or (c.world_size > 1 and c.strategy != "NO_SHARD")),
+        "dcp-metadata-strides-unreadable-by-older-torch", ("P12",),
+        lambda c: c.api == "fsdp1.sharded" and _fixture_from(c, "2.15.0"),
+        "2.13 reading 2.15 files", _STRIDES + " fsdp1.sharded: load_sharded_optimizer_state_dict "
+        "-> FileSystemReader.read_metadata -> pickle.load raises in TensorProperties.__setstate__.",
+        _STRIDES_UPSTREAM,
+        model=Raises(exc="ValueError", message=r"^too many values to unpack \(expected 5\)$",
+                     where=("__setstate__",))),
+    KnownLimitation(
+        "dcp-load-strides-unreadable-by-older-torch", ("P12",),
+        lambda c: c.api == "fsdp2.sharded" and _fixture_from(c, "2.15.0"),
+        "2.13 reading 2.15 files", _STRIDES + " fsdp2.sharded: dcp.load's local_step reports it "
+        "as 'global metadata read failed' (state_dict_loader.py:265), wrapped in a "
+        "CheckpointException.",
+        _STRIDES_UPSTREAM,
+        model=Raises(exc="AssertionError",
+                     message=r"^metadata is None; global metadata read failed: too many values "
+                             r"to unpack \(expected 5\)",
+                     alongside=("CheckpointException",))),
+    KnownLimitation(
+        "dcp-load-strides-unreadable-by-older-torch-2.8", ("P12",),
+        lambda c: c.api == "fsdp2.sharded" and _fixture_from(c, "2.15.0"),
+        "2.8 reading 2.15 files", _STRIDES + " fsdp2.sharded in torch 2.8: dcp.load raises the "
+        "ValueError itself, wrapped in a CheckpointException (2.13 reports it as an "
+        "AssertionError, the entry above).",
+        _STRIDES_UPSTREAM,
+        model=Raises(exc="ValueError", message=r"^too many values to unpack \(expected 5\)$",
+                     where=("__setstate__",), alongside=("CheckpointException",))),
+    KnownLimitation(
+        "sharded-tensor-strides-unreadable-by-older-torch", ("P12",),
+        lambda c: _rank_files_with_tensor_state(c) and _fixture_from(c, "2.15.0"),
+        "2.13 reading 2.15 files", _STRIDES + " fsdp1.legacy_sharded: torch.load(weights_only="
+        "False) of a per-rank file raises in ShardedTensor's TensorProperties.__setstate__ "
+        "(after the weights-only attempt refused ShardedTensor, sharded-tensor-not-weights-only).",
+        _STRIDES_UPSTREAM,
+        model=Raises(exc="ValueError", message=r"^too many values to unpack \(expected 5\)$",
+                     where=("__setstate__",), alongside=("UnpicklingError",))),
+    KnownLimitation(
+        "sharded-tensor-not-weights-only", ("P8",), _rank_files_with_tensor_state,
         "2.13",
         "sharded_optim_state_dict returns ShardedTensor values (for tensor state of a sharded "
         "unit); a per-rank torch.save of it "

@@ -33,14 +33,20 @@ from typing import Any, Callable, Union
 # "refused optim_rank0.pt: UnpicklingError: ..."): the class name and the message.
 _EXC = re.compile(r"(?:^|[\s:(])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z][A-Za-z0-9_]*"
                   r"(?:Error|Exception|Interrupt)): (?P<msg>.*)$", re.M)
+# A bare exception line ending a traceback (``assert x`` raises "AssertionError" alone).
+_BARE = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<type>[A-Z][A-Za-z0-9_]*(?:Error|Exception))\s*$",
+                   re.M)
 _DIFF_COUNT = re.compile(r"^\d+ differences?:$", re.M)
 _FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in (?P<fn>[\w<>]+)\s*$', re.M)
 
 
 def exceptions_in(detail: str) -> list[tuple[str, str]]:
     """Every (exception type, message) the detail shows, in order. A traceback's message may
-    run over several lines; its first line is the one kept."""
-    return [(m["type"], m["msg"].strip()) for m in _EXC.finditer(detail)]
+    run over several lines; its first line is the one kept; a bare exception line (an
+    ``assert`` without a message) has the message ""."""
+    found = [(m.start(), m["type"], m["msg"].strip()) for m in _EXC.finditer(detail)]
+    found += [(m.start(), m["type"], "") for m in _BARE.finditer(detail)]
+    return [(t, msg) for _, t, msg in sorted(found)]
 
 
 def frames_in(detail: str) -> list[str]:
