@@ -17,7 +17,7 @@ from fsdp_conformance.run.removal import mark_removed, removal_in
 from suites.conftest import PYTHON, ROOT, env_for_subprocess
 
 LEGACY_PATHS = ["fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded", "fsdp1.rekey"]
-SELECTION = "sgd_momentum/mlp.nested/flat"  # 11 cases: every FSDP1 path, 5 golden loads
+SELECTION = "sgd_momentum/mlp.nested/flat"  # every FSDP1 path, 5 golden loads per release
 
 
 def _tb(func: str, line: str) -> str:
@@ -94,15 +94,22 @@ def test_a_torch_without_the_legacy_functions_is_reported_removed(tmp_path):
     s = gone["summary"]
     assert sorted(s["removed"]) == LEGACY_PATHS
     assert s["by_status"]["fail"] == s["by_status"]["error"] == 0
-    assert s["removed_fixtures"] == [
-        "2.13.0/fsdp1.legacy_sharded-sgd_momentum-mlp.nested-flat-ws2-bf16",
-        "2.13.0/fsdp1.rekey-sgd_momentum-mlp.nested-flat-ws3-bf16"]
+    versions = sorted(d.name for d in (ROOT / "fixtures").iterdir() if d.is_dir())
+    assert s["removed_fixtures"] == sorted(  # of every stored release: only removed paths read
+        f"{v}/{name}" for v in versions  # per-rank files and PARAM_ID dicts
+        for name in ("fsdp1.legacy_sharded-sgd_momentum-mlp.nested-flat-ws2-bf16",
+                     "fsdp1.rekey-sgd_momentum-mlp.nested-flat-ws3-bf16"))
+    assert len(versions) >= 3
     before, after = _statuses(clean), _statuses(gone)
     assert before.keys() == after.keys()
     for c in gone["cases"]:
         decided = {p for p, st in before[c["id"]].items() if st != "n/a"}
-        if c["api"] in LEGACY_PATHS:  # nothing of these paths ran: every decided verdict
-            assert {after[c["id"]][p] for p in decided} == {"removed"}, c["id"]
+        if c["api"] in LEGACY_PATHS:  # nothing of these paths ran: every decided verdict,
+            # except where the load failed before the removed call (a 2.15 per-rank file
+            # 2.13 cannot unpickle: known in both runs)
+            for p in decided:
+                got, was = after[c["id"]][p], before[c["id"]][p]
+                assert got == "removed" or got == was == "known", (c["id"], p, was, got)
         else:  # the other paths (golden loads of legacy fixtures too) are untouched
             assert after[c["id"]] == before[c["id"]], c["id"]
     assert "API removed: 4 paths" in (tmp_path / "gone.md").read_text()
