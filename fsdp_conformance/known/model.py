@@ -40,13 +40,21 @@ _DIFF_COUNT = re.compile(r"^\d+ differences?:$", re.M)
 _FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in (?P<fn>[\w<>]+)\s*$', re.M)
 
 
-def exceptions_in(detail: str) -> list[tuple[str, str]]:
-    """Every (exception type, message) the detail shows, in order. A traceback's message may
-    run over several lines; its first line is the one kept; a bare exception line (an
-    ``assert`` without a message) has the message ""."""
+def raised_in(detail: str) -> list[tuple[str, str, str]]:
+    """Every (exception type, message, function of the last traceback frame before it; ""
+    when none) the detail shows, in order. A traceback's message may run over several lines;
+    its first line is the one kept; a bare exception line (an ``assert`` without a message)
+    has the message ""."""
     found = [(m.start(), m["type"], m["msg"].strip()) for m in _EXC.finditer(detail)]
     found += [(m.start(), m["type"], "") for m in _BARE.finditer(detail)]
-    return [(t, msg) for _, t, msg in sorted(found)]
+    frames = [(m.start(), m["fn"]) for m in _FRAME.finditer(detail)]
+    return [(t, msg, next((fn for at, fn in reversed(frames) if at < pos), ""))
+            for pos, t, msg in sorted(found)]
+
+
+def exceptions_in(detail: str) -> list[tuple[str, str]]:
+    """Every (exception type, message) the detail shows, in order (:func:`raised_in`)."""
+    return [(t, msg) for t, msg, _ in raised_in(detail)]
 
 
 def frames_in(detail: str) -> list[str]:

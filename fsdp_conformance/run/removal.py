@@ -29,10 +29,9 @@ from importlib import metadata
 from typing import Mapping
 
 from ..cases import Case
+from ..known.model import raised_in
 from ..properties.verdict import Verdict
 
-_FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in (?P<func>[\w<>]+)\s*$')
-_EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Warning)): (?P<msg>.*)$")
 _MISSING = re.compile(r"has no attribute '(?P<name>\w+)'|cannot import name '(?P<imp>\w+)'")
 _SAYS_REMOVED = re.compile(r"\bremoved\b|\bno longer (?:supported|available|exists?)\b", re.I)
 
@@ -52,18 +51,9 @@ class Removal:
 def removal_in(detail: str, calls: tuple[str, ...]) -> Removal | None:
     """The removal of one of ``calls`` that ``detail``'s traceback shows (module rules), or
     None."""
-    if not calls or "Traceback" not in detail and "Error" not in detail:
+    if not calls:
         return None
-    func = ""
-    for line in detail.splitlines():
-        frame = _FRAME.match(line)
-        if frame:
-            func = frame.group("func")
-            continue
-        exc = _EXC.match(line.strip())
-        if not exc:
-            continue
-        kind, msg = exc.group("type").rsplit(".", 1)[-1], exc.group("msg")
+    for kind, msg, func in raised_in(detail):
         missing = _MISSING.search(msg)
         name = missing and (missing.group("name") or missing.group("imp"))
         if kind in ("AttributeError", "ImportError") and name in calls:
