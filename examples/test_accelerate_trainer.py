@@ -7,8 +7,8 @@ and step, each at the same world size and at another. Installed by the set-up (t
 What the suite finds, asserted exactly (CPU, gloo, torch 2.13):
 - FSDP2: every path passes.
 - FSDP1 FULL ``save_fsdp_optimizer``: passes with ``use_orig_params=False``; with
-  ``use_orig_params=True`` the loaded ``exp_avg`` holds ``exp_avg_sq`` (P3, P6 fail: torch's
-  aliasing of FULL optimizer state on CPU, which the suite does not recognise in user code).
+  ``use_orig_params=True`` the loaded ``exp_avg`` holds ``exp_avg_sq`` (P3, P6 known: torch's
+  aliasing of FULL optimizer state on CPU, recognised in accelerate's code by its effect).
 - FSDP1 SHARDED (``save_fsdp_optimizer`` and ``save_state``): the load into a fresh optimizer
   restores no optimizer state (P3 "missing"): accelerate builds the DCP load target from the
   fresh optimizer's empty state (accelerate/utils/fsdp_utils.py:418). An optimizer that has
@@ -88,15 +88,19 @@ def test_fsdp1_sharded_load_into_a_primed_optimizer_passes(fsdp_roundtrip):
                    load_fn=partial(acc.load_optimizer_v1_primed, SHARDED), **V1)
 
 
-def test_fsdp1_full_optimizer_with_orig_params_loses_exp_avg():
+def test_fsdp1_full_optimizer_with_orig_params_inherits_torchs_aliasing():
     """``use_orig_params=True``: the FULL file's ``exp_avg`` holds ``exp_avg_sq`` (torch's
-    orig-params-full-osd-aliasing on CPU, offload_to_cpu=True by accelerate's default). Only
-    ``exp_avg`` differs after the load; not recognised as the known entry in user code."""
-    [r] = _failing(world_sizes=["2"], use_orig_params=True, **_optimizer_fns(1, FULL))
-    p3 = r.properties["P3"]
-    assert _decided(r) == P3_P6_FAIL, _decided(r)
-    assert "state['body.0.weight']['exp_avg']: value" in p3.detail
-    assert "['exp_avg_sq']" not in p3.detail and p3.known == ""
+    orig-params-full-osd-aliasing on CPU, offload_to_cpu=True by accelerate's default). The
+    load (P3) and the resumed run (P6) are exactly what that entry predicts, so they are
+    known, naming the entry; nothing else differs."""
+    [r] = check(acc.Net, acc.batch, optimizer=acc.make_optimizer, world_sizes=["2"],
+                use_orig_params=True, **_optimizer_fns(1, FULL))
+    p = r.properties
+    assert _decided(r) == {**P3_P6_FAIL, "P3": "known", "P6": "known"}, _decided(r)
+    assert {p["P3"].known, p["P6"].known} == {"orig-params-full-osd-aliasing"}
+    assert "state['body.0.weight']['exp_avg']: value" in p["P3"].detail
+    assert "['exp_avg_sq']" not in p["P3"].detail
+    assert "as through the built-in path fsdp1.full" in p["P3"].detail
 
 
 def test_save_state_fsdp2(fsdp_roundtrip):

@@ -18,10 +18,15 @@ Rules, per property whose verdict is "fail" or "error" (never one of the suite's
 - a pass of an entry's primary property is marked "fixed upstream?" (retire the entry).
 
 A user's own save/load code (:func:`recognise`) goes through torch's APIs by a path the
-suite does not know; there only ``Effect`` entries count, and only as a whole: an entry
-(or a composition) that applies to one of the built-in paths the code could have taken,
-under which *every* decided property passes, makes the failing ones "known" (its exact
-effect and nothing more); anything else stays a fail.
+suite does not know; there ``Effect`` and ``Raises`` entries count (never ``Lines``), and
+only as a whole, seen as one of the built-in paths the code could have taken:
+- an ``Effect`` entry (or a composition) under which *every* decided property passes makes
+  the failing ones "known" (its exact effect and nothing more);
+- else a ``Raises`` entry makes them "known" when every failing property's detail is that
+  entry's exception (its type, message and raising torch function; one save or load that
+  raised fails every later property with the same detail), the entry applying to at least
+  one property that failed with it;
+anything else stays a fail.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from ..cases import Case
 from ..properties.expectation import Expectation, expecting
 from ..properties.verdict import Verdict
 from .entries import KnownLimitation, known_all
-from .model import Effect, observation_digest
+from .model import Effect, Raises, observation_digest
 
 Judge = Callable[[], Mapping[str, Verdict]]
 """Judges the case's recorded observations again (under the expectation in force)."""
@@ -173,7 +178,8 @@ def recognise(case: Case, apis: Sequence[str], verdicts: Mapping[str, Verdict], 
     """A user's own path's ``verdicts`` with a known torch limitation recognised by its
     model (module rules): for each built-in path in ``apis``, the ``Effect`` entries that
     apply to the case seen as that path are tried; the first under which every property of
-    ``verdicts`` passes makes the failing ones "known", naming it and the path."""
+    ``verdicts`` passes makes the failing ones "known", naming it and the path. Failing
+    that, the first path whose ``Raises`` entries explain every failing detail does."""
     failing = [p for p, v in verdicts.items()
                if v.status in ("fail", "error") and v.origin != "suite"]
     if not failing:
@@ -189,5 +195,20 @@ def recognise(case: Case, apis: Sequence[str], verdicts: Mapping[str, Verdict], 
             why = (f"\n(your code's effect is exactly this entry's{together}, as through the "
                    f"built-in path {api})")
             return {p: _known(k, v.detail + why) if p in failing else v
+                    for p, v in verdicts.items()}
+    for api in apis:
+        view = dataclasses.replace(case, api=api)
+        by_detail: dict[str, KnownLimitation] = {}
+        for detail in {verdicts[p].detail for p in failing}:
+            props = [p for p in failing if verdicts[p].detail == detail]
+            k = next((e for p in props for e in known_all(view, p)
+                      if isinstance(e.model, Raises) and e.model.explains(detail)), None)
+            if k is None:
+                break
+            by_detail[detail] = k
+        else:
+            why = (f"\n(your code raised exactly this entry's exception, as through the "
+                   f"built-in path {api})")
+            return {p: _known(by_detail[v.detail], v.detail + why) if p in failing else v
                     for p, v in verdicts.items()}
     return dict(verdicts)

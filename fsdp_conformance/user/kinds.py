@@ -30,6 +30,7 @@ from ..sut.records import LoadRecord, SaveRecord
 from ..sut.registry import paths_of
 from .limitations import known_view
 from .model import CustomPath, UserModel
+from .spec import DEFAULT_PATHS
 from .rank_side import rank_custom, rank_load, rank_save
 from .verdicts import CUSTOM_DECIDES, custom_undecided, evaluate_custom, evaluate_user, \
     rank_error_text
@@ -132,5 +133,13 @@ class CustomPathKind:
             return {p: v[p] for p in self.decides(case)}
 
         # known torch limitations, recognised in the user's code by their exact effect
-        return Outcome(verdicts=recognise(known_view(case, self.user), paths_of(case.family),
+        return Outcome(verdicts=recognise(known_view(case, self.user), _paths_first(case.family),
                                           judge(), judge))
+
+
+def _paths_first(family: str) -> list[str]:
+    """The family's built-in paths, the ones a trainer calls today (the default paths of the
+    quick tier) first: the path a recognised entry is named through."""
+    every = list(paths_of(family))
+    first = [a for a in DEFAULT_PATHS[(int(family[-1]), "quick")] if a in every]
+    return first + [a for a in every if a not in first]

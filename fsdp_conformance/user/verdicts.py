@@ -3,9 +3,11 @@ path with a user model (``evaluate_user``: the round trip's P0-P11, plus P10 fro
 and the user's own save/load code (``evaluate_custom``).
 
 Rules (custom save/load)
-- The file format is the user's; judged are P0 (layout), P2 (training matches one process),
+- The file format is the user's; judged are P0 (layout), P2 (training matches one process:
+  the state in memory at the save, so never under a modelled bug's save),
   P3 (each rank's state after the load == ``reference.shard_full`` of the state at the save,
-  bitwise), P6 (resumed training == uninterrupted), P7 (the save leaves the optimizer
+  bitwise; under a modelled torch bug, of that state as the bug's save would have written it:
+  ``expectation.saved``, since no saved dict of the user's is observed), P6 (resumed training == uninterrupted), P7 (the save leaves the optimizer
   unchanged, and load -> save -> load gives bitwise the state of the first load), P10
   (partial state) and P11 (param groups). P1, P4, P5, P8 and P9 judge torch's own dicts and
   files: n/a. The references are the case family's (FSDP1 flat units, or FSDP2's
@@ -27,6 +29,7 @@ from ..cases import Case
 from ..properties.statediff import diff_state_dicts, format_diff
 from ..properties.fault_props import exception_line
 from ..properties.baseline import local_run
+from ..properties import expectation as expect
 from ..properties import run_props as rp
 from ..properties.verdict import Verdict, error, fail, na, passed
 from ..sut.records import LoadRecord, SaveRecord, error_of
@@ -263,7 +266,8 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     ignored = model_spec(case.model).ignored
     why = (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank, so no "
            f"single-process run can match") if ignored else ""
-    v["P2"] = na(why) if why else rp.p2_vs_local(layout, full, local, case.dtype)
+    with expect.expecting(expect.EXACT):  # the state in memory: no save went through torch
+        v["P2"] = na(why) if why else rp.p2_vs_local(layout, full, local, case.dtype)
     for stage, what in (("save", "the save function"), ("load", "the load function")):
         if errors.get(stage) is not None:
             detail = f"{what} raised:\n" + rank_error_text(errors[stage])
@@ -271,7 +275,10 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
                 v[p] = fail(detail)
             return {p: v[p] for p in PROPS}
     same = case.dst_world_size == case.world_size and case.dst_plan == case.plan
-    v["P3"] = refs.p3_loaded(dst, full, load_obs, own=save_obs if same else None)
+    # what a save would have written: the state at the save (under a modelled bug, as that
+    # bug's save writes it; the identity otherwise)
+    written = expect.saved(full)
+    v["P3"] = refs.p3_loaded(dst, written, load_obs, own=save_obs if same else None)
     if errors.get("resume") is not None:
         v["P6"] = fail("training after the load raised (the loaded state cannot be trained "
                        "on):\n" + rank_error_text(errors["resume"]))
@@ -288,7 +295,7 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     v["P7"] = _with(_p7_custom(save_obs, load_obs, errors.get("again")),
                     _p7_pending(save_obs), "the save was complete when save_fn returned")
     v["P10"] = p10_user(case, layout, dst, None, load_obs, local, gather)
-    v["P11"] = rp.p11_groups(full, load_obs, local)
+    v["P11"] = rp.p11_groups(written, load_obs, local)
     if app_state:
         v["P11"] = _with(v["P11"], p11_app_state(case, save_obs, load_obs, local),
                          f"step {case.steps} and the scheduler restored")

@@ -111,6 +111,32 @@ def test_known_torch_limitation_applies_to_a_user_optimizer_of_the_same_class():
     assert not failing(r)
 
 
+def test_a_save_side_torch_bug_is_recognised_in_user_code():
+    """The user's own full-dict save (FSDP.optim_state_dict, use_orig_params=True on CPU)
+    writes exp_avg holding exp_avg_sq: the suite never sees the user's file, so it predicts
+    what the entry's save would have written from the state at the save, and the load
+    (P3) and the resumed run (P6) are exactly that: known, naming the entry and the path."""
+    [r] = check(GatedNet, batch, **USER, use_orig_params=True, world_sizes=["2"],
+                save_fn=FNS + "save", load_fn=FNS + "load")
+    p = r.properties
+    assert {k: (p[k].status, p[k].known) for k in ("P3", "P6")} == dict.fromkeys(
+        ("P3", "P6"), ("known", "orig-params-full-osd-aliasing")), p
+    assert "as through the built-in path fsdp1.full" in p["P3"].detail
+    assert p["P2"].status == "pass" and not failing(r)  # the state in memory is right
+
+
+def test_a_second_bug_behind_a_save_side_torch_bug_fails():
+    """The same save with one element of exp_avg_sq nudged in the file: the entry no longer
+    explains the load, so nothing is known and P3 names the param and the key."""
+    with pytest.raises(RoundtripFailure) as info:
+        check(GatedNet, batch, **USER, use_orig_params=True, world_sizes=["2"],
+              save_fn=FNS + "save_nudging_exp_avg_sq", load_fn=FNS + "load")
+    [r] = info.value.results
+    p3 = r.properties["P3"]
+    assert (p3.status, p3.known) == ("fail", ""), p3
+    assert "['exp_avg_sq']: value at elements 0..0 (1 differ" in p3.detail, p3.detail
+
+
 def _local_factory():
     return nn.Linear(2, 2)
 

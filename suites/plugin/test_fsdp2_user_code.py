@@ -82,3 +82,29 @@ def test_a_second_bug_behind_a_known_one_fails():
     v = _verdict(msg, "P3")
     assert "FAIL" in v and "state['out.weight']['exp_avg']" in v, v
     assert "FAIL" in _verdict(msg, "P11")  # the betas are no longer excused either
+
+
+def test_a_known_torch_exception_is_recognised_in_user_code():
+    """A stateless SGD through the user's full-dict DSD load: torch's
+    _load_optim_state_dict asserts (dsd-stateless-full-load). Every property the failed load
+    decides is known by that entry's exception, naming the built-in path."""
+    r = check(TinyTransformerish, batch, save_fn=bug.save_full_optim,
+              load_fn=bug.load_full_optim, world_sizes=["2"], fsdp_version=2,
+              shard_fn=shard, optimizer="sgd")[0]
+    p = r.properties
+    assert {k: (v.status, v.known) for k, v in p.items() if v.status not in ("n/a", "pass")} \
+        == dict.fromkeys(("P3", "P6", "P7", "P10", "P11"), ("known", "dsd-stateless-full-load"))
+    assert "raised exactly this entry's exception, as through the built-in path fsdp2.full" \
+        in p["P3"].detail
+
+
+def test_the_same_message_raised_by_user_code_is_not_torchs():
+    """The same exception type and message raised from the user's own function, not from
+    torch's: not the entry's exception, so it fails."""
+    with pytest.raises(RoundtripFailure) as info:
+        check(TinyTransformerish, batch, save_fn=bug.save_full_optim,
+              load_fn=bug.load_raising_the_same_message, world_sizes=["2"], fsdp_version=2,
+              shard_fn=shard, optimizer="sgd")
+    p3 = info.value.results[0].properties["P3"]
+    assert (p3.status, p3.known) == ("fail", ""), p3
+    assert "in load_raising_the_same_message" in p3.detail, p3.detail

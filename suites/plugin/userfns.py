@@ -69,3 +69,14 @@ def save_into_missing_dir(model, optim, path: str) -> None:
     """A trainer bug: every rank writes under a directory nobody created (torch.save raises
     from inside torch.serialization)."""
     torch.save(_full_osd(model, optim), os.path.join(path, "no-such-dir", FILE))
+
+
+def save_nudging_exp_avg_sq(model, optim, path: str) -> None:
+    """Bug: one element of the first param's ``exp_avg_sq`` is off by 1e-3 in the file (on top
+    of whatever torch's own full dict does)."""
+    osd = _full_osd(model, optim)
+    if osd:
+        st = osd["state"][sorted(osd["state"])[0]]
+        st["exp_avg_sq"] = st["exp_avg_sq"].clone()
+        st["exp_avg_sq"].view(-1)[0] += 1e-3
+    _write(osd, path)
