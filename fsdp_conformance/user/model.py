@@ -191,6 +191,16 @@ def _arity(fn, what: str) -> int:
     return n
 
 
+def pair_name(save: Ref, load: Ref) -> str:
+    """The name case ids show for a save/load pair: the save function's ``label``, followed
+    by ``+<load's label>`` unless the load is the save's own counterpart (the same name with
+    ``save`` read as ``load``, the same bound arguments), so two loads of one save, or two
+    partials of one function, never share an id."""
+    if load.label == save.label.replace("save", "load") and "save" in save.name:
+        return save.label
+    return f"{save.label}+{load.label}"
+
+
 @dataclass(frozen=True)
 class CustomPath:
     """A user's own checkpoint code, run on every rank in place of a built-in API path (the
@@ -206,7 +216,8 @@ class CustomPath:
     params are already restored."""
     _: KW_ONLY
     name: str = "user"
-    """What case ids show, as ``custom:<name>`` (``fsdp2.custom:<name>`` under FSDP2)."""
+    """What case ids show, as ``custom:<name>`` (``fsdp2.custom:<name>`` under FSDP2); by
+    default ``pair_name`` of the two functions."""
     family: str = "fsdp1"
     """The FSDP API the round trip runs under: ``"fsdp1"`` or ``"fsdp2"`` (``fully_shard``)."""
     app_state: bool = False
@@ -223,7 +234,8 @@ class CustomPath:
                             f"optimizer, directory)")
         if family not in CUSTOM_PREFIXES:
             raise ValueError(f"fsdp_version must be 1 or 2, got family {family!r}")
-        return cls(s, l_, name=name or s.name, family=family, app_state=n_save == 2)
+        return cls(s, l_, name=name or pair_name(s, l_), family=family,
+                   app_state=n_save == 2)
 
     @property
     def api(self) -> str:

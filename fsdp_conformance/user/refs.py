@@ -52,6 +52,16 @@ class Ref:
     def name(self) -> str:
         return self.target.rpartition(":")[2].rpartition(".")[2]
 
+    @property
+    def label(self) -> str:
+        """``name``, with the bound arguments that tell two partials of one function apart:
+        ``save_optimizer[FULL_STATE_DICT]``, ``save[kind=full]`` (str, int, float and bool
+        arguments, as written; any other kind of argument as its type name)."""
+        def show(v: Any) -> str:
+            return str(v) if isinstance(v, (str, int, float, bool)) else type(v).__name__
+        bound = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs]
+        return f"{self.name}[{','.join(bound)}]" if bound else self.name
+
     def __call__(self, *args, **kwargs):
         return self.resolve()(*args, **kwargs)
 

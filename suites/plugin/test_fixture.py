@@ -50,7 +50,7 @@ def _failure(fsdp_roundtrip, save: str, **kw) -> str:
 
 def test_planted_bug_dropped_group_lr_is_named(fsdp_roundtrip, request):
     msg = _failure(fsdp_roundtrip, "save_dropping_lr")
-    case = "custom:save_dropping_lr/make_optimizerx2g/GatedNet.body+head/flat/ws2->1/fp64"
+    case = "custom:save_dropping_lr+load/make_optimizerx2g/GatedNet.body+head/flat/ws2->1/fp64"
     assert f"case {case}" in msg
     # which property, which key, which rank, expected vs got
     assert "P11 (param groups) FAIL: rank 0: param_groups after loading differ" in msg
@@ -216,3 +216,26 @@ def test_a_raising_save_is_reported_once_with_the_users_frames():
     assert "P3 (" in msg and "P11 (" in msg  # every property it stopped, on one line
     assert "your code:" in msg and "userfns.py" in msg and "save_into_missing_dir" in msg
     assert "where it raised:" in msg and "no-such-dir" in msg
+
+
+def test_custom_case_ids_tell_loads_and_partials_apart():
+    """Two loads of one save, or two partials of one function, never share a case id; a
+    save and its own counterpart load show the save's name alone."""
+    from functools import partial
+
+    from examples import accelerate_trainer as acc
+    from fsdp_conformance.user.model import CustomPath
+
+    def name(save, load):
+        return CustomPath.of(save, load).name
+
+    assert name(FNS + "save", FNS + "load") == "save"
+    assert name(FNS + "save_dropping_lr", FNS + "load") == "save_dropping_lr+load"
+    assert name(FNS + "save", FNS + "save_dropping_lr") == "save+save_dropping_lr"
+    full = name(partial(acc.save_optimizer_v1, "FULL_STATE_DICT"),
+                partial(acc.load_optimizer_v1, "FULL_STATE_DICT"))
+    primed = name(partial(acc.save_optimizer_v1, "SHARDED_STATE_DICT"),
+                  partial(acc.load_optimizer_v1_primed, "SHARDED_STATE_DICT"))
+    assert full == "save_optimizer_v1[FULL_STATE_DICT]"
+    assert primed == ("save_optimizer_v1[SHARDED_STATE_DICT]"
+                      "+load_optimizer_v1_primed[SHARDED_STATE_DICT]")

@@ -84,7 +84,7 @@ def test_failure_shrinks_and_prints_case_id_and_reproducer():
     msg = str(info.value)
     shrunk = seen[-1]  # hypothesis replays the minimal example last
     assert len(set(seen)) > 1, seen  # it searched, then shrank
-    assert shrunk.endswith("/flat/ws1/fp64") and shrunk.startswith("custom:save_dropping_lr/adam")
+    assert shrunk.endswith("/flat/ws1/fp64") and shrunk.startswith("custom:save_dropping_lr+load/adam")
     assert f"case {shrunk}" in msg
     assert "P11 (param groups) FAIL" in msg and "['lr']: missing" in msg
     assert "reproduce(Case(model='mlp', plan=" in msg
