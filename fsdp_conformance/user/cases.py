@@ -69,7 +69,7 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
                world_sizes: Sequence | None = None, use_orig_params: bool = False,
                custom: CustomPath | None = None, steps: int = 2, resume_steps: int = 2,
                batch: int = 12, dtype: str = "fp64", seed: int = 0, groups: int | None = None,
-               tier: str = "quick", fsdp_version: int = 1) -> list[Case]:
+               tier: str = "quick", fsdp_version: int = 2) -> list[Case]:
     """The cases of one round trip: each path (or the custom one) x each world-size spec
     (``spec.parse_sizes``: an HSDP spec runs as HYBRID_SHARD). Paths that cannot change
     world size or wrapping (``sut.paths.resizable``) keep their same-size pairs only. The

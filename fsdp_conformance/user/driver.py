@@ -35,7 +35,7 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
           plan=(), load_plan=None, optimizer: OptimizerFactory | str = "adam",
           loss: LossFn | str | None = None, ignored: Iterable[str] = (),
           name: str | None = None, paths=None, world_sizes=None,
-          use_orig_params: bool = False, fsdp_version: int = 1, shard_fn=None,
+          use_orig_params: bool = False, fsdp_version: int = 2, shard_fn=None,
           scheduler=None, save_fn: SaveFn | str | None = None,
           load_fn: LoadFn | str | None = None,
           custom_name: str | None = None, steps: int = 2, resume_steps: int = 2,
@@ -47,9 +47,10 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
     ``save_fn``/``load_fn``), judge every property and raise :class:`RoundtripFailure` if any
     fails. Returns the CaseResults.
 
-    ``fsdp_version``: 2 shards with ``fully_shard`` on a DeviceMesh (the plan's modules, or
-    ``shard_fn(model, mesh)``; world sizes "2", "2->3", and HSDP meshes "2x2->2"), its
-    built-in paths are ``fsdp2.full`` / ``fsdp2.sharded``; 1: FSDP1. ``save_fn(state,
+    ``fsdp_version``: 2 (the default) shards with ``fully_shard`` on a DeviceMesh (the plan's
+    modules, or ``shard_fn(model, mesh)``; world sizes "2", "2->3", and HSDP meshes
+    "2x2->2"), its built-in paths are ``fsdp2.full`` / ``fsdp2.sharded``; 1: FSDP1
+    (``FullyShardedDataParallel``; ``use_orig_params`` is its option). ``save_fn(state,
     directory)`` / ``load_fn(state, directory)`` checkpoint the whole training state
     (``TrainState``: model, optimizer, ``scheduler``, step); ``(model, optimizer,
     directory)`` functions the optimizer only. ``only``: run just the cases with these ids;
@@ -60,6 +61,10 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
         raise TypeError("pass both save_fn and load_fn (or neither)")
     if shard_fn is not None and fsdp_version != 2:
         raise ValueError("shard_fn= applies fully_shard: it needs fsdp_version=2")
+    if use_orig_params and fsdp_version != 1:
+        raise ValueError("use_orig_params= is an option of FSDP1 (FullyShardedDataParallel); "
+                         "fully_shard always keeps the original parameters: pass "
+                         "fsdp_version=1 to test FSDP1 with use_orig_params=True")
     user = user_model(model, data, plan=plan, load_plan=load_plan, optimizer=optimizer,
                       loss=loss, ignored=ignored, name=name, shard_fn=shard_fn,
                       scheduler=scheduler)

@@ -13,7 +13,7 @@ from examples.my_model import GatedBlock, GatedNet, batch, loss, make_optimizer
 from fsdp_conformance.user import (Limitation, RoundtripFailure, check, failing, user_cases,
                                    user_model)
 
-USER = dict(plan=["body", "head"], optimizer=make_optimizer, loss=loss)
+USER = dict(plan=["body", "head"], optimizer=make_optimizer, loss=loss, fsdp_version=1)
 FNS = "suites.plugin.userfns:"
 JUDGED = ("P0", "P2", "P3", "P6", "P7", "P11")  # what a custom save/load is judged by
 
@@ -165,8 +165,8 @@ def test_plan_as_policy_or_classes_and_group_unit_check():
     # the root unit would hold the head (group 1) with everything else (group 0)
     with pytest.raises(ValueError, match=r"unit '<root>' .* holds params of param groups \[0, 1\]"):
         user_cases(user_model(GatedNet, batch, plan=["body"], optimizer=make_optimizer),
-                   world_sizes=[2])
-    cases = user_cases(by_class, world_sizes=[2], use_orig_params=True)
+                   world_sizes=[2], fsdp_version=1)
+    cases = user_cases(by_class, world_sizes=[2], use_orig_params=True, fsdp_version=1)
     assert [c.groups for c in cases] == [2, 2]
 
 
@@ -184,7 +184,7 @@ def test_batch_and_loss_of_a_user_model_reach_the_zoo():
 
 def test_paths_beside_save_fn_is_an_error_not_ignored():
     with pytest.raises(ValueError, match=r"paths=\['fsdp1.sharded'\] and save_fn/load_fn"):
-        check(GatedNet, batch, plan=["body", "head"], paths=["fsdp1.sharded"],
+        check(GatedNet, batch, plan=["body", "head"], paths=["fsdp1.sharded"], fsdp_version=1,
               save_fn=FNS + "save_dropping_lr", load_fn=FNS + "load")
 
 

@@ -95,7 +95,7 @@ from examples.my_model import GatedNet, batch, loss, make_optimizer
 
 def test_rt(fsdp_roundtrip):
     fsdp_roundtrip(GatedNet, batch, plan=["body", "head"], optimizer=make_optimizer,
-                   loss=loss, world_sizes=[1, "1->2"])
+                   loss=loss, world_sizes=[1, "1->2"], fsdp_version=1)
 """
 
 

@@ -6,7 +6,7 @@ from examples.my_model import GatedNet, batch, loss, make_optimizer
 from fsdp_conformance.cases import Case
 from fsdp_conformance.user.unittest_support import FSDPTestCase, conformance_cases, world_sizes
 
-MODEL = dict(plan=["body", "head"], optimizer=make_optimizer, loss=loss)
+MODEL = dict(plan=["body", "head"], optimizer=make_optimizer, loss=loss, fsdp_version=1)
 USER = dict(MODEL, paths=["fsdp1.full"])
 
 
