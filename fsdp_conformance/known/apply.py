@@ -57,9 +57,10 @@ def _effects(case: Case, verdicts: Mapping[str, Verdict]) -> list[KnownLimitatio
 
 def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
     """The expectation under the entries' effects, composed in order (save effects in the
-    order given, then load effects)."""
+    order given, then load effects; storage effects in the order given)."""
     saves = [e.model.save for e in entries if e.model.save is not None]
     loads = [e.model.load for e in entries if e.model.load is not None]
+    stores = [e.model.stored for e in entries if e.model.stored is not None]
 
     def saved(d: dict) -> dict:
         for f in saves:
@@ -70,7 +71,13 @@ def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
         for f in loads:
             d = f(d, case)
         return d
-    return Expectation(key="+".join(e.key for e in entries), saved=saved, loaded=loaded)
+
+    def stored(d: dict) -> dict:
+        for f in stores:
+            d = f(d, case)
+        return d
+    return Expectation(key="+".join(e.key for e in entries), saved=saved, loaded=loaded,
+                       stored=stored)
 
 
 def rejudge(case: Case, verdicts: Mapping[str, Verdict], judge: Judge

@@ -131,3 +131,17 @@ def dummy_step_state(d: dict, case: Any) -> dict:
         if n not in state and n in dummy["state"]:
             state[n] = dummy["state"][n]
     return {**d, "state": state}
+
+
+def drop_empty_mappings(d: dict, case: Any = None) -> dict:
+    """Every mapping without a leaf is gone (a storage layer that records leaves only: an
+    empty ``'state': {}``, a param's empty state), recursively: a mapping left empty by
+    that is gone too. A mapping at the top stays (the read-back dict itself)."""
+    def keep(v: Any) -> Any:
+        if isinstance(v, dict):
+            out = {k: keep(x) for k, x in v.items()}
+            return {k: x for k, x in out.items() if not (isinstance(x, dict) and not x)}
+        if isinstance(v, list):
+            return [keep(x) for x in v]
+        return v
+    return keep(d)

@@ -3,7 +3,8 @@ torch bug applied (known/model.py ``Effect``).
 
 Rule: every comparison whose observed side went through torch's save passes its expected
 side through ``saved``; through torch's load, through ``loaded``; through both, through
-both in that order. Outside ``expecting`` both are the identity, so the properties judge
+both in that order; a saved dict read back from storage (P8's DCP read-back), through
+``stored``. Outside ``expecting`` both are the identity, so the properties judge
 against the correct result. The single-process baseline (P2, P6) resumes from
 ``loaded(saved(state at the save))`` under an expectation (properties/baseline.py), so a
 modelled bug's consequences on the resumed run are predicted, not waved through.
@@ -30,6 +31,8 @@ class Expectation:
     """The dict a correct save returns -> the dict expected from this torch."""
     loaded: Callable[[dict], dict] = _same
     """The state a correct load leaves -> the state expected from this torch."""
+    stored: Callable[[dict], dict] = _same
+    """A saved dict -> what this torch's storage layer (DCP) is expected to read back."""
 
 
 EXACT = Expectation(key="")
@@ -59,6 +62,11 @@ def saved(d: dict) -> dict:
 def loaded(d: dict) -> dict:
     """``d`` (what a correct load leaves) as this torch is expected to leave it."""
     return current().loaded(d)
+
+
+def stored(d: dict) -> dict:
+    """``d`` (a saved dict) as this torch's storage layer is expected to read it back."""
+    return current().stored(d)
 
 
 def round_trip(d: dict) -> dict:

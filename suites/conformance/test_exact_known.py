@@ -217,3 +217,33 @@ def test_the_digest_is_the_observation_as_the_model_reads_it():
     assert observation_digest(x, lines) == observation_digest(y, lines)
     assert observation_digest(x.replace("value 1", "value 3"), lines) != \
         observation_digest(x, lines)
+
+
+# -- a storage effect (P8): DCP's read-back of a saved dict ---------------------------------
+
+def test_dcp_dropping_empty_state_is_known_by_its_effect_live(rank_pool, tmp_path):
+    """A stateless SGD through fsdp2.sharded: DCP reads back the saved dict without its
+    empty 'state' (dcp-drops-empty-state-dict), and nothing else differs."""
+    v = _judged(rank_pool, Case(api="fsdp2.sharded", optimizer="sgd", world_size=2), tmp_path)
+    assert (v["P8"].status, v["P8"].known) == ("known", "dcp-drops-empty-state-dict"), \
+        v["P8"].detail
+
+
+def test_a_storage_effect_explains_exactly_its_own_effect():
+    """Under the model, DCP's read-back is the saved dict without its empty mappings; a
+    read-back that also changed a hyperparameter fails, showing only that."""
+    from fsdp_conformance.known.apply import expectation_of
+    from fsdp_conformance.properties.expectation import expecting
+    from fsdp_conformance.properties.run_props import p8_serialise
+
+    case = Case(api="fsdp2.sharded", optimizer="sgd", world_size=2)
+    [entry] = [e for e in known_all(case, "P8") if e.key == "dcp-drops-empty-state-dict"]
+    groups = [{"lr": 0.01, "momentum": 0.0, "params": ["a.weight"]}]
+    full = {"state": {}, "param_groups": groups}
+    read = {"param_groups": groups}
+    changed = {"param_groups": [{**groups[0], "lr": 0.0101}]}
+    assert p8_serialise(case.api, [], [], full, read).status == "fail"
+    with expecting(expectation_of(case, [entry])):
+        assert p8_serialise(case.api, [], [], full, read).status == "pass"
+        v = p8_serialise(case.api, [], [], full, changed)
+    assert v.status == "fail" and "1 difference:\n  param_groups[0]['lr']" in v.detail, v.detail
