@@ -20,10 +20,15 @@ CASE = Case(api="fsdp1.full", model=b.BOUNDS_MODEL, plan="nested", optimizer="ad
             dtype="fp32", world_size=2, steps=1, bounds=True)
 
 
+FSDP2_LOAD = dataclasses.replace(CASE, api="fsdp2.sharded")
+"""A path whose load peaks far under the DESIGN bound (0.08-0.38 of it)."""
+
+
 @pytest.fixture(scope="module")
 def clean_and_injected():
     cases = [CASE, dataclasses.replace(CASE, inject="slow"),
-             dataclasses.replace(CASE, inject="copy")]
+             dataclasses.replace(CASE, inject="copy"), FSDP2_LOAD,
+             dataclasses.replace(FSDP2_LOAD, inject="copy")]
     return run_cases(cases, timeout=300)
 
 
@@ -57,6 +62,22 @@ def test_an_extra_copy_fails_p14(clean_and_injected):
     # previous call are reused for the small tensors)
     m, m0 = copy.measurements["save"], clean.measurements["save"]
     assert m["peak_bytes"][0] >= m0["peak_bytes"][0] + 0.75 * m["state_bytes"]
+
+
+def test_an_extra_copy_fails_p14_where_the_path_peaks_far_under_the_design_bound(
+        clean_and_injected):
+    """fsdp2.sharded's load keeps a copy of the rank's loaded state: its own calibrated peak
+    bounds it, not the DESIGN bound it never comes near, so P14 fails on its load."""
+    clean, copy = clean_and_injected[3], clean_and_injected[4]
+    assert clean.properties["P14"].status == "pass", clean.properties["P14"].detail
+    v = copy.properties["P14"]
+    assert v.status == "fail", v.detail
+    assert "fsdp2.sharded load rank" in v.detail and "> bound" in v.detail, v.detail
+    m = clean.measurements["load"]
+    design = [b.mem_base("fsdp2.sharded", "load", r, m)[0] + b.MEM_FIXED_BYTES
+              for r in range(m["world_size"])]
+    assert all(p < d for p, d in zip(copy.measurements["load"]["peak_bytes"], design)), \
+        "the copy stays under the DESIGN bound: only the calibrated bound catches it"
 
 
 def test_report_carries_measurements_and_scaling(clean_and_injected):

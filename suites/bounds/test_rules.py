@@ -32,8 +32,10 @@ def test_fit_time_refuses_no_points():
         b.fit_time([(0.0, 1.0)])
 
 
-def test_fit_memory_never_below_the_design_bound():
-    assert b.fit_memory([0.3, 0.5]).factor == 1.0
+def test_fit_memory_is_the_paths_own_calibrated_peak():
+    """Also far under the DESIGN bound: a path that peaks at half of it is bounded at 0.6 of
+    it, not at the DESIGN bound (which would let its peak double unseen)."""
+    assert b.fit_memory([0.3, 0.5]).factor == pytest.approx(b.MEM_MARGIN * 0.5)
     assert b.fit_memory([1.5, 1.9]).factor == pytest.approx(b.MEM_MARGIN * 1.9)
     assert b.fit_memory([1.0]).fixed_bytes == b.MEM_FIXED_BYTES
 
@@ -101,8 +103,8 @@ def test_a_missing_calibration_key_is_an_error_naming_key_and_command():
     ({"schema": b.SCHEMA, "time": {}, "memory": {}}, "'scaling' must be"),
     ({"schema": b.SCHEMA, "time": {"k": {"a": -1, "c": 0}}, "memory": {}, "scaling": {}},
      r"time\['k'\]: 'a' must be a non-negative number"),
-    ({"schema": b.SCHEMA, "time": {}, "memory": {"m": {"factor": 0.5, "fixed_bytes": 0}},
-      "scaling": {}}, r"memory\['m'\]: 'factor' must be >= 1"),
+    ({"schema": b.SCHEMA, "time": {}, "memory": {"m": {"factor": -0.5, "fixed_bytes": 0}},
+      "scaling": {}}, r"memory\['m'\]: 'factor' must be a non-negative number"),
 ])
 def test_bad_calibration_files_are_named(data, match):
     with pytest.raises(b.CalibrationError, match=match):
@@ -178,7 +180,9 @@ def test_packaged_calibration_covers_the_quick_tier():
             tb = cal.time_bound(b.time_key(c.api, phase, c.world_size, c.model))
             assert tb.a >= 0 and tb.c >= b.SCHED_ALLOWANCE_S
             for r in range(c.world_size):
-                assert cal.mem_bound(b.mem_key(c.api, phase, r)).factor >= 1
+                mb = cal.mem_bound(b.mem_key(c.api, phase, r))
+                ratios = data["memory"][b.mem_key(c.api, phase, r)]["ratios"]
+                assert mb.factor == pytest.approx(b.MEM_MARGIN * max(ratios))  # its own peak
             assert f"{c.api}/{phase}" in cal.allowed_excess
     for k, v in data["time"].items():  # every calibration point lies under its bound
         tb = cal.time_bound(k)
