@@ -295,7 +295,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "https://github.com/pytorch/pytorch/issues/132628)",
         also=_ALL_BUT("P3"),
         model=Raises(exc="RuntimeError",
-               message=r"^Missing optimizer state for parameter 'unused\.(weight|bias)' in checkpoint")),
+               message=r"^Missing optimizer state for parameter 'unused\.(weight|bias)' in checkpoint",
+               alongside=("StrandedRanksError",))),
     KnownLimitation(
         "dsd-nonstrict-dummy-state", ("P3:set_full_nonstrict", "P3:set_full_broadcast_nonstrict"),
         lambda c: c.api == "fsdp2" and c.model == "unused" and c.optimizer not in ("sgd", "adagrad"),

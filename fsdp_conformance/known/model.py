@@ -12,8 +12,9 @@ Rules, per model:
   (properties/expectation.py; the single-process baseline resumes from the modelled state);
   a property that passes then is "known", one that still fails is a "fail" whose detail is
   the residual diff.
-- ``Raises`` (an exception): every exception the detail shows is of type ``exc`` and its
-  message matches ``message`` (a regular expression, searched); where the detail carries the
+- ``Raises`` (an exception): every exception the detail shows is of type ``exc`` (or one of
+  ``alongside``: a wrapper), and every one of type ``exc`` has a message matching
+  ``message`` (a regular expression, searched); where the detail carries the
   traceback, one of its frames is a function named in ``where``.
 - ``Outcome`` (P15, the load of damaged input): the verdict's first line matches
   ``headline`` (a regular expression, matched in full) and every rank's exception line, if
@@ -85,8 +86,9 @@ class Raises:
             return False
         if any(typ not in (self.exc,) + self.alongside for typ, _ in found):
             return False
-        if not any(typ == self.exc and re.search(self.message, msg) for typ, msg in found):
-            return False
+        mine = [msg for typ, msg in found if typ == self.exc]
+        if not mine or not all(re.search(self.message, msg) for msg in mine):
+            return False  # every exception of its type is this one: another is a second bug
         frames = frames_in(detail)
         return not (frames and self.where and not set(self.where) & set(frames))
 

@@ -246,10 +246,16 @@ def _load_guarded(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> t
             break
         time.sleep(0.05)
     if missing:
-        raise RuntimeError(f"the {case.api} load raised on rank {ctx.rank} while rank(s) "
+        raise StrandedRanksError(f"the {case.api} load raised on rank {ctx.rank} while rank(s) "
                            f"{missing} did not return from it within {STRAND_WAIT_S:.0f} s "
                            f"(left waiting in a collective):\n{res.traceback}")
     return res, took
+
+
+class StrandedRanksError(RuntimeError):
+    """The suite's own report that a load raised on this rank while others stayed inside it
+    (waiting in a collective): its own type, so a known entry's exception model tells it
+    apart from torch's exceptions (known/model.py ``Raises.alongside``)."""
 
 
 def load_side(ctx, case: Case, workdir: str) -> LoadRecord:

@@ -2,6 +2,10 @@
 exactly as its entry models it (the run's own rules, known/apply.py)."""
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+
 from fsdp_conformance.known.apply import explain_one
 from fsdp_conformance.known.entries import known_all
 
@@ -30,5 +34,17 @@ def assert_ok(verdict, what, case=None, prop=None, allow_na=False):
         assert judged.status == "known", (
             f"{what}: fails, but not as known limitation(s) {keys} model it (a second bug "
             f"on the same configuration?):\n{judged.detail}")
+        _record(judged.known, case, prop, verdict.detail)
         return
     assert verdict.status == "pass", f"{what} ({prop}): {verdict.status}\n{verdict.detail}"
+
+
+def _record(key: str, case, prop: str, detail: str) -> None:
+    """With ``FSDPC_RECORD_KNOWN=<file>``, append the observation a known entry explained
+    (one JSON line: key, case, prop, detail), the source of
+    suites/conformance/known_observations.json for the entries only these tests reach."""
+    out = os.environ.get("FSDPC_RECORD_KNOWN")
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps({"key": key, "case": dataclasses.asdict(case), "prop": prop,
+                                "detail": detail}) + "\n")
