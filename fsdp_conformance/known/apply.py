@@ -57,10 +57,11 @@ def _effects(case: Case, verdicts: Mapping[str, Verdict]) -> list[KnownLimitatio
 
 def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
     """The expectation under the entries' effects, composed in order (save effects in the
-    order given, then load effects; storage effects in the order given)."""
+    order given, then load effects; storage and rekey effects in the order given)."""
     saves = [e.model.save for e in entries if e.model.save is not None]
     loads = [e.model.load for e in entries if e.model.load is not None]
     stores = [e.model.stored for e in entries if e.model.stored is not None]
+    rekeys = [e.model.rekeyed for e in entries if e.model.rekeyed is not None]
 
     def saved(d: dict) -> dict:
         for f in saves:
@@ -76,8 +77,13 @@ def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
         for f in stores:
             d = f(d, case)
         return d
+
+    def rekeyed(d: dict) -> dict:
+        for f in rekeys:
+            d = f(d, case)
+        return d
     return Expectation(key="+".join(e.key for e in entries), saved=saved, loaded=loaded,
-                       stored=stored)
+                       stored=stored, rekeyed=rekeyed)
 
 
 def rejudge(case: Case, verdicts: Mapping[str, Verdict], judge: Judge

@@ -145,3 +145,16 @@ def drop_empty_mappings(d: dict, case: Any = None) -> dict:
             return [keep(x) for x in v]
         return v
     return keep(d)
+
+
+def stateless_rekey_is_a_noop(d: dict, case: Any) -> dict:
+    """A PARAM_ID dict without state comes back as the FQN-keyed dict it was made from:
+    its param groups list the params by name (the names of the case's unwrapped zoo model,
+    in ``reference.rekey_to_names``'s order); a dict with state is rekeyed correctly."""
+    if d.get("state"):
+        return d
+    from ..reference.rekey import rekey_to_names
+    from ..sut.rekey import plain_model, plain_optimizer
+
+    model = plain_model(case)
+    return rekey_to_names(d, model, optim=plain_optimizer(case, model))

@@ -18,8 +18,8 @@ from typing import Callable
 from ..cases import Case
 from ..sut.registry import PATH_NAMES, api_path
 from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_states,
-                      drop_frozen_state, dummy_step_state, frozen_state_as_fresh, tuples_to_lists,
-                      unshare_when_resharded)
+                      drop_frozen_state, dummy_step_state, frozen_state_as_fresh,
+                      stateless_rekey_is_a_noop, tuples_to_lists, unshare_when_resharded)
 from .model import Effect, Lines, Model, Outcome, Raises
 
 
@@ -723,11 +723,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "no state (stateless SGD, or before the first step) all([]) is true for both types, so "
         "it returns the dict unchanged (fully_sharded_data_parallel.py:1733-1741): a PARAM_ID "
         "dict that still lists FQN strings in its param_groups.",
-        model=Lines(patterns=(r"param_groups\[\d+\]\['params'\]\[\d+\]: type; expected int \d+, "
-                         r"got str '[\w.]+'",
-                         r"param_groups\[\d+\]\['params'\]\[\d+\]: type; expected str '[\w.]+', "
-                         r"got int \d+",
-                         r"name -> id -> name is not the identity.*"))),
+        model=Effect(what="a dict without state is returned unchanged: its param groups "
+                     "still list FQNs where the PARAM_ID dict has ids",
+               rekeyed=stateless_rekey_is_a_noop)),
     KnownLimitation(
         "per-rank-file-error-strands-others", ("P15",),
         lambda c: c.fault in ("truncated_file", "corrupt_file") and c.api == "fsdp1.legacy_sharded",

@@ -8,7 +8,8 @@ configuration is a failure, and names the entry that explained the rest.
 Rules, per model:
 - ``Effect`` (a wrong value): ``save`` maps the dict a correct save returns to the dict this
   torch returns; ``load`` maps the state a correct load leaves to the state this torch
-  leaves; ``stored`` maps a dict to what this torch's storage layer (DCP) reads back of it. The case is judged again with every expectation passed through them
+  leaves; ``stored`` maps a dict to what this torch's storage layer (DCP) reads back of it;
+  ``rekeyed`` maps a correct PARAM_ID rekey to this torch's. The case is judged again with every expectation passed through them
   (properties/expectation.py; the single-process baseline resumes from the modelled state);
   a property that passes then is "known", one that still fails is a "fail" whose detail is
   the residual diff.
@@ -114,6 +115,9 @@ class Effect:
     stored: Transform | None = None
     """The dict a correct storage layer reads back -> what this torch's reads back (DCP's
     write and read of a saved dict: P8)."""
+    rekeyed: Transform | None = None
+    """The PARAM_ID dict a correct ``rekey_optim_state_dict`` returns -> what this torch's
+    returns (P5 on the rekey path)."""
 
     def describe(self) -> str:
         return f"changes values: {self.what}"

@@ -4,7 +4,7 @@ torch bug applied (known/model.py ``Effect``).
 Rule: every comparison whose observed side went through torch's save passes its expected
 side through ``saved``; through torch's load, through ``loaded``; through both, through
 both in that order; a saved dict read back from storage (P8's DCP read-back), through
-``stored``. Outside ``expecting`` both are the identity, so the properties judge
+``stored``; torch's PARAM_ID rekey (P5), through ``rekeyed``. Outside ``expecting`` both are the identity, so the properties judge
 against the correct result. The single-process baseline (P2, P6) resumes from
 ``loaded(saved(state at the save))`` under an expectation (properties/baseline.py), so a
 modelled bug's consequences on the resumed run are predicted, not waved through.
@@ -33,6 +33,8 @@ class Expectation:
     """The state a correct load leaves -> the state expected from this torch."""
     stored: Callable[[dict], dict] = _same
     """A saved dict -> what this torch's storage layer (DCP) is expected to read back."""
+    rekeyed: Callable[[dict], dict] = _same
+    """A correct PARAM_ID rekey -> what this torch's rekey is expected to return."""
 
 
 EXACT = Expectation(key="")
@@ -67,6 +69,11 @@ def loaded(d: dict) -> dict:
 def stored(d: dict) -> dict:
     """``d`` (a saved dict) as this torch's storage layer is expected to read it back."""
     return current().stored(d)
+
+
+def rekeyed(d: dict) -> dict:
+    """``d`` (a correct PARAM_ID rekey) as this torch's rekey is expected to return it."""
+    return current().rekeyed(d)
 
 
 def round_trip(d: dict) -> dict:

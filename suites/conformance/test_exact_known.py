@@ -242,3 +242,43 @@ def test_a_storage_effect_explains_exactly_its_own_effect():
         assert p8_serialise(case.api, [], [], full, read).status == "pass"
         v = p8_serialise(case.api, [], [], full, changed)
     assert v.status == "fail" and "1 difference:\n  param_groups[0]['lr']" in v.detail, v.detail
+
+
+# -- a rekey effect (P5): torch's own rekey_optim_state_dict on a stateless dict ------------
+
+def test_a_rekey_effect_explains_exactly_torchs_stateless_rekey():
+    """torch's rekey_optim_state_dict(PARAM_ID) returns a dict without state unchanged
+    (rekey-empty-state-is-a-noop): under the model P5 passes on what torch really returns;
+    the same with a changed hyperparameter fails, showing only that."""
+    import copy
+    from types import SimpleNamespace
+
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import OptimStateKeyType
+
+    from fsdp_conformance.known.apply import expectation_of
+    from fsdp_conformance.properties.expectation import expecting
+    from fsdp_conformance.properties.run_props import p5_rekey_path
+    from fsdp_conformance.reference.rekey import rekey_to_names
+    from fsdp_conformance.sut.rekey import plain_model, plain_optimizer
+
+    case = Case(api="fsdp1.rekey", optimizer="sgd", world_size=2)
+    [entry] = [e for e in known_all(case, "P5") if e.key == "rekey-empty-state-is-a-noop"]
+    model = plain_model(case)
+    full = rekey_to_names(plain_optimizer(case, model).state_dict(), model)
+    assert full["state"] == {} and isinstance(full["param_groups"][0]["params"][0], str)
+
+    def p5(ids):
+        obs = SimpleNamespace(reread_ids=ids, reread=FSDP.rekey_optim_state_dict(
+            ids, OptimStateKeyType.PARAM_NAME, model))
+        return p5_rekey_path(case, full, [obs])
+
+    torchs = FSDP.rekey_optim_state_dict(copy.deepcopy(full), OptimStateKeyType.PARAM_ID, model)
+    planted = copy.deepcopy(torchs)
+    planted["param_groups"][0]["lr"] *= 1.01
+    assert p5(torchs).status == "fail"  # the bug, as torch 2.13 has it
+    with expecting(expectation_of(case, [entry])):
+        ok, bad = p5(torchs), p5(planted)
+    assert ok.status == "pass", ok.detail
+    assert bad.status == "fail" and "param_groups[0]['lr']: value" in bad.detail, bad.detail
+    assert "type; expected int" not in bad.detail, bad.detail  # the modelled part is explained
