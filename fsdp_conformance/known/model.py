@@ -111,7 +111,8 @@ class Effect:
     save: Transform | None = None
     """The dict a correct save returns -> the dict this torch's save returns."""
     load: Transform | None = None
-    """The state a correct load leaves -> the state this torch's load leaves."""
+    """The state a correct load leaves -> the state this torch's load leaves (FSDP1: each
+    rank's local dict; FSDP2: the full dict, sharded afterwards by the reference)."""
     stored: Transform | None = None
     """The dict a correct storage layer reads back -> what this torch's reads back (DCP's
     write and read of a saved dict: P8)."""

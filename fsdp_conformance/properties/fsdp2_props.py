@@ -154,7 +154,9 @@ def p3_shard(layout, full: dict, observations: Sequence[dict], paths: Sequence[s
     for obs in observations:
         r = obs["rank"]
         try:
-            want = _state_only(expect.loaded(ref.fsdp2_shard(layout, full, r)))
+            shard = _state_only(ref.fsdp2_shard(layout, full, r))
+            # a load effect acts on the full dict, then it is sharded (known/model.py)
+            want = _state_only(ref.fsdp2_shard(layout, expect.loaded(full), r))
         except ref.StateDictMismatch as exc:
             return error(f"reference.fsdp2_shard rejected the full dict for rank {r}: {exc}")
         for path in paths:
@@ -169,7 +171,7 @@ def p3_shard(layout, full: dict, observations: Sequence[dict], paths: Sequence[s
                 problems.append(f"{path} on rank {r} differs from reference.fsdp2_shard:\n"
                                 + format_diff(diffs))
         if own_locals and "local" in obs:
-            mine = want if r == 0 else drop_plain(want, layout)
+            mine = shard if r == 0 else drop_plain(shard, layout)  # no load went through torch
             theirs = _state_only(obs["local"] if r == 0 else drop_plain(obs["local"], layout))
             diffs = diff_state_dicts(mine, theirs, owner=owner_of(layout))
             if diffs:

@@ -79,7 +79,8 @@ def p3_loaded(dst, full: dict, load_obs: Sequence[LoadRecord],
         if e:
             return error(f"torch raised while loading on rank {r}:\n{e}")
         try:
-            want = _state(expect.loaded(ref.fsdp2_shard(dst, full, r)))
+            # a load effect acts on the full dict, then it is sharded (known/model.py)
+            want = _state(ref.fsdp2_shard(dst, expect.loaded(full), r))
         except ref.StateDictMismatch as exc:
             return error(f"reference.fsdp2_shard rejected the saved dict for rank {r}: {exc}")
         diffs = diff_state_dicts(want, _state(o.loaded), owner=owner_of(dst))

@@ -282,3 +282,33 @@ def test_a_rekey_effect_explains_exactly_torchs_stateless_rekey():
     assert ok.status == "pass", ok.detail
     assert bad.status == "fail" and "param_groups[0]['lr']: value" in bad.detail, bad.detail
     assert "type; expected int" not in bad.detail, bad.detail  # the modelled part is explained
+
+
+# -- a load effect on the full dict (FSDP2): DSD's strict=False dummy state ----------------
+
+def test_a_second_bug_behind_the_nonstrict_dummy_state_fails(rank_pool):
+    """set_optimizer_state_dict(strict=False) gives the unused params the state of one
+    zero-gradient, lr=0 step (dsd-nonstrict-dummy-state): known by that state exactly. A
+    dummy state of two steps on one param is not that state: a fail naming the param."""
+    import torch
+
+    from fsdp_conformance.known.apply import explain_one
+    from fsdp_conformance.properties import fsdp2_props as P
+    from fsdp_conformance.properties.layouts import fsdp2_reference_layout
+    from fsdp_conformance.sut import fsdp2
+
+    case = Case(api="fsdp2", model="unused", plan="nested", optimizer="adam", world_size=2)
+    prop, path = "P3:set_full_nonstrict", "set_full_nonstrict"
+    obs = rank_pool(2).run(fsdp2.observe, case, True, False, seed=case.seed, timeout=60)
+    layout, full = fsdp2_reference_layout(case), obs[0]["full"]
+
+    def judge():
+        return P.p3_shard(layout, full, obs, paths=(path,))
+
+    clean = explain_one(case, prop, judge(), judge)
+    assert (clean.status, clean.known) == ("known", "dsd-nonstrict-dummy-state"), clean.detail
+    obs[1][path]["state"]["unused.weight"]["step"] = torch.tensor(2.0)
+    planted = explain_one(case, prop, judge(), judge)
+    assert planted.status == "fail", planted.detail
+    assert "rank 1" in planted.detail and "state['unused.weight']['step']" in planted.detail, \
+        planted.detail

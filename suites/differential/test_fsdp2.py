@@ -52,8 +52,8 @@ def _check_same_layout(rank_pool, case, nonstrict=False, extras=True):
              and (extras or p != "set_flattened")]
     for path in paths:
         na_ok = _broadcast_twin_known(case, path)
-        _assert_ok(P.p3_shard(layout, full, obs, paths=(path,)), f"P3 {path} {case.id}", case,
-                   f"P3:{path}", allow_na=na_ok)
+        _assert_ok(lambda: P.p3_shard(layout, full, obs, paths=(path,)), f"P3 {path} {case.id}",
+                   case, f"P3:{path}", allow_na=na_ok)
         _assert_ok(lambda: P.p11_groups(full, obs, path), f"P11 {path} {case.id}", case, f"P11:{path}",
                    allow_na=True)
     _assert_ok(P.p3_reload_own(layout, obs), f"P3 set_sharded {case.id}", case, "P3:set_sharded")
