@@ -62,6 +62,7 @@ def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
     loads = [e.model.load for e in entries if e.model.load is not None]
     stores = [e.model.stored for e in entries if e.model.stored is not None]
     rekeys = [e.model.rekeyed for e in entries if e.model.rekeyed is not None]
+    zeros = [e.model.zero_grads for e in entries if e.model.zero_grads is not None]
 
     def saved(d: dict) -> dict:
         for f in saves:
@@ -82,8 +83,10 @@ def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
         for f in rekeys:
             d = f(d, case)
         return d
+    def zero_grads(step: int) -> frozenset:
+        return frozenset().union(*(f(step, case) for f in zeros))
     return Expectation(key="+".join(e.key for e in entries), saved=saved, loaded=loaded,
-                       stored=stored, rekeyed=rekeyed)
+                       stored=stored, rekeyed=rekeyed, zero_grads=zero_grads)
 
 
 def rejudge(case: Case, verdicts: Mapping[str, Verdict], judge: Judge

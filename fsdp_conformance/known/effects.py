@@ -158,3 +158,17 @@ def stateless_rekey_is_a_noop(d: dict, case: Any) -> dict:
 
     model = plain_model(case)
     return rekey_to_names(d, model, optim=plain_optimizer(case, model))
+
+
+def unused_params_get_zero_grads(step: int, case: Any) -> frozenset:
+    """The ``unused`` model's never-used params (``unused.*``) get a zero gradient at the
+    steps where they share a FlatParameter with used params: before the save when the save
+    side wraps them in the root unit (plan "root"), after it when the load side does; not
+    at one rank with ``use_orig_params=True`` (each param keeps its own gradient there)."""
+    if case.model != "unused":
+        return frozenset()
+    save = step < case.steps
+    plan, ws = (case.plan, case.world_size) if save else (case.dst_plan, case.dst_world_size)
+    if plan == "root" and (ws > 1 or not case.use_orig_params):
+        return frozenset({"unused.weight", "unused.bias"})
+    return frozenset()

@@ -9,7 +9,8 @@ Rules, per model:
 - ``Effect`` (a wrong value): ``save`` maps the dict a correct save returns to the dict this
   torch returns; ``load`` maps the state a correct load leaves to the state this torch
   leaves; ``stored`` maps a dict to what this torch's storage layer (DCP) reads back of it;
-  ``rekeyed`` maps a correct PARAM_ID rekey to this torch's. The case is judged again with every expectation passed through them
+  ``rekeyed`` maps a correct PARAM_ID rekey to this torch's; ``zero_grads`` names the params
+  that train on zero gradients instead of none (the baseline is trained so). The case is judged again with every expectation passed through them
   (properties/expectation.py; the single-process baseline resumes from the modelled state);
   a property that passes then is "known", one that still fails is a "fail" whose detail is
   the residual diff.
@@ -119,6 +120,9 @@ class Effect:
     rekeyed: Transform | None = None
     """The PARAM_ID dict a correct ``rekey_optim_state_dict`` returns -> what this torch's
     returns (P5 on the rekey path)."""
+    zero_grads: Callable[[int, Any], frozenset] | None = None
+    """``(step, case) ->`` the params that get a zero gradient at that training step where a
+    correct FSDP leaves none (the single-process baseline of P2/P6/P10 trains them so)."""
 
     def describe(self) -> str:
         return f"changes values: {self.what}"

@@ -102,7 +102,7 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
                 modelled = exp.loaded(exp.saved(snaps["save"][1]))
                 optim.load_state_dict(copy.deepcopy(_to_ids(modelled, names)))
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
-        loss = train_step(model, optim, x, sched)
+        loss = train_step(model, optim, x, sched, zero_grads=exp.zero_grads(step))
         losses.append(float(loss.detach().to(torch.float64)))
     if "save" not in snaps:
         freeze_at_save(model, case.model)

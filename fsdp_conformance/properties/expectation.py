@@ -4,7 +4,8 @@ torch bug applied (known/model.py ``Effect``).
 Rule: every comparison whose observed side went through torch's save passes its expected
 side through ``saved``; through torch's load, through ``loaded``; through both, through
 both in that order; a saved dict read back from storage (P8's DCP read-back), through
-``stored``; torch's PARAM_ID rekey (P5), through ``rekeyed``. Outside ``expecting`` both are the identity, so the properties judge
+``stored``; torch's PARAM_ID rekey (P5), through ``rekeyed``. A bug in training itself
+(``zero_grads``) changes the single-process baseline's steps. Outside ``expecting`` both are the identity, so the properties judge
 against the correct result. The single-process baseline (P2, P6) resumes from
 ``loaded(saved(state at the save))`` under an expectation (properties/baseline.py), so a
 modelled bug's consequences on the resumed run are predicted, not waved through.
@@ -35,6 +36,9 @@ class Expectation:
     """A saved dict -> what this torch's storage layer (DCP) is expected to read back."""
     rekeyed: Callable[[dict], dict] = _same
     """A correct PARAM_ID rekey -> what this torch's rekey is expected to return."""
+    zero_grads: Callable[[int], frozenset] = lambda step: frozenset()
+    """Training step -> the params (FQNs) that get a zero gradient at that step where no
+    gradient is correct (the single-process baseline trains them so)."""
 
 
 EXACT = Expectation(key="")

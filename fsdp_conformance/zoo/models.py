@@ -295,13 +295,18 @@ def loss_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def train_step(model: nn.Module, optim: torch.optim.Optimizer, x: torch.Tensor,
-               sched=None) -> torch.Tensor:
+               sched=None, zero_grads: frozenset = frozenset()) -> torch.Tensor:
     """One training step, the same everywhere (FSDP ranks, the single-process baseline, the
     plain model of the rekey observer): zero the grads (to None), ``loss_of``, backward,
-    ``optim.step()``, then the LR scheduler's step if there is one. Returns the loss."""
+    ``optim.step()``, then the LR scheduler's step if there is one. Returns the loss.
+    ``zero_grads``: params (FQNs) that get a zero gradient where backward left none (a
+    modelled torch bug, properties/baseline.py)."""
     optim.zero_grad(set_to_none=True)
     loss = loss_of(model, x)
     loss.backward()
+    for n, p in model.named_parameters():
+        if n in zero_grads and p.grad is None:
+            p.grad = torch.zeros_like(p)
     optim.step()
     if sched is not None:
         sched.step()

@@ -75,12 +75,17 @@ def _nudge_momentum(sd):
     sd["state"][_first_param(sd)]["momentum_buffer"].view(-1)[0] += 1e-3
 
 
+def _nudge_unused_exp_avg_sq(sd):
+    sd["state"]["unused.weight"]["exp_avg_sq"].view(-1)[0] += 1e-3
+
+
 def _double_weight_decay(sd):
     sd["param_groups"][0]["weight_decay"] *= 2
 
 
 ALIASED = Case(api="fsdp1.full", optimizer="adam", use_orig_params=True, world_size=2)
 LISTED = Case(api="fsdp2.full", optimizer="adamw", world_size=2)
+UNUSED_ROOT = Case(api="fsdp1.full", optimizer="adam", model="unused", plan="root", world_size=2)
 LATE_FROZEN = Case(api="fsdp2.full", optimizer="sgd_momentum", model="late_frozen", world_size=2,
                    load_world_size=3)
 
@@ -91,8 +96,9 @@ LATE_FROZEN = Case(api="fsdp2.full", optimizer="sgd_momentum", model="late_froze
      "orig-params-full-osd-aliasing"),
     (LISTED, _double_weight_decay, "P11", "dsd-full-load-tuple-to-list"),
     (LATE_FROZEN, _nudge_momentum, "P3", "dsd-full-load-resets-frozen-state"),
+    (UNUSED_ROOT, _nudge_unused_exp_avg_sq, "P6", "orig-params-unused-param-zero-grad-state"),
 ], ids=["aliasing+exp_avg_sq-nudged", "aliasing+acc_delta-zeroed", "tuple-to-list+wd-doubled",
-        "frozen-state-reset+momentum-nudged"])
+        "frozen-state-reset+momentum-nudged", "unused-zero-grads+exp_avg_sq-nudged"])
 def test_a_second_bug_on_a_known_pair_fails(rank_pool, tmp_path, case, mutate, prop, entry):
     clean = _judged(rank_pool, case, tmp_path / "clean")
     assert clean[prop].status == "known" and clean[prop].known == entry, clean[prop].detail
