@@ -7,10 +7,13 @@ Steps (each one a subprocess with its own log file and time limit):
    by the set-up's own script (``scripts/setup-env``: torch first, then this package), kept
    under ``--venvs`` and reused while its torch spec and pyproject.toml are unchanged;
 2. the baseline writes fresh golden fixtures (``fixtures generate``) into the gate's
-   directory;
+   directory, and so does the candidate when its torch release differs (``<dir>/<torch
+   version>/`` each);
 3. baseline and candidate each run the conformance run (same tier, selection and seed) with
-   those fixtures as their P12 fixtures, so both reports hold the same cases and the
-   candidate is asked to load exactly what the baseline wrote;
+   those fixtures as their P12 fixtures, so both reports hold the same cases: the candidate
+   loads what the baseline wrote (the upgrade) and the baseline what the candidate wrote (a
+   rollback after a failed upgrade), each beside its own; the gate's report counts both
+   directions (``fixture_directions``);
 4. both run the scaling benchmark (``--bench quick`` by default, ``full`` or ``none``);
 5. ``compare`` of the two run reports and of the two benchmark reports, with the gate's
    thresholds; timings and peaks flagged slower or bigger (benchmarks, and the bounds
@@ -184,10 +187,12 @@ def gate(cfg: GateConfig) -> int:
     versions = {s.name: torch_version(s.python) for s in sides}
     _log(f"baseline torch {versions['baseline']}, candidate torch {versions['candidate']}")
     fixtures = out / "fixtures"
-    base = sides[0]
-    run_step("baseline: fixtures generate", _cli(base.python, "fixtures", "generate", "--out",
-                                                   str(fixtures)),
-             logs / "baseline-fixtures.log", timeout=cfg.step_timeout)
+    writers = sides if release(versions["candidate"]) != release(versions["baseline"]) \
+        else sides[:1]  # one torch release writes one <version>/ directory
+    for s in writers:
+        run_step(f"{s.name}: fixtures generate", _cli(s.python, "fixtures", "generate",
+                                                      "--out", str(fixtures)),
+                 logs / f"{s.name}-fixtures.log", timeout=cfg.step_timeout)
     select = ["--tier", cfg.tier, "--fixtures", str(fixtures), *cfg.run_args]
     if cfg.keyword:
         select += ["-k", cfg.keyword]
@@ -249,6 +254,8 @@ def gate(cfg: GateConfig) -> int:
           f"**{summary['verdict'].upper()}** (tier {cfg.tier}, bench {cfg.bench}, "
           f"{summary['wall_s']:.0f} s)", "", "## The two runs", ""]
     md += [run_line(s.name, out / s.name / "run.json") for s in sides] + [""]
+    md += ["## Golden fixtures, both directions", "",
+           fixture_directions({s.name: out / s.name / "run.json" for s in sides}), ""]
     for kind in kinds:
         cmp_md = out / f"compare-{kind}.md"
         md += [f"## Comparison of the {kind} reports", "",
@@ -383,6 +390,40 @@ def run_line(name: str, path: Path) -> str:
     return (f"- {name} (torch {rep['torch_version']}): {headline(rep)}; golden fixtures "
             f"(P12): {p12}; {len(rep['summary']['known'])} known torch limitations seen "
             f"(listed in {path.with_suffix('.md')})")
+
+
+def release(version: str) -> str:
+    """``"2.15.0+cu128"`` -> ``"2.15.0"``: the name of a fixtures version directory."""
+    m = re.match(r"\d+(\.\d+)*", version)
+    return m.group(0) if m else version
+
+
+def fixture_directions(runs: dict) -> str:
+    """A Markdown table: for each side's run (``{side: run.json}``) and each torch release
+    whose fixtures it loaded, the golden (P12) verdicts: who read whose checkpoints, the
+    upgrade direction and the rollback direction side by side."""
+    from collections import Counter
+
+    from ..report.run_report import load_report
+
+    rows = ["| reader | its torch | fixtures written by torch | P12 verdicts |",
+            "|---|---|---|---|"]
+    for name, path in runs.items():
+        try:
+            rep = load_report(path)
+        except Exception as exc:  # noqa: BLE001  (the gate already stopped if a run wrote none)
+            rows.append(f"| {name} | ? | ? | report unreadable: {exc} |")
+            continue
+        by_writer: dict[str, Counter] = {}
+        for c in rep["cases"]:
+            if c.get("golden"):
+                writer = c["golden"].split("/", 1)[0]
+                by_writer.setdefault(writer, Counter())[c["properties"]["P12"]["status"]] += 1
+        for writer, n in sorted(by_writer.items()):
+            own = " (its own)" if writer == release(rep["torch_version"]) else ""
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(n.items()))
+            rows.append(f"| {name} | {rep['torch_version']} | {writer}{own} | {counts} |")
+    return "\n".join(rows)
 
 
 def demote(markdown: str) -> str:

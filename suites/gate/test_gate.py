@@ -144,3 +144,28 @@ def test_recheck_measures_the_flagged_bounds_cases_again_and_verdicts_stand(tmp_
         assert run["cases"][0]["measurements"]["save"]["time_s"] > 0
     text = gate.recheck_text(res)
     assert "bounds cases flagged slower or bigger" in text and "they stand" in text
+
+
+def test_fixture_directions_count_who_read_whose_checkpoints(tmp_path, monkeypatch):
+    """The gate's both-directions table: each side's P12 verdicts per torch release that
+    wrote the fixtures (here two runs reading 2.13.0's and 2.15.0's)."""
+    import json
+
+    import fsdp_conformance.report.run_report as rr
+    from fsdp_conformance.gate.upgrade import fixture_directions, release
+
+    def run(torch_version, verdicts):
+        cases = [{"id": f"c{i}", "golden": f"{w}/fx{i}", "properties": {"P12": {"status": s}}}
+                 for i, (w, s) in enumerate(verdicts)]
+        p = tmp_path / f"{torch_version}.json"
+        p.write_text(json.dumps({"torch_version": torch_version, "cases": cases}))
+        return p
+
+    base = run("2.13.0+cpu", [("2.13.0", "pass"), ("2.15.0", "known"), ("2.15.0", "pass")])
+    cand = run("2.15.0+cu128", [("2.13.0", "pass"), ("2.15.0", "pass")])
+    monkeypatch.setattr(rr, "load_report", lambda p: json.loads(p.read_text()))
+    md = fixture_directions({"baseline": base, "candidate": cand})
+    assert "| baseline | 2.13.0+cpu | 2.13.0 (its own) | pass 1 |" in md
+    assert "| baseline | 2.13.0+cpu | 2.15.0 | known 1, pass 1 |" in md
+    assert "| candidate | 2.15.0+cu128 | 2.13.0 | pass 1 |" in md
+    assert release("2.15.0+cu128") == "2.15.0" and release("2.8.0") == "2.8.0"
