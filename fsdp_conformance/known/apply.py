@@ -55,38 +55,30 @@ def _effects(case: Case, verdicts: Mapping[str, Verdict]) -> list[KnownLimitatio
     return out
 
 
+def _composed(case: Case, entries: list[KnownLimitation], channel: str) -> Callable[[dict], dict]:
+    """The entries' transforms of one ``Effect`` channel, applied in the order given."""
+    fs = [getattr(e.model, channel) for e in entries if getattr(e.model, channel) is not None]
+
+    def apply(d: dict) -> dict:
+        for f in fs:
+            d = f(d, case)
+        return d
+    return apply
+
+
 def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
-    """The expectation under the entries' effects, composed in order (save effects in the
-    order given, then load effects; storage and rekey effects in the order given)."""
-    saves = [e.model.save for e in entries if e.model.save is not None]
-    loads = [e.model.load for e in entries if e.model.load is not None]
-    stores = [e.model.stored for e in entries if e.model.stored is not None]
-    rekeys = [e.model.rekeyed for e in entries if e.model.rekeyed is not None]
+    """The expectation under the entries' effects, each channel composed in the order
+    given (save effects, then load effects; storage and rekey effects; the params given
+    zero gradients at a step are the union of the entries')."""
     zeros = [e.model.zero_grads for e in entries if e.model.zero_grads is not None]
 
-    def saved(d: dict) -> dict:
-        for f in saves:
-            d = f(d, case)
-        return d
-
-    def loaded(d: dict) -> dict:
-        for f in loads:
-            d = f(d, case)
-        return d
-
-    def stored(d: dict) -> dict:
-        for f in stores:
-            d = f(d, case)
-        return d
-
-    def rekeyed(d: dict) -> dict:
-        for f in rekeys:
-            d = f(d, case)
-        return d
     def zero_grads(step: int) -> frozenset:
         return frozenset().union(*(f(step, case) for f in zeros))
-    return Expectation(key="+".join(e.key for e in entries), saved=saved, loaded=loaded,
-                       stored=stored, rekeyed=rekeyed, zero_grads=zero_grads)
+    return Expectation(key="+".join(e.key for e in entries),
+                       saved=_composed(case, entries, "save"),
+                       loaded=_composed(case, entries, "load"),
+                       stored=_composed(case, entries, "stored"),
+                       rekeyed=_composed(case, entries, "rekeyed"), zero_grads=zero_grads)
 
 
 def rejudge(case: Case, verdicts: Mapping[str, Verdict], judge: Judge
