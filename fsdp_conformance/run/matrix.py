@@ -4,7 +4,7 @@ Rules
 - quick: every (path, optimizer) pair and every (path, save world size -> load world size)
   pair at least once (a covering design: the 16 world-size pairs of a path cycle through
   the optimizers), plus every zoo model, use_orig_params both ways, every sharding
-  strategy, several param groups with an LR scheduler, the foreach/fused/for-loop
+  strategy (FSDP2: HSDP meshes resharded, ``fsdp2_meshes``), several param groups with an LR scheduler, the foreach/fused/for-loop
   implementations, float32, a bfloat16 round trip per path, partial state, a second wrapping plan on the load side,
   and the bad-input (P15) cases. Quick is what ``make run`` runs: minutes on 2 cores.
 - full: everything quick has, plus the product of paths x optimizers x world-size pairs x
@@ -86,6 +86,8 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                 ws = 4 if strat == "HYBRID_SHARD" else 2
                 cases.append(Case(api=api, strategy=strat, world_size=ws, optimizer="adamw",
                                   use_orig_params=bool(k % 2)))
+        else:
+            cases += fsdp2_meshes(api, QUICK_HSDP_PAIRS)
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
         # bfloat16 round trips: one per path, the optimizers in turn, resharded where the
@@ -128,8 +130,35 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer=opt, impl=impl, world_size=2, use_orig_params=True))
     for api, dtype, opt in itertools.product(paths, ("fp32", "bf16"), OPTS):
         cases.append(Case(api=api, optimizer=opt, dtype=dtype, world_size=2))
+    for api in paths:
+        if family_of(api) == "fsdp2":
+            cases += fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS)
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
+
+
+# FSDP2 HSDP (a 2-D replicate x shard mesh: shard groups of 2 on an even world size, the
+# whole world on an odd one), saved at one mesh and loaded at another: 2x2 -> 2x2, 2x2 ->
+# 1x2, 1x2 -> 2x2, 2x2 -> 1x3 and back (quick); every pair of 1-4 ranks (full).
+QUICK_HSDP_PAIRS = ((4, 4), (4, 2), (2, 4), (4, 3), (3, 4))
+FULL_HSDP_PAIRS = tuple(pair for pair in WS_PAIRS if 4 in pair or 2 in pair)
+
+
+def fsdp2_meshes(api: str, pairs: Sequence[tuple[int, int]],
+                 optimizers: Sequence[str] = ("adamw", "sgd_momentum", "adagrad")) -> list[Case]:
+    """FSDP2 cases on other meshes than the 1-D default: HSDP at each (save, load) world
+    size pair, the optimizers in turn (or every one of ``optimizers`` per pair when it has
+    more than three), and ``reshard_after_forward=False`` (SHARD_GRAD_OP) and a
+    replicate-only mesh (NO_SHARD) at 2 -> 3."""
+    out = []
+    for i, (n, m) in enumerate(pairs):
+        opts = optimizers if len(optimizers) > 3 else (optimizers[i % len(optimizers)],)
+        out += [Case(api=api, strategy="HYBRID_SHARD", world_size=n, load_world_size=m,
+                     optimizer=opt) for opt in opts]
+    for strat in ("SHARD_GRAD_OP", "NO_SHARD"):
+        out.append(Case(api=api, strategy=strat, world_size=2, load_world_size=3,
+                        optimizer="adamw"))
+    return out
 
 
 def golden(paths: Sequence[str], fixtures: str | None, tier: str) -> list[Case]:

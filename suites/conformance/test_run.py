@@ -40,6 +40,23 @@ def test_quick_tier_covers_every_path_optimizer_and_world_size_pair():
     assert {c.fault for c in QUICK} >= {"missing_fqn", "shape", "truncated_file"}
 
 
+def test_fsdp2_hsdp_resharding_is_in_both_tiers():
+    """FSDP2 on a 2-D mesh, saved at one mesh and loaded at another: 2x2 -> 2x2, 2x2 -> 1x2,
+    1x2 -> 2x2, 2x2 -> 1x3 and back in the quick tier, every pair with 2 or 4 ranks on one
+    side and every optimizer in the full tier; reshard_after_forward=False and a
+    replicate-only mesh too."""
+    full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
+    for api in ("fsdp2.full", "fsdp2.sharded"):
+        hsdp = {(c.world_size, c.dst_world_size) for c in QUICK
+                if c.api == api and c.strategy == "HYBRID_SHARD"}
+        assert hsdp == set(matrix.QUICK_HSDP_PAIRS), (api, hsdp)
+        assert {c.strategy for c in QUICK if c.api == api} >= {
+            "FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "NO_SHARD"}
+        mine = [c for c in full if c.api == api and c.strategy == "HYBRID_SHARD"]
+        assert {(c.world_size, c.dst_world_size) for c in mine} == set(matrix.FULL_HSDP_PAIRS)
+        assert {c.optimizer for c in mine} == set(OPTIMIZERS)
+
+
 def test_select_keyword_and_world_sizes():
     sel = matrix.select(QUICK, world_sizes=[2], keyword="fsdp1.full adam not adamw")
     assert sel and all(c.world_size == 2 == c.dst_world_size for c in sel)
