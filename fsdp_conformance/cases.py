@@ -29,6 +29,9 @@ FAULTS = ("", "missing_fqn", "extra_fqn", "shape", "dtype", "mixed_keys", "wrong
 # matrix: "slow" sleeps twice the call's own time after it (3x slower), "copy" keeps a clone
 # of the call's output (save: the returned dict; load: the optimizer state) alive.
 INJECTIONS = ("", "slow", "copy")
+# Which side trains and checkpoints through ``torch.compile(model, backend="eager")`` (its
+# FQNs carry ``_orig_mod``), FSDP2 only: the save side, the load side, or both.
+COMPILED = ("", "save", "load", "both")
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,9 @@ class Case:
     # slowdown or an extra copy (INJECTIONS; the self-tests of suites/bounds only).
     bounds: bool = False
     inject: str = ""
+    # Compiled-model case (COMPILED): the side(s) whose model is wrapped by torch.compile
+    # (backend "eager") for training and every torch.distributed.checkpoint call. "" = none.
+    compiled: str = ""
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -84,6 +90,13 @@ class Case:
             raise ValueError(f"golden must be '<torch version>/<fixture name>' (and fault empty), "
                              f"got golden={self.golden!r}, fault={self.fault!r}")
 
+        if self.compiled not in COMPILED:
+            raise ValueError(f"compiled must be one of {COMPILED[1:]} (or empty), got "
+                             f"{self.compiled!r}")
+        if self.compiled and (self.family != "fsdp2" or self.bounds):
+            raise ValueError(f"compiled={self.compiled!r} applies to the FSDP2 round trips "
+                             f"(fsdp2.full, fsdp2.sharded), not api={self.api!r}"
+                             + (" with bounds=True" if self.bounds else ""))
         if self.inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
         if self.inject and not self.bounds:
@@ -145,7 +158,8 @@ class Case:
                 + (f"/fault:{self.fault}" if self.fault else "")
                 + (f"/golden:{self.golden}" if self.golden else "")
                 + ("/bounds" if self.bounds else "")
-                + (f"/inject:{self.inject}" if self.inject else ""))
+                + (f"/inject:{self.inject}" if self.inject else "")
+                + (f"/compiled:{self.compiled}" if self.compiled else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

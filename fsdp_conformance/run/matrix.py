@@ -4,7 +4,7 @@ Rules
 - quick: every (path, optimizer) pair and every (path, save world size -> load world size)
   pair at least once (a covering design: the 16 world-size pairs of a path cycle through
   the optimizers), plus every zoo model, use_orig_params both ways, every sharding
-  strategy (FSDP2: HSDP meshes resharded, ``fsdp2_meshes``), several param groups with an LR scheduler, the foreach/fused/for-loop
+  strategy (FSDP2: HSDP meshes resharded, ``fsdp2_meshes``; compiled models, ``compiled``), several param groups with an LR scheduler, the foreach/fused/for-loop
   implementations, float32, a bfloat16 round trip per path, partial state, a second wrapping plan on the load side,
   and the bad-input (P15) cases. Quick is what ``make run`` runs: minutes on 2 cores.
 - full: everything quick has, plus the product of paths x optimizers x world-size pairs x
@@ -87,7 +87,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                 cases.append(Case(api=api, strategy=strat, world_size=ws, optimizer="adamw",
                                   use_orig_params=bool(k % 2)))
         else:
-            cases += fsdp2_meshes(api, QUICK_HSDP_PAIRS)
+            cases += fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api)
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
         # bfloat16 round trips: one per path, the optimizers in turn, resharded where the
@@ -132,7 +132,7 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer=opt, dtype=dtype, world_size=2))
     for api in paths:
         if family_of(api) == "fsdp2":
-            cases += fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS)
+            cases += fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
 
@@ -159,6 +159,13 @@ def fsdp2_meshes(api: str, pairs: Sequence[tuple[int, int]],
         out.append(Case(api=api, strategy=strat, world_size=2, load_world_size=3,
                         optimizer="adamw"))
     return out
+
+
+def compiled(api: str, optimizers: Sequence[str] = ("adamw",)) -> list[Case]:
+    """FSDP2 with ``torch.compile(backend="eager")``: saved compiled and loaded uncompiled,
+    the reverse (both resharded 2 -> 3), and compiled on both sides (2 -> 2), per optimizer."""
+    return [Case(api=api, optimizer=opt, world_size=2, load_world_size=m, compiled=side)
+            for opt in optimizers for side, m in (("save", 3), ("load", 3), ("both", 2))]
 
 
 def golden(paths: Sequence[str], fixtures: str | None, tier: str) -> list[Case]:

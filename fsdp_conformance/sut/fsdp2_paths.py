@@ -83,6 +83,17 @@ def _build(ctx, case: Case, load_side: bool):
     return model, optim, sched, optimizer_keys(model, optim)
 
 
+def compiled_for(case: Case, model, load_side: bool):
+    """What trains and checkpoints on this side: ``torch.compile(model, backend="eager")``
+    where the case compiles this side (``Case.compiled``; its FQNs carry ``_orig_mod``, as
+    a trainer's compiled model does), else the model itself. Layouts and params are still
+    read from the FSDP module."""
+    side = "load" if load_side else "save"
+    if case.compiled not in (side, "both"):
+        return model
+    return torch.compile(model, backend="eager")
+
+
 def local_state(optim, keys: list[str]) -> dict:
     """The rank's ``optim.state_dict()``: FQN-keyed, DTensors as their local tensors, CPU."""
     return local_to_cpu(named_local(optim.state_dict(), keys))
@@ -172,16 +183,17 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     _check(case.api)
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=False)
-    losses = train(ctx, case, model, optim, case.steps, sched=sched)
+    run = compiled_for(case, model, load_side=False)
+    losses = train(ctx, case, run, optim, case.steps, sched=sched)
     freeze_at_save(model, case.model)  # trained, then frozen before the save (zoo ModelSpec)
     mesh, meta, local = mesh_shape(ctx, case), param_layout(model), local_state(optim, keys)
     params = full_params(model)
-    saved, t_save = guarded(save_path, case, model, optim)
+    saved, t_save = guarded(save_path, case, run, optim)
     timings = {"save": t_save}
     saved_devices = sorted(devices_of(saved))
     record = _record(case, saved, keys)
     if not is_error(saved):
-        timings["write"] = write_saved(ctx, case, model, saved, workdir)
+        timings["write"] = write_saved(ctx, case, run, saved, workdir)
     if ctx.rank == 0:
         atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
@@ -189,10 +201,10 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     # P9: the same save with the flag flipped.
     all_ranks = offloaded = offloaded_devices = None
     if case.api == "fsdp2.full":
-        flipped, _ = guarded(save_path, case, model, optim, cpu_offload=False)
+        flipped, _ = guarded(save_path, case, run, optim, cpu_offload=False)
         all_ranks = _record(case, flipped, keys)
     else:
-        off, _ = guarded(save_path, case, model, optim, cpu_offload=True)
+        off, _ = guarded(save_path, case, run, optim, cpu_offload=True)
         offloaded_devices = sorted(devices_of(off))
         offloaded = _record(case, off, keys)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
@@ -263,7 +275,8 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     _check(case.api)
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=True)
-    load_params(model, torch.load(workdir / MODEL_FILE, weights_only=True))
+    run = compiled_for(case, model, load_side=True)
+    load_params(run, torch.load(workdir / MODEL_FILE, weights_only=True))
     head = dict(rank=ctx.rank, keys=keys, mesh_shape=mesh_shape(ctx, case),
                 meta=param_layout(model))
     timings: dict[str, float] = {}
@@ -275,17 +288,17 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
         reread = local_to_cpu(named_local(saved, keys)) if saved else {}
     head.update(timings=timings, weights_only_refused=note, reread=reread)
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
-        _, timings["load"] = timed(load_path, ctx, case, model, optim, saved, workdir)
+        _, timings["load"] = timed(load_path, ctx, case, run, optim, saved, workdir)
         return LoadRecord(**head, loaded=local_state(optim, keys))
-    res, timings["load"] = _load_guarded(ctx, case, model, optim, saved, workdir)
+    res, timings["load"] = _load_guarded(ctx, case, run, optim, saved, workdir)
     if is_error(res):
         return LoadRecord(**head, loaded=res)
     if sched is not None:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     loaded = local_state(optim, keys)
-    resaved, timings["resave"] = guarded(save_path, case, model, optim)
+    resaved, timings["resave"] = guarded(save_path, case, run, optim)
     resaved = _record(case, resaved, keys)
-    losses = train(ctx, case, model, optim, case.resume_steps, start_step=case.steps,
+    losses = train(ctx, case, run, optim, case.resume_steps, start_step=case.steps,
                    sched=sched)
     final_local = local_state(optim, keys)
     params = full_params(model)

@@ -57,6 +57,31 @@ def test_fsdp2_hsdp_resharding_is_in_both_tiers():
         assert {c.optimizer for c in mine} == set(OPTIMIZERS)
 
 
+def test_compiled_models_are_in_both_tiers_and_compile_the_named_side():
+    """Saved compiled and loaded uncompiled, the reverse, and both, on each FSDP2 path (the
+    quick tier with AdamW, the full tier with every optimizer); the named side's model is
+    torch.compile's wrapper, whose FQNs carry ``_orig_mod``; FSDP1 and bounds cases refuse
+    it."""
+    import torch
+    from torch import nn
+
+    from fsdp_conformance.sut.fsdp2_paths import compiled_for
+
+    full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
+    for api in ("fsdp2.full", "fsdp2.sharded"):
+        assert {c.compiled for c in QUICK if c.api == api} == {"", "save", "load", "both"}
+        assert {c.optimizer for c in full if c.api == api and c.compiled} == set(OPTIMIZERS)
+    case = Case(api="fsdp2.full", compiled="save")
+    m = nn.Linear(2, 2)
+    run = compiled_for(case, m, load_side=False)
+    assert isinstance(run, torch._dynamo.eval_frame.OptimizedModule)
+    assert list(run.state_dict()) == ["_orig_mod.weight", "_orig_mod.bias"]
+    assert compiled_for(case, m, load_side=True) is m
+    assert case.id.endswith("/compiled:save")
+    with pytest.raises(ValueError, match="applies to the FSDP2 round trips"):
+        Case(api="fsdp1.full", compiled="both")
+
+
 def test_select_keyword_and_world_sizes():
     sel = matrix.select(QUICK, world_sizes=[2], keyword="fsdp1.full adam not adamw")
     assert sel and all(c.world_size == 2 == c.dst_world_size for c in sel)
