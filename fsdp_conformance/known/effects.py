@@ -26,14 +26,28 @@ def alias_to_last_state(d: dict, case: Any = None) -> dict:
     """Every tensor state of positive dimension *is* the one whose name sorts last (the last
     one gathered: Adam: exp_avg := exp_avg_sq; Adadelta: acc_delta := square_avg): one
     storage, as torch returns views of one buffer; the step counter (a 0-dim tensor) is
-    untouched. Idempotent."""
+    untouched. Not for the params of the case model's ignored modules: FSDP does not
+    gather their state through that buffer, and it comes back right (seen on the zoo's
+    ``buffers`` model, its ``side`` module, at 1-4 ranks). Idempotent."""
     def one(st: dict) -> dict:
         names = sorted(n for n, v in st.items() if _is_tensor(v) and v.dim() > 0)
         if len(names) < 2:
             return st
         last = st[names[-1]].clone()
         return {n: (last if n in names else v) for n, v in st.items()}
-    return _state_map(d, one)
+    ignored = _ignored_prefixes(case)
+    return {**d, "state": {k: (st if isinstance(k, str) and k.startswith(ignored)
+                               or not isinstance(st, dict) else one(dict(st)))
+                           for k, st in d.get("state", {}).items()}}
+
+
+def _ignored_prefixes(case: Any) -> tuple[str, ...]:
+    """``"<module>."`` for each ignored module of the case's model (none without a case)."""
+    if case is None:
+        return ()
+    from ..zoo import model_spec
+
+    return tuple(f"{m}." for m in model_spec(case.model).ignored)
 
 
 def unshare_when_resharded(d: dict, case: Any) -> dict:

@@ -156,7 +156,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "2 -> 1 ranks); loaded at more ranks, each rank copies its shard and they do not. "
         "Bitwise diff in the P1 detail; GPUs are not affected because .cpu() copies there.",
         also=("P2", "P3", "P6", "P7", "P9"),
-        model=Effect(what="every positive-dim tensor state of a param holds the values of its last one "
+        model=Effect(what="every positive-dim tensor state of a param (not of an ignored module's) "
+                     "holds the values of its last one "
                      "(Adam/AdamW: exp_avg := exp_avg_sq; Adadelta: square_avg := acc_delta)",
                save=alias_to_last_state, load=unshare_when_resharded)),
     KnownLimitation(

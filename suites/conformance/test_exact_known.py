@@ -318,3 +318,18 @@ def test_a_second_bug_behind_the_nonstrict_dummy_state_fails(rank_pool):
     assert planted.status == "fail", planted.detail
     assert "rank 1" in planted.detail and "state['unused.weight']['step']" in planted.detail, \
         planted.detail
+
+
+def test_the_aliasing_model_leaves_ignored_modules_alone():
+    """The full tier found the aliasing model claiming too much: FSDP does not gather an
+    ignored module's optimizer state through the reused buffer, so the ``buffers`` model's
+    ``side`` params come back right (16 full-tier cases failed with the residual
+    ``state['side.weight']['exp_avg']`` until the model excluded them)."""
+    from fsdp_conformance.known.effects import alias_to_last_state
+
+    st = {"exp_avg": torch.ones(2), "exp_avg_sq": torch.zeros(2), "step": torch.tensor(2.0)}
+    d = {"state": {"side.weight": dict(st), "block.0.weight": dict(st)}, "param_groups": []}
+    out = alias_to_last_state(d, Case(model="buffers"))
+    assert torch.equal(out["state"]["side.weight"]["exp_avg"], torch.ones(2))
+    assert torch.equal(out["state"]["block.0.weight"]["exp_avg"], torch.zeros(2))
+    assert torch.equal(d["state"]["block.0.weight"]["exp_avg"], torch.ones(2))  # not mutated
