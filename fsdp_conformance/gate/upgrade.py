@@ -13,7 +13,10 @@ Steps (each one a subprocess with its own log file and time limit):
    those fixtures as their P12 fixtures, so both reports hold the same cases: the candidate
    loads what the baseline wrote (the upgrade) and the baseline what the candidate wrote (a
    rollback after a failed upgrade), each beside its own; the gate's report counts both
-   directions (``fixture_directions``);
+   directions (``fixture_directions``). The upgrade comparison (step 5) leaves out the
+   candidate's fixtures (``upgrade_view``: no before/after pair there); a candidate's
+   checkpoint the baseline fails to load, unexplained by a known limitation, is a rollback
+   failure (``rollback_failures``): listed, and the gate exits 1;
 4. both run the scaling benchmark (``--bench quick`` by default, ``full`` or ``none``);
 5. ``compare`` of the two run reports and of the two benchmark reports, with the gate's
    thresholds; timings and peaks flagged slower or bigger (benchmarks, and the bounds
@@ -213,12 +216,20 @@ def gate(cfg: GateConfig) -> int:
     thresholds = ["--max-slowdown", str(cfg.max_slowdown),
                   "--max-memory-growth", str(cfg.max_memory_growth)]
     kinds = ["run"] + (["bench"] if cfg.bench != "none" else [])
+    # the upgrade comparison leaves out the fixtures the candidate wrote: the baseline reads
+    # them as a rollback, the candidate as its own files, which is no before/after pair
+    # (both directions are tabled in gate.md; a rollback that fails is reported below)
+    cand_release = release(versions["candidate"]) if len(writers) == 2 else None
+    compared = {s.name: upgrade_view(out / s.name / "run.json", cand_release) for s in sides}
+    rollback = rollback_failures(out / "baseline" / "run.json", cand_release)
     verdicts = {}
     for kind in kinds:
+        base_rep, cand_rep = ((compared["baseline"], compared["candidate"]) if kind == "run"
+                              else (out / "baseline" / f"{kind}.json",
+                                    out / "candidate" / f"{kind}.json"))
         verdicts[kind] = run_step(
             f"compare {kind} reports",
-            _cli(sys.executable, "compare", str(out / "baseline" / f"{kind}.json"),
-                 str(out / "candidate" / f"{kind}.json"), *thresholds,
+            _cli(sys.executable, "compare", str(base_rep), str(cand_rep), *thresholds,
                  "--md", str(out / f"compare-{kind}.md"), "--json", str(out / f"compare-{kind}.json"),
                  "--allow-removed"),
             logs / f"compare-{kind}.log", timeout=600, ok_codes=(0, 1))
@@ -229,8 +240,11 @@ def gate(cfg: GateConfig) -> int:
             rechecks[kind] = recheck(kind, cfg, out, sides, thresholds, logs)
             verdicts[kind] = 1 if rechecks[kind]["confirmed"] or rechecks[kind]["other"] else 0
     regressed = any(verdicts.values())
-    rc = 1 if regressed or (removed["paths"] and not cfg.allow_removed) else 0
+    rc = 1 if regressed or rollback or (removed["paths"] and not cfg.allow_removed) else 0
     verdict = "regression" if regressed else "no regression"
+    if rollback:
+        verdict += (f"; rollback: {len(rollback)} checkpoint(s) the candidate wrote do not load "
+                    f"in the baseline")
     if removed["paths"]:
         verdict = (f"API removed: {len(removed['paths'])} paths "
                    f"({', '.join(removed['paths'])}); {verdict}")
@@ -244,6 +258,7 @@ def gate(cfg: GateConfig) -> int:
         "compare_exit_codes": verdicts,
         "rechecks": rechecks,
         "api_removed": removed["paths"],
+        "rollback_failures": rollback,
         "removed_fixtures": removed["fixtures"],
         "allow_removed": cfg.allow_removed,
         "verdict": verdict,
@@ -255,7 +270,15 @@ def gate(cfg: GateConfig) -> int:
           f"{summary['wall_s']:.0f} s)", "", "## The two runs", ""]
     md += [run_line(s.name, out / s.name / "run.json") for s in sides] + [""]
     md += ["## Golden fixtures, both directions", "",
-           fixture_directions({s.name: out / s.name / "run.json" for s in sides}), ""]
+           fixture_directions({s.name: out / s.name / "run.json" for s in sides}), "",
+           "The comparison below leaves out the fixtures the candidate wrote (the baseline "
+           "reads them as a rollback, the candidate as its own files: no before/after pair)."
+           if cand_release else "", ""]
+    if rollback:
+        md += ["Rollback failures (the candidate's checkpoints the baseline cannot load, "
+               "and no known limitation explains):", ""]
+        md += [f"- `{r['case']}`: {r['status']}: {r['detail'].splitlines()[0] if r['detail'] else ''}"
+               for r in rollback] + [""]
     for kind in kinds:
         cmp_md = out / f"compare-{kind}.md"
         md += [f"## Comparison of the {kind} reports", "",
@@ -390,6 +413,41 @@ def run_line(name: str, path: Path) -> str:
     return (f"- {name} (torch {rep['torch_version']}): {headline(rep)}; golden fixtures "
             f"(P12): {p12}; {len(rep['summary']['known'])} known torch limitations seen "
             f"(listed in {path.with_suffix('.md')})")
+
+
+def upgrade_view(run_json: Path, cand_release: str | None) -> Path:
+    """The run report as the upgrade comparison reads it: without the golden cases of
+    fixtures written by the candidate's release (``cand_release``; None: the report as it
+    is). Written beside the report as ``run-upgrade.json``."""
+    import json
+
+    if cand_release is None:
+        return run_json
+    data = json.loads(run_json.read_text(encoding="utf-8"))
+    data["cases"] = [c for c in data["cases"]
+                     if not (c.get("golden") or "").startswith(cand_release + "/")]
+    dest = run_json.with_name("run-upgrade.json")
+    write_json_atomic(dest, data)
+    return dest
+
+
+def rollback_failures(run_json: Path, cand_release: str | None) -> list[dict]:
+    """The baseline's P12 verdicts on the candidate's fixtures that neither pass nor are a
+    known limitation: ``[{"case", "status", "detail"}]`` (a rollback after the upgrade
+    would meet them)."""
+    import json
+
+    if cand_release is None:
+        return []
+    data = json.loads(run_json.read_text(encoding="utf-8"))
+    out = []
+    for c in data["cases"]:
+        v = c["properties"].get("P12", {})
+        if (c.get("golden") or "").startswith(cand_release + "/") \
+                and v.get("status") in ("fail", "error"):
+            out.append({"case": c["id"], "status": v["status"],
+                        "detail": (v.get("detail") or "")[:300]})
+    return out
 
 
 def release(version: str) -> str:

@@ -169,3 +169,30 @@ def test_fixture_directions_count_who_read_whose_checkpoints(tmp_path, monkeypat
     assert "| baseline | 2.13.0+cpu | 2.15.0 | known 1, pass 1 |" in md
     assert "| candidate | 2.15.0+cu128 | 2.13.0 | pass 1 |" in md
     assert release("2.15.0+cu128") == "2.15.0" and release("2.8.0") == "2.8.0"
+
+
+def test_the_upgrade_comparison_leaves_out_the_candidates_fixtures_and_rollbacks_are_named(
+        tmp_path):
+    """The baseline reads the candidate's fixtures as a rollback, the candidate as its own
+    files: no before/after pair, so the upgrade comparison leaves them out
+    (``upgrade_view``); a candidate's checkpoint the baseline fails to load is a rollback
+    failure (a known limitation there is not)."""
+    import json
+
+    from fsdp_conformance.gate.upgrade import rollback_failures, upgrade_view
+
+    def case(golden, status):
+        return {"id": f"x/golden:{golden}", "golden": golden,
+                "properties": {"P12": {"status": status, "detail": f"{status} detail"}}}
+
+    run = tmp_path / "baseline" / "run.json"
+    run.parent.mkdir()
+    run.write_text(json.dumps({"cases": [case("2.13.0/a", "pass"), case("2.15.0/a", "known"),
+                                         case("2.15.0/b", "fail"), {"id": "rt", "properties": {}}]}))
+    view = upgrade_view(run, "2.15.0")
+    assert view.name == "run-upgrade.json"
+    assert [c["id"] for c in json.loads(view.read_text())["cases"]] == ["x/golden:2.13.0/a", "rt"]
+    assert upgrade_view(run, None) == run  # one release wrote every fixture: as it is
+    assert rollback_failures(run, "2.15.0") == [
+        {"case": "x/golden:2.15.0/b", "status": "fail", "detail": "fail detail"}]
+    assert rollback_failures(run, None) == []
