@@ -93,10 +93,12 @@ class Case:
         if self.compiled not in COMPILED:
             raise ValueError(f"compiled must be one of {COMPILED[1:]} (or empty), got "
                              f"{self.compiled!r}")
-        if self.compiled and (self.family != "fsdp2" or self.bounds):
+        if self.compiled and (self.api not in ("fsdp2.full", "fsdp2.sharded") or self.bounds
+                              or self.golden):
             raise ValueError(f"compiled={self.compiled!r} applies to the FSDP2 round trips "
                              f"(fsdp2.full, fsdp2.sharded), not api={self.api!r}"
-                             + (" with bounds=True" if self.bounds else ""))
+                             + (" with bounds=True" if self.bounds else "")
+                             + (" of a golden fixture" if self.golden else ""))
         if self.inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
         if self.inject and not self.bounds:

@@ -451,9 +451,10 @@ def rollback_failures(run_json: Path, cand_release: str | None) -> list[dict]:
 
 
 def release(version: str) -> str:
-    """``"2.15.0+cu128"`` -> ``"2.15.0"``: the name of a fixtures version directory."""
-    m = re.match(r"\d+(\.\d+)*", version)
-    return m.group(0) if m else version
+    """``"2.15.0+cu128"`` -> ``"2.15.0"``, ``"2.16.0.dev20250601+cpu"`` ->
+    ``"2.16.0.dev20250601"``: the name of the fixtures version directory that torch writes
+    (``golden.manifest.torch_version``: the version without its local part)."""
+    return version.split("+")[0]
 
 
 def fixture_directions(runs: dict) -> str:

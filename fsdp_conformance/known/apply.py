@@ -20,12 +20,14 @@ Rules, per property whose verdict is "fail" or "error" (never one of the suite's
 A user's own save/load code (:func:`recognise`) goes through torch's APIs by a path the
 suite does not know; there ``Effect`` and ``Raises`` entries count (never ``Lines``), and
 only as a whole, seen as one of the built-in paths the code could have taken:
-- an ``Effect`` entry (or a composition) under which *every* decided property passes makes
-  the failing ones "known" (its exact effect and nothing more);
-- else a ``Raises`` entry makes them "known" when every failing property's detail is that
-  entry's exception (its type, message and raising torch function; one save or load that
-  raised fails every later property with the same detail), the entry applying to at least
-  one property that failed with it;
+- an ``Effect`` entry (or a composition) under which every failing property passes and
+  every other decided one stays pass (or n/a) makes the failing ones "known" (its exact
+  effect and nothing more);
+- else a ``Raises`` entry that names its raising torch functions (``where``) makes them
+  "known" when every failing property's detail is that entry's exception (its type,
+  message and a traceback frame in one of those functions; one save or load that raised
+  fails every later property with the same detail), the entry applying to at least one
+  property that failed with it;
 anything else stays a fail.
 """
 from __future__ import annotations
@@ -195,7 +197,10 @@ def recognise(case: Case, apis: Sequence[str], verdicts: Mapping[str, Verdict], 
     for api in apis:
         view = dataclasses.replace(case, api=api)
         for key, mv in rejudge(view, verdicts, judge).items():
-            if not all(mv.get(p) is not None and mv[p].status in ("pass", "n/a")
+            # a failing property must pass under the model (n/a there explains nothing);
+            # every other decided one must stay pass or n/a
+            if not all(mv.get(p) is not None and mv[p].status in (
+                    ("pass",) if p in failing else ("pass", "n/a"))
                        for p in verdicts if verdicts[p].status != "n/a"):
                 continue
             k = next(e for e in _effects(view, verdicts) if e.key == key.split("+")[0])
@@ -209,8 +214,11 @@ def recognise(case: Case, apis: Sequence[str], verdicts: Mapping[str, Verdict], 
         by_detail: dict[str, KnownLimitation] = {}
         for detail in {verdicts[p].detail for p in failing}:
             props = [p for p in failing if verdicts[p].detail == detail]
+            # only entries that name the torch function raising: the same message from the
+            # user's own code is the user's
             k = next((e for p in props for e in known_all(view, p)
-                      if isinstance(e.model, Raises) and e.model.explains(detail)), None)
+                      if isinstance(e.model, Raises) and e.model.where
+                      and e.model.explains(detail)), None)
             if k is None:
                 break
             by_detail[detail] = k

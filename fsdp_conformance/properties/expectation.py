@@ -5,8 +5,9 @@ Rule: every comparison whose observed side went through torch's save passes its 
 side through ``saved``; through torch's load, through ``loaded``; through both, through
 both in that order; a saved dict read back from storage (P8's DCP read-back), through
 ``stored``; torch's PARAM_ID rekey (P5), through ``rekeyed``. A bug in training itself
-(``zero_grads``) changes the single-process baseline's steps. Outside ``expecting`` both are the identity, so the properties judge
-against the correct result. The single-process baseline (P2, P6) resumes from
+(``zero_grads``) changes the single-process baseline's steps. Outside ``expecting`` every
+channel is the identity (no zero gradients), so the properties judge against the correct
+result. The single-process baseline (P2, P6) resumes from
 ``loaded(saved(state at the save))`` under an expectation (properties/baseline.py), so a
 modelled bug's consequences on the resumed run are predicted, not waved through.
 """

@@ -196,7 +196,8 @@ def pair_name(save: Ref, load: Ref) -> str:
     by ``+<load's label>`` unless the load is the save's own counterpart (the same name with
     ``save`` read as ``load``, the same bound arguments), so two loads of one save, or two
     partials of one function, never share an id."""
-    if load.label == save.label.replace("save", "load") and "save" in save.name:
+    if ("save" in save.name and load.name == save.name.replace("save", "load")
+            and (load.args, load.kwargs) == (save.args, save.kwargs)):
         return save.label
     return f"{save.label}+{load.label}"
 
@@ -218,14 +219,15 @@ class CustomPath:
     name: str = "user"
     """What case ids show, as ``custom:<name>`` (``fsdp2.custom:<name>`` under FSDP2); by
     default ``pair_name`` of the two functions."""
-    family: str = "fsdp1"
-    """The FSDP API the round trip runs under: ``"fsdp1"`` or ``"fsdp2"`` (``fully_shard``)."""
+    family: str = "fsdp2"
+    """The FSDP API the round trip runs under: ``"fsdp2"`` (``fully_shard``, the default, as
+    in ``check``) or ``"fsdp1"``."""
     app_state: bool = False
     """The functions take the training state (``save(state, directory)``), not
     ``(model, optimizer, directory)``: decided from their signatures."""
 
     @classmethod
-    def of(cls, save, load, name: str | None = None, family: str = "fsdp1") -> "CustomPath":
+    def of(cls, save, load, name: str | None = None, family: str = "fsdp2") -> "CustomPath":
         s, l_ = Ref.of(save, "save_fn"), Ref.of(load, "load_fn")
         n_save, n_load = _arity(s.resolve(), "save_fn"), _arity(l_.resolve(), "load_fn")
         if n_save != n_load:

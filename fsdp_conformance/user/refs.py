@@ -56,9 +56,17 @@ class Ref:
     def label(self) -> str:
         """``name``, with the bound arguments that tell two partials of one function apart:
         ``save_optimizer[FULL_STATE_DICT]``, ``save[kind=full]`` (str, int, float and bool
-        arguments, as written; any other kind of argument as its type name)."""
+        arguments as written, an enum member by its name, anything else as its type name
+        and a short hash of its repr)."""
         def show(v: Any) -> str:
-            return str(v) if isinstance(v, (str, int, float, bool)) else type(v).__name__
+            import enum
+            import hashlib
+
+            if isinstance(v, enum.Enum):
+                return v.name
+            if isinstance(v, (str, int, float, bool)):
+                return str(v)
+            return f"{type(v).__name__}:{hashlib.sha1(repr(v).encode()).hexdigest()[:6]}"
         bound = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs]
         return f"{self.name}[{','.join(bound)}]" if bound else self.name
 

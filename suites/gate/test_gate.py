@@ -169,6 +169,8 @@ def test_fixture_directions_count_who_read_whose_checkpoints(tmp_path, monkeypat
     assert "| baseline | 2.13.0+cpu | 2.15.0 | known 1, pass 1 |" in md
     assert "| candidate | 2.15.0+cu128 | 2.13.0 | pass 1 |" in md
     assert release("2.15.0+cu128") == "2.15.0" and release("2.8.0") == "2.8.0"
+    assert release("2.16.0.dev20250601+cpu") == "2.16.0.dev20250601"  # as generate names it
+    assert release("2.15.0rc1") == "2.15.0rc1"
 
 
 def test_the_upgrade_comparison_leaves_out_the_candidates_fixtures_and_rollbacks_are_named(

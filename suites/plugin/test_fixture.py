@@ -12,6 +12,7 @@ from torch import nn
 from examples.my_model import GatedBlock, GatedNet, batch, loss, make_optimizer
 from fsdp_conformance.user import (Limitation, RoundtripFailure, check, failing, user_cases,
                                    user_model)
+from suites.plugin import userfns
 
 USER = dict(plan=["body", "head"], optimizer=make_optimizer, loss=loss, fsdp_version=1)
 FNS = "suites.plugin.userfns:"
@@ -239,3 +240,13 @@ def test_custom_case_ids_tell_loads_and_partials_apart():
     assert full == "save_optimizer_v1[FULL_STATE_DICT]"
     assert primed == ("save_optimizer_v1[SHARDED_STATE_DICT]"
                       "+load_optimizer_v1_primed[SHARDED_STATE_DICT]")
+    # an enum member by its name; any other object by type and a hash of its repr
+    from torch.distributed.fsdp import StateDictType
+
+    from fsdp_conformance.user.refs import Ref
+
+    full, sharded = (Ref.of(partial(userfns.save, t)).label
+                     for t in (StateDictType.FULL_STATE_DICT, StateDictType.SHARDED_STATE_DICT))
+    assert (full, sharded) == ("save[FULL_STATE_DICT]", "save[SHARDED_STATE_DICT]")
+    a, b = (Ref.of(partial(userfns.save, x=d)).label for d in ({"k": 1}, {"k": 2}))
+    assert a != b and a.startswith("save[x=dict:")

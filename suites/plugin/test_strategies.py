@@ -63,7 +63,8 @@ def test_drawn_module_trees_conform(fsdp_roundtrip, uc):
     assert r.properties["P6"].status in ("pass", "known", "n/a")
 
 
-BUGGY = CustomPath.of("suites.plugin.userfns:save_dropping_lr", "suites.plugin.userfns:load")
+BUGGY = CustomPath.of("suites.plugin.userfns:save_dropping_lr", "suites.plugin.userfns:load",
+                      family="fsdp1")
 
 
 def test_failure_shrinks_and_prints_case_id_and_reproducer():
