@@ -107,15 +107,28 @@ def _call(fn, custom: CustomPath, state: TrainState, directory) -> None:
             fn(state.model, state.optimizer, str(directory))
 
 
+def _in_done_callbacks(frame) -> bool:
+    """Whether the thread runs a completed Future's done callbacks (``concurrent.futures``
+    ``_invoke_callbacks``): its write has finished."""
+    f = frame
+    while f is not None:
+        if f.f_code.co_name == "_invoke_callbacks" and "concurrent" in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False
+
+
 def pending_writes() -> str:
     """The first thread (not this one) running code of ``torch.distributed.checkpoint``: a
     checkpoint write still going on (``dcp.async_save`` runs it in a thread and returns a
-    Future); "" when none. A thread that ran the write and finished it has left that code
-    before its Future completes, so a save that waited for the Future shows nothing."""
+    Future); "" when none. A thread that runs the Future's done callbacks has finished the
+    write: ``async_save`` closes its own stager in one (torch 2.13
+    ``state_dict_saver.py:360``), which may still run after ``future.result()`` has
+    returned, so such a thread is not a write in flight."""
     here = threading.get_ident()
     mark = os.sep.join(("torch", "distributed", "checkpoint"))
     for ident, frame in sys._current_frames().items():
-        if ident == here:
+        if ident == here or _in_done_callbacks(frame):
             continue
         f = frame
         while f is not None:

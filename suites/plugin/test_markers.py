@@ -101,7 +101,12 @@ def test_rt(fsdp_roundtrip):
 
 def test_fsdp_case_reruns_one_case_and_report_is_the_cli_schema(run, tmp_path):
     report = tmp_path / "r.json"
-    one = "fsdp1.sharded/make_optimizerx2g/GatedNet.body+head/flat/ws1->2/fp64"
+    from examples.my_model import GatedNet, batch, loss, make_optimizer
+    from fsdp_conformance.user import user_model
+
+    opt = user_model(GatedNet, batch, plan=["body", "head"], optimizer=make_optimizer,
+                     loss=loss).optimizer_name  # make_optimizer, or ~N if another took it
+    one = f"fsdp1.sharded/{opt}x2g/GatedNet.body+head/flat/ws1->2/fp64"
     res = run(ROUNDTRIP, "--fsdp-case", one, "--fsdp-report", str(report))
     res.assert_outcomes(passed=1)
     data = json.loads(report.read_text())
