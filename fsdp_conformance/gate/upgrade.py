@@ -424,8 +424,7 @@ def upgrade_view(run_json: Path, cand_release: str | None) -> Path:
     if cand_release is None:
         return run_json
     data = json.loads(run_json.read_text(encoding="utf-8"))
-    data["cases"] = [c for c in data["cases"]
-                     if not (c.get("golden") or "").startswith(cand_release + "/")]
+    data["cases"] = [c for c in data["cases"] if fixture_writer(c) != cand_release]
     dest = run_json.with_name("run-upgrade.json")
     write_json_atomic(dest, data)
     return dest
@@ -443,11 +442,16 @@ def rollback_failures(run_json: Path, cand_release: str | None) -> list[dict]:
     out = []
     for c in data["cases"]:
         v = c["properties"].get("P12", {})
-        if (c.get("golden") or "").startswith(cand_release + "/") \
-                and v.get("status") in ("fail", "error"):
+        if fixture_writer(c) == cand_release and v.get("status") in ("fail", "error"):
             out.append({"case": c["id"], "status": v["status"],
                         "detail": (v.get("detail") or "")[:300]})
     return out
+
+
+def fixture_writer(case: dict) -> str | None:
+    """The torch release that wrote a report case's golden fixture (``"<version>/<name>"``),
+    None for a case that is not a golden one."""
+    return case["golden"].split("/", 1)[0] if case.get("golden") else None
 
 
 def release(version: str) -> str:
@@ -475,8 +479,8 @@ def fixture_directions(runs: dict) -> str:
             continue
         by_writer: dict[str, Counter] = {}
         for c in rep["cases"]:
-            if c.get("golden"):
-                writer = c["golden"].split("/", 1)[0]
+            writer = fixture_writer(c)
+            if writer is not None:
                 by_writer.setdefault(writer, Counter())[c["properties"]["P12"]["status"]] += 1
         for writer, n in sorted(by_writer.items()):
             own = " (its own)" if writer == release(rep["torch_version"]) else ""

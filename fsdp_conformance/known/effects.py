@@ -8,11 +8,14 @@ import copy
 from typing import Any, Callable
 
 
-def _state_map(d: dict, fn: Callable[[dict], dict | None]) -> dict:
-    """``d`` with ``fn`` applied to each param's state dict (None drops the param)."""
+def _state_map(d: dict, fn: Callable[[dict], dict | None],
+               untouched: tuple[str, ...] = ()) -> dict:
+    """``d`` with ``fn`` applied to each param's state dict (None drops the param), except
+    the params whose name starts with one of ``untouched``, kept as they are."""
     state = {}
     for k, st in d.get("state", {}).items():
-        new = fn(dict(st)) if isinstance(st, dict) else st
+        skip = isinstance(k, str) and k.startswith(untouched)
+        new = fn(dict(st)) if isinstance(st, dict) and not skip else st
         if new is not None:
             state[k] = new
     return {**d, "state": state}
@@ -35,10 +38,7 @@ def alias_to_last_state(d: dict, case: Any = None) -> dict:
             return st
         last = st[names[-1]].clone()
         return {n: (last if n in names else v) for n, v in st.items()}
-    ignored = _ignored_prefixes(case)
-    return {**d, "state": {k: (st if isinstance(k, str) and k.startswith(ignored)
-                               or not isinstance(st, dict) else one(dict(st)))
-                           for k, st in d.get("state", {}).items()}}
+    return _state_map(d, one, untouched=_ignored_prefixes(case))
 
 
 def _ignored_prefixes(case: Any) -> tuple[str, ...]:

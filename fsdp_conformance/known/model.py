@@ -10,7 +10,8 @@ Rules, per model:
   torch returns; ``load`` maps the state a correct load leaves to the state this torch
   leaves; ``stored`` maps a dict to what this torch's storage layer (DCP) reads back of it;
   ``rekeyed`` maps a correct PARAM_ID rekey to this torch's; ``zero_grads`` names the params
-  that train on zero gradients instead of none (the baseline is trained so). The case is judged again with every expectation passed through them
+  that train on zero gradients instead of none (the baseline is trained so). The case is
+  judged again with every expectation passed through them
   (properties/expectation.py; the single-process baseline resumes from the modelled state);
   a property that passes then is "known", one that still fails is a "fail" whose detail is
   the residual diff.

@@ -151,12 +151,13 @@ def p3_shard(layout, full: dict, observations: Sequence[dict], paths: Sequence[s
     ``param_groups`` are P11's (:func:`p11_groups`). A path that raised is an error; a path
     skipped on purpose is not checked."""
     problems, checked, first_error = [], 0, None
+    loaded_full = expect.loaded(full)  # a load effect acts on the full dict (known/model.py)
     for obs in observations:
         r = obs["rank"]
         try:
             shard = _state_only(ref.fsdp2_shard(layout, full, r))
-            # a load effect acts on the full dict, then it is sharded (known/model.py)
-            want = _state_only(ref.fsdp2_shard(layout, expect.loaded(full), r))
+            want = shard if loaded_full is full else \
+                _state_only(ref.fsdp2_shard(layout, loaded_full, r))
         except ref.StateDictMismatch as exc:
             return error(f"reference.fsdp2_shard rejected the full dict for rank {r}: {exc}")
         for path in paths:
