@@ -20,8 +20,9 @@ Rules
   time is no path's cost and no floor's; see floors.py); the load reads it back untimed.
 - Everything returned is plain numbers (picklable, JSON-ready).
 - Injection (``case.inject``, test-only, never set by the matrix; see suites/bounds): the
-  measured call of both phases is wrapped: "slow" sleeps twice the call's own elapsed time
-  after it (the call becomes 3x slower, on every rank); "copy" keeps a clone of the call's
+  measured call of both phases is wrapped: "slow" makes the call 3x as costly on every
+  rank: after it, it computes for twice the CPU time the call took (3x the work), then
+  sleeps so that the whole is at least 3x the call's wall time; "copy" keeps a clone of the call's
   output alive until the next call (save: the returned dict; load: the optimizer's state),
   i.e. an extra copy the path should not keep.
 """
@@ -95,8 +96,11 @@ def _phase(group, fn, repeats: int, api: str, phase: str, state_bytes: int,
     if reset is not None:
         reset()
     _, peak = measure_peak(fn)
-    return {"time_s": min(times), "times_s": times, "floor_s": min(floors),
-            "floor_times_s": floors, "floor": describe(ops), "peak_bytes": peak.peak_bytes,
+    return {"time_s": min(times.wall_s), "times_s": times.wall_s,
+            "floor_s": min(floors.wall_s), "floor_times_s": floors.wall_s,
+            "cpu_s": min(times.cpu_s), "cpu_times_s": times.cpu_s,
+            "floor_cpu_s": min(floors.cpu_s), "floor_cpu_times_s": floors.cpu_s,
+            "floor": describe(ops), "peak_bytes": peak.peak_bytes,
             "peak_method": peak.peak_method, "device_peak_bytes": peak.device_peak_bytes}
 
 
@@ -112,6 +116,13 @@ def _clone(obj: Any) -> Any:
     return obj
 
 
+def _spin(cpu_s: float) -> None:
+    """Compute (busy, on this thread) until the process has spent ``cpu_s`` more CPU time."""
+    end = time.process_time() + cpu_s
+    while time.process_time() < end:
+        pass
+
+
 def _injected(kind: str, fn, output):
     """``fn`` with the test-only injection ``kind`` (module rules); ``output()`` gives what
     the call produced. ``kind`` "" returns ``fn`` itself."""
@@ -120,10 +131,12 @@ def _injected(kind: str, fn, output):
     kept: list[Any] = []
 
     def call() -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         if kind == "slow":
-            time.sleep(2 * (time.perf_counter() - t0))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            _spin(2 * cpu)
+            time.sleep(max(0.0, t0 + 3 * wall - time.perf_counter()))
         elif kind == "copy":
             kept[:] = [_clone(output())]
         else:
@@ -170,7 +183,8 @@ def measure_side(ctx, case: Case, workdir: str, repeats: int) -> dict:
 def measure_case(case: Case, workdir: str | Path, *, repeats: int = 5,
                  backend: str | None = None, timeout: float = 600.0) -> dict:
     """Measure ``case`` on the shared pool of its world size. Returns ``{"save": m, "load":
-    m}`` with ``m`` = {time_s, times_s, floor_s, floor_times_s, floor, peak_bytes (one per
+    m}`` with ``m`` = {time_s, times_s, floor_s, floor_times_s, cpu_s, cpu_times_s,
+    floor_cpu_s, floor_cpu_times_s, floor, peak_bytes (one per
     rank), peak_method, state_bytes, unit_bytes, world_size}. Raises the pool's RankError."""
     if case.world_size != case.dst_world_size:
         raise ValueError(f"a measured case loads at its saving world size; got "

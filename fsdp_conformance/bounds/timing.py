@@ -7,6 +7,13 @@ Rules
   on a shared machine (another process, a page fault, the scheduler) only ever adds time,
   so the minimum is the cost of the work itself and the most repeatable statistic; every
   repeat is kept for noise estimates.
+- Work of a call: in the same repeats, the CPU time the rank's process spent in the call
+  (``time.process_time``: every thread of the rank, gloo's and the intra-op pool's
+  included, user and system), the slowest rank's. Wall time on a shared 2-core machine
+  moves 2-4x with what else runs (the rank waits for a core); CPU time counts only what
+  the rank itself computed and copied, so it moves little with load, and a path that does
+  3x the work shows it on every machine state. Waiting (for a peer, a sleep) is not work:
+  the wall time keeps seeing that.
 - Floor: the same run, the same process group, the same bytes, moved by the raw
   collective a path needs at least (all-gather, gather, broadcast, scatter) and by one
   local copy; measured with the same repeat rule, so that machine load hits path and floor
@@ -149,26 +156,39 @@ def _max_over_ranks(x: float, group, device: torch.device | None) -> float:
     return float(t.item())
 
 
+@dataclass(frozen=True)
+class Repeats:
+    """Every repeat of one timed call, in seconds (module rules)."""
+
+    wall_s: list[float]
+    """Per repeat, the slowest rank's wall time (``time.perf_counter``)."""
+    cpu_s: list[float]
+    """Per repeat, the slowest rank's CPU time in the call (``time.process_time``)."""
+
+
 def timed_repeats(fn: Callable[[], Any], repeats: int, *, group=None,
                   device: torch.device | None = None,
-                  setup: Callable[[], Any] | None = None) -> list[float]:
-    """Every repeat's slowest-rank time of ``fn()`` (seconds), all ranks starting together.
-    ``setup()`` runs before each repeat, untimed (e.g. rebuilding what ``fn`` consumes).
-    Every rank of ``group`` must call this with the same ``repeats`` (it is collective)."""
+                  setup: Callable[[], Any] | None = None) -> Repeats:
+    """Every repeat's slowest-rank wall and CPU time of ``fn()``, all ranks starting
+    together. ``setup()`` runs before each repeat, untimed (e.g. rebuilding what ``fn``
+    consumes). Every rank of ``group`` must call this with the same ``repeats`` (it is
+    collective)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    times = []
+    wall, cpu = [], []
     for _ in range(repeats):
         if setup is not None:
             setup()
         _sync(device)
         if group is not None and dist.get_world_size(group) > 1:
             dist.barrier(group=group)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         _sync(device)
-        times.append(_max_over_ranks(time.perf_counter() - t0, group, device))
-    return times
+        t1, c1 = time.perf_counter(), time.process_time()
+        wall.append(_max_over_ranks(t1 - t0, group, device))
+        cpu.append(_max_over_ranks(c1 - c0, group, device))
+    return Repeats(wall, cpu)
 
 
 def _floor_call(kind: str, nbytes: int, group, device: torch.device) -> Callable[[], Any]:
@@ -200,10 +220,10 @@ def _floor_call(kind: str, nbytes: int, group, device: torch.device) -> Callable
 
 
 def floor_times(ops: Sequence[tuple[str, int]], repeats: int, *, group=None,
-                device: torch.device | None = None) -> list[float]:
-    """Every repeat's slowest-rank time of doing each ``(kind, nbytes)`` of ``ops`` in turn
-    (e.g. ``[("all_gather", n), ("copy", n)]``, see ``floors.floor_ops``): the floor of a
-    path that must do at least that. Collective (every rank of ``group`` calls it)."""
+                device: torch.device | None = None) -> Repeats:
+    """Every repeat's slowest-rank wall and CPU time of doing each ``(kind, nbytes)`` of
+    ``ops`` in turn (e.g. ``[("all_gather", n), ("copy", n)]``, see ``floors.floor_ops``):
+    the floor of a path that must do at least that. Collective (every rank of ``group`` calls it)."""
     dev = device if device is not None else torch.device("cpu")
     calls = [_floor_call(k, n, group, dev) for k, n in ops]
     return timed_repeats(lambda: [c() for c in calls], repeats, group=group, device=dev)

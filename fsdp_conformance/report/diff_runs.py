@@ -42,9 +42,10 @@ Scaling (run reports' top-level ``scaling``, per path/phase): a status that goes
 fail is a regression, and so is an excess exponent (time's minus its floor's) that grew by
 more than ``MIN_SCALING_EXPONENT_DELTA`` and by enough that over the measured world sizes it
 multiplies the time at the largest one by more than ``max_slowdown``
-(``(ws_max / ws_min) ** delta > max_slowdown``). Except where both entries carry the
-calibrated ``allowed_excess`` of the bounds (bounds.py): the calibration measured how far
-the excess moves between identical runs (up to ~1.9 on a 2-core machine), so there the
+(``(ws_max / ws_min) ** delta > max_slowdown``). Except where both entries carry a
+calibrated allowance of the bounds (bounds/rules.py: ``allowed_exponent`` of the work, or
+the ``allowed_excess`` of reports written before the work clock): the calibration measured
+how far the exponent moves between identical runs, so there the
 status (pass -> fail: beyond the calibrated worst + 0.5) decides and a move within it is
 "scaling changed", information. (Two gate runs of the same code flagged +0.4 moves as
 regressions before this rule.)
@@ -182,7 +183,7 @@ def _scaling_changes(base: dict, new: dict, th: Thresholds) -> list[Change]:
             out.append(Change("scaling worse", key, "scaling", "pass", "fail",
                               f"{detail}; {_first_line(n.get('detail', ''))}"))
         elif abs(delta) > MIN_SCALING_EXPONENT_DELTA and span ** abs(delta) > th.max_slowdown:
-            calibrated = "allowed_excess" in b and "allowed_excess" in n
+            calibrated = all("allowed_exponent" in x or "allowed_excess" in x for x in (b, n))
             label = ("scaling changed" if calibrated
                      else "scaling worse" if delta > 0 else "scaling better")
             out.append(Change(label, key, "scaling", f"{db:+.2f}", f"{dn:+.2f}",

@@ -21,10 +21,19 @@ def test_fit_time_puts_every_point_a_margin_under_the_bound():
     assert tb.a == pytest.approx(min(t / f for f, t in pts))
     for f, t in pts:
         assert tb.bound(f) >= b.TIME_MARGIN * t
-    # the tightest point sits exactly on margin x time + the scheduling allowance
-    assert min(tb.bound(f) - b.TIME_MARGIN * t for f, t in pts) == pytest.approx(b.SCHED_ALLOWANCE_S)
-    # a 3x slower call at any calibrated floor exceeds it (the spread here is 1.26x)
+    # the tightest point sits exactly on margin x time + the work allowance
+    assert min(tb.bound(f) - b.TIME_MARGIN * t for f, t in pts) == pytest.approx(b.WORK_ALLOWANCE_S)
+    # 3x the work at any calibrated floor exceeds it (the spread here is 1.26x)
     assert all(3 * t > tb.bound(f) for f, t in pts)
+
+
+def test_fit_wall_is_twice_the_slowest_calibrated_time_whatever_the_floor():
+    pts = [(0.020, 0.041), (0.025, 0.060), (0.018, 0.038)]
+    wb = b.fit_wall(pts)
+    assert wb.a == pytest.approx(b.fit_time(pts).a)
+    assert wb.c == pytest.approx(b.WALL_MARGIN * 0.060 + b.SCHED_ALLOWANCE_S)
+    # a loaded machine slows the call, not its sub-millisecond floor: the bound still holds
+    assert wb.bound(0.0003) > 1.9 * 0.060
 
 
 def test_fit_time_refuses_no_points():
@@ -40,9 +49,12 @@ def test_fit_memory_is_the_paths_own_calibrated_peak():
     assert b.fit_memory([1.0]).fixed_bytes == b.MEM_FIXED_BYTES
 
 
-def _m(peaks, state=4 * MB, unit=2 * MB, ws=2, time_s=0.04, floor_s=0.02):
+def _m(peaks, state=4 * MB, unit=2 * MB, ws=2, time_s=0.04, floor_s=0.02, cpu_s=0.03,
+       floor_cpu_s=0.01):
     return {"time_s": time_s, "times_s": [time_s, time_s * 1.1], "floor_s": floor_s,
             "floor_times_s": [floor_s], "floor": "all_gather 4 MB + copy 4 MB",
+            "cpu_s": cpu_s, "cpu_times_s": [cpu_s, cpu_s * 1.2], "floor_cpu_s": floor_cpu_s,
+            "floor_cpu_times_s": [floor_cpu_s],
             "peak_bytes": peaks, "peak_method": "hwm", "state_bytes": state,
             "unit_bytes": unit, "world_size": ws}
 
@@ -56,13 +68,16 @@ def test_memory_bases_follow_design():
     assert "full state" in b.mem_base("fsdp2.full", "save", 0, m)[1]
 
 
-def _cal(a=1.5, c=0.01, factor=1.2, excess=0.5, api="fsdp1.full", model=b.BOUNDS_MODEL):
+def _cal(a=1.5, c=0.01, factor=1.2, excess=0.5, api="fsdp1.full", model=b.BOUNDS_MODEL,
+         work_a=2.0, work_c=0.02):
     data = {"schema": b.SCHEMA,
             "time": {b.time_key(api, p, ws, model): {"a": a, "c": c}
                      for p in b.PHASES for ws in (1, 2, 3, 4)},
+            "work": {b.time_key(api, p, ws, model): {"a": work_a, "c": work_c}
+                     for p in b.PHASES for ws in (1, 2, 3, 4)},
             "memory": {f"{api}/{p}/{r}": {"factor": factor, "fixed_bytes": b.MEM_FIXED_BYTES}
                        for p in b.PHASES for r in ("rank0", "other")},
-            "scaling": {f"{api}/{p}": {"allowed_excess": excess} for p in b.PHASES}}
+            "scaling": {f"{api}/{p}": {"allowed_exponent": excess} for p in b.PHASES}}
     return b.parse_calibration(data, "test.json")
 
 
@@ -77,16 +92,26 @@ def test_p13_and_p14_pass_and_fail_with_the_numbers():
     assert p13.status == "pass" and p14.status == "pass", (p13.detail, p14.detail)
     assert ann["save"]["time_bound_s"] == pytest.approx(1.5 * 0.02 + 0.01)
     assert ann["save"]["mem_bound_bytes"][0] == pytest.approx(1.2 * 6 * MB + b.MEM_FIXED_BYTES, abs=1)
+    assert ann["save"]["work_bound_s"] == pytest.approx(2.0 * 0.01 + 0.02)
     slow = {"save": _m([5 * MB, 3 * MB], time_s=0.12), "load": ok["load"]}
     _, p13, _ = bp.verdicts(CASE, slow, cal)
     assert p13.status == "fail"
-    for text in ("fsdp1.full save", "120.00 ms >", "bound 40.00 ms", "a 1.5", "floor 20.00 ms",
-                 "c 10.00 ms", "time/floor 6.0", "all_gather"):
-        assert text in p13.detail, (text, p13.detail)
+    first = p13.detail.splitlines()[0]  # the failing line comes first
+    for text in ("fsdp1.full save: time (wall)", "120.00 ms >", "bound 40.00 ms", "a 1.5",
+                 "floor 20.00 ms", "c 10.00 ms", "time/floor 6.0", "all_gather"):
+        assert text in first, (text, p13.detail)
+    assert "save: work (CPU) 30.00 ms <= bound 40.00 ms" in p13.detail
+    busy = {"save": _m([5 * MB, 3 * MB], cpu_s=0.09), "load": ok["load"]}
+    _, p13, _ = bp.verdicts(CASE, busy, cal)
+    assert p13.status == "fail"
+    first = p13.detail.splitlines()[0]
+    for text in ("fsdp1.full save: work (CPU) 90.00 ms > bound 40.00 ms", "a 2 x floor 10.00 ms",
+                 "c 20.00 ms", "work/floor 9.0", "work/bound 2.25"):
+        assert text in first, (text, p13.detail)
     doubled = {"save": _m([10 * MB, 3 * MB]), "load": ok["load"]}
     _, _, p14 = bp.verdicts(CASE, doubled, cal)
     assert p14.status == "fail"
-    assert "save rank 0: peak 10.00 MB > bound 8.25 MB" in p14.detail, p14.detail
+    assert "save rank 0: peak 10.00 MB > bound 7.72 MB" in p14.detail, p14.detail
     assert "full state 4.00 MB + one unit 2.00 MB" in p14.detail
 
 
@@ -100,10 +125,14 @@ def test_a_missing_calibration_key_is_an_error_naming_key_and_command():
 
 @pytest.mark.parametrize("data,match", [
     ({"schema": "x"}, "expected schema"),
-    ({"schema": b.SCHEMA, "time": {}, "memory": {}}, "'scaling' must be"),
-    ({"schema": b.SCHEMA, "time": {"k": {"a": -1, "c": 0}}, "memory": {}, "scaling": {}},
-     r"time\['k'\]: 'a' must be a non-negative number"),
-    ({"schema": b.SCHEMA, "time": {}, "memory": {"m": {"factor": -0.5, "fixed_bytes": 0}},
+    ({"schema": b.SCHEMA, "time": {}, "work": {}, "memory": {}}, "'scaling' must be"),
+    ({"schema": b.SCHEMA, "time": {}, "memory": {}, "scaling": {}}, "'work' must be"),
+    ({"schema": b.SCHEMA, "time": {"k": {"a": -1, "c": 0}}, "work": {}, "memory": {},
+      "scaling": {}}, r"time\['k'\]: 'a' must be a non-negative number"),
+    ({"schema": b.SCHEMA, "time": {}, "work": {"k": {"a": 1, "c": "x"}}, "memory": {},
+      "scaling": {}}, r"work\['k'\]: 'c' must be a non-negative number"),
+    ({"schema": b.SCHEMA, "time": {}, "work": {},
+      "memory": {"m": {"factor": -0.5, "fixed_bytes": 0}},
       "scaling": {}}, r"memory\['m'\]: 'factor' must be a non-negative number"),
 ])
 def test_bad_calibration_files_are_named(data, match):
@@ -120,14 +149,16 @@ def test_unreadable_calibration_file(tmp_path):
 
 
 def _entries(api, times, floors):
+    """Case entries whose work (CPU) is ``times``, their floors' ``floors``; the wall times
+    are 10x the work (the scaling fit must not read them)."""
     return [{"api": api, "model": b.BOUNDS_MODEL, "world_size": ws,
-             "measurements": {"save": {"time_s": t, "floor_s": f, "world_size": ws},
-                              "load": {"time_s": t, "floor_s": f, "world_size": ws}}}
+             "measurements": {ph: {"time_s": 10 * t, "floor_s": f, "cpu_s": t,
+                                   "floor_cpu_s": f, "world_size": ws} for ph in b.PHASES}}
             for ws, t, f in zip((1, 2, 3, 4), times, floors)]
 
 
 def test_scaling_linear_passes_quadratic_fails():
-    cal = _cal(excess=0.5)
+    cal = _cal(excess=1.5)  # the allowed exponent of the work against world size
     floors = [0.01, 0.02, 0.03, 0.04]
     lin = b.scaling_block(_entries("fsdp1.full", [0.02, 0.04, 0.06, 0.08], floors), cal)
     s = lin["fsdp1.full/save"]
@@ -136,7 +167,8 @@ def test_scaling_linear_passes_quadratic_fails():
     quad = b.scaling_block(_entries("fsdp1.full", [0.02 * w * w for w in (1, 2, 3, 4)], floors), cal)
     s = quad["fsdp1.full/load"]
     assert s["status"] == "fail" and s["exponent"] == pytest.approx(2.0)
-    assert "ws^2.00" in s["detail"] and "ws^1.00" in s["detail"] and "+1.00 >" in s["detail"]
+    assert "work (CPU) grows as ws^2.00 > allowed ws^1.50" in s["detail"], s["detail"]
+    assert "its floor grows as ws^1.00" in s["detail"]
     p13 = bp.scaling_verdict(bp.passed("fine"), s)
     assert p13.status == "fail" and "scaling" in p13.detail
     other = b.scaling_block(_entries("fsdp2.full", [1, 2, 3, 4], floors), cal)
@@ -183,11 +215,15 @@ def test_packaged_calibration_covers_the_quick_tier():
                 mb = cal.mem_bound(b.mem_key(c.api, phase, r))
                 ratios = data["memory"][b.mem_key(c.api, phase, r)]["ratios"]
                 assert mb.factor == pytest.approx(b.MEM_MARGIN * max(ratios))  # its own peak
-            assert f"{c.api}/{phase}" in cal.allowed_excess
+            assert f"{c.api}/{phase}" in cal.allowed_exponent
     for k, v in data["time"].items():  # every calibration point lies under its bound
         tb = cal.time_bound(k)
-        assert all(tb.bound(f) >= b.TIME_MARGIN * t for f, t in v["points"]), k
-    assert all(math.isfinite(x) for x in cal.allowed_excess.values())
+        assert all(tb.bound(f) >= b.WALL_MARGIN * t for f, t in v["points"]), k
+    for k, v in data["work"].items():
+        wb = cal.work_bound(k)
+        assert all(wb.bound(f) >= b.TIME_MARGIN * t for f, t in v["points"]), k
+        assert wb.c >= b.WORK_ALLOWANCE_S, k
+    assert all(math.isfinite(x) for x in cal.allowed_exponent.values())
 
 
 def test_calibration_file_is_package_data():
@@ -213,18 +249,21 @@ def test_stability_summary_counts_passes_worst_ratios_and_detection():
     assert s["per_run"][1]["failures"] == [f"{CASE.id} P13: too slow"]
     w = s["worst"]["fsdp1.full/save"]
     assert w["time_over_bound"] == pytest.approx(0.04 / 0.04)
-    assert w["slow3x_exceeds"] == 2 and w["measurements"] == 2
-    assert w["peak2x_exceeds"] == 4 and w["peak2x_checked"] == 4  # 10 MB > 8.25, 6 MB > 5.85
+    assert w["work_over_bound"] == pytest.approx(0.03 / 0.04)
+    assert w["slow3x_exceeds"] == 2 and w["work3x_exceeds"] == 2 and w["measurements"] == 2
+    assert w["peak2x_exceeds"] == 4 and w["peak2x_checked"] == 4  # 10 MB > 7.72, 6 MB > 5.32
     md = stability_markdown(s)
-    assert "**1 of 2 runs passed**" in md and "| fsdp1.full/save | 1.00 |" in md
+    assert "**1 of 2 runs passed**" in md
+    assert w["copy_exceeds"] == 0  # + a 2 MB shard: 7 MB <= 7.72 MB, 5 MB <= 5.32 MB
+    assert "| fsdp1.full/save | 0.75 | 1.00 | 0.65 | 2/2 | 2/2 | 4/4 | 0/4 |" in md
 
 
 def test_refit_reproduces_the_packaged_fits_from_their_observations():
     data = json.loads(b.DEFAULT_CALIBRATION.read_text())
     again = b.refit(data, "bounds.json")
-    for section in ("time", "memory"):
+    for section in ("time", "work", "memory"):
         assert again[section] == data[section], section
-    for k, v in data["scaling"].items():  # excess recomputed from the time points
-        assert again["scaling"][k]["excess"] == pytest.approx(v["excess"]), k
+    for k, v in data["scaling"].items():  # exponents recomputed from the work points
+        assert again["scaling"][k]["exponents"] == pytest.approx(v["exponents"]), k
     with pytest.raises(b.CalibrationError, match="lacks its observations"):
-        b.refit({**data, "time": {"k/save/ws1/m": {"a": 1, "c": 1}}}, "x.json")
+        b.refit({**data, "work": {"k/save/ws1/m": {"a": 1, "c": 1}}}, "x.json")

@@ -36,6 +36,8 @@ def test_times_floors_and_repeats(full_save_load):
     for phase, m in full_save_load.items():
         assert len(m["times_s"]) == 3 and m["time_s"] == min(m["times_s"]) > 0, phase
         assert len(m["floor_times_s"]) == 3 and m["floor_s"] == min(m["floor_times_s"]) > 0
+        assert len(m["cpu_times_s"]) == 3 and m["cpu_s"] == min(m["cpu_times_s"]) > 0
+        assert m["floor_cpu_s"] == min(m["floor_cpu_times_s"]) > 0
         assert m["world_size"] == 2
     assert full_save_load["save"]["floor"].startswith("all_gather")
     assert full_save_load["load"]["floor"].startswith("copy")
