@@ -77,9 +77,9 @@ CATALOGUE: tuple[Property, ...] = (
                     "that reads its format at world sizes 1-4 and gives the recorded state "
                     "bitwise; files are hash-checked first"),
     Property(id="P13", name="time", decided_by="bounds", module="bounds_props",
-             checks="save and load time (slowest rank, min of 5) <= a x floor + c, the floor "
-                    "timed in the same run; the time's growth with world size against the "
-                    "floor's"),
+             checks="save and load work (CPU time) and wall time (slowest rank, min of 5) "
+                    "each <= a x floor + c, the floor timed in the same run; the work's growth "
+                    "with world size within the calibrated exponent + 0.5"),
     Property(id="P14", name="memory", decided_by="bounds", module="bounds_props",
              checks="every rank's peak RSS during the call <= its bound (full state + one unit "
                     "where the rank holds the full dict, else shard + one unit) x the factor "
