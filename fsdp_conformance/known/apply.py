@@ -71,16 +71,24 @@ def _composed(case: Case, entries: list[KnownLimitation], channel: str) -> Calla
 def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
     """The expectation under the entries' effects, each channel composed in the order
     given (save effects, then load effects; storage and rekey effects; the params given
-    zero gradients at a step are the union of the entries')."""
+    zero gradients at a step are the union of the entries'; the case run as, each entry's
+    in turn)."""
     zeros = [e.model.zero_grads for e in entries if e.model.zero_grads is not None]
 
     def zero_grads(step: int) -> frozenset:
         return frozenset().union(*(f(step, case) for f in zeros))
+    as_ = [e.model.runs_as for e in entries if e.model.runs_as is not None]
+
+    def runs_as(c):
+        for f in as_:
+            c = f(c)
+        return c
     return Expectation(key="+".join(e.key for e in entries),
                        saved=_composed(case, entries, "save"),
                        loaded=_composed(case, entries, "load"),
                        stored=_composed(case, entries, "stored"),
-                       rekeyed=_composed(case, entries, "rekeyed"), zero_grads=zero_grads)
+                       rekeyed=_composed(case, entries, "rekeyed"), zero_grads=zero_grads,
+                       runs_as=runs_as)
 
 
 def rejudge(case: Case, verdicts: Mapping[str, Verdict], judge: Judge

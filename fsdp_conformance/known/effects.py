@@ -1,6 +1,7 @@
 """The effects of the known entries' ``Effect`` models (known/model.py): each maps a
 correct optimizer dict (FQN-keyed full dicts, or a rank's local dict) to what this torch
-produces instead, and never mutates its argument.
+produces instead, and never mutates its argument; ``untie_tied_model`` maps a case to the
+case it runs as.
 """
 from __future__ import annotations
 
@@ -186,3 +187,11 @@ def unused_params_get_zero_grads(step: int, case: Any) -> frozenset:
     if plan == "root" and (ws > 1 or not case.use_orig_params):
         return frozenset({"unused.weight", "unused.bias"})
     return frozenset()
+
+
+def untie_tied_model(case: Any) -> Any:
+    """The case on the zoo's tied model with its tie broken (``tied_untied``: out.weight a
+    parameter of its own, starting as a copy of embed.weight), the rest unchanged."""
+    import dataclasses
+
+    return dataclasses.replace(case, model="tied_untied") if case.model == "tied" else case

@@ -10,7 +10,9 @@ Rules, per model:
   torch returns; ``load`` maps the state a correct load leaves to the state this torch
   leaves; ``stored`` maps a dict to what this torch's storage layer (DCP) reads back of it;
   ``rekeyed`` maps a correct PARAM_ID rekey to this torch's; ``zero_grads`` names the params
-  that train on zero gradients instead of none (the baseline is trained so). The case is
+  that train on zero gradients instead of none (the baseline is trained so); ``runs_as``
+  names the case whose correct result this torch gives (the reference layouts and the
+  baseline are built from it). The case is
   judged again with every expectation passed through them
   (properties/expectation.py; the single-process baseline resumes from the modelled state);
   a property that passes then is "known", one that still fails is a "fail" whose detail is
@@ -124,6 +126,10 @@ class Effect:
     zero_grads: Callable[[int, Any], frozenset] | None = None
     """``(step, case) ->`` the params that get a zero gradient at that training step where a
     correct FSDP leaves none (the single-process baseline of P2/P6/P10 trains them so)."""
+    runs_as: Callable[[Any], Any] | None = None
+    """``case ->`` the case whose correct result this torch gives instead (e.g. the same
+    case on the model with its tie broken): the reference layouts and the single-process
+    baseline are built from it."""
 
     def describe(self) -> str:
         return f"changes values: {self.what}"

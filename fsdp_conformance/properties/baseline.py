@@ -53,9 +53,9 @@ def named_osd(optim: torch.optim.Optimizer, names: list[str]) -> dict:
 
 
 def local_run(case: Case) -> LocalRun:
-    """Train the case's model in this process (module rules); cached per case and modelled
-    bug."""
-    return _local_run(case, expect.current())
+    """Train the case's model in this process (module rules), the model of the case it runs
+    as under a modelled bug (``expectation.runs_as``); cached per case and modelled bug."""
+    return _local_run(expect.runs_as(case), expect.current())
 
 
 def _to_ids(named: dict, names: list[str]) -> dict:

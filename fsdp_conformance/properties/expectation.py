@@ -5,7 +5,9 @@ Rule: every comparison whose observed side went through torch's save passes its 
 side through ``saved``; through torch's load, through ``loaded``; through both, through
 both in that order; a saved dict read back from storage (P8's DCP read-back), through
 ``stored``; torch's PARAM_ID rekey (P5), through ``rekeyed``. A bug in training itself
-(``zero_grads``) changes the single-process baseline's steps. Outside ``expecting`` every
+(``zero_grads``) changes the single-process baseline's steps; a bug that makes the run
+another configuration's (``runs_as``: a broken tie) changes the case the reference layouts
+and the baseline are built from. Outside ``expecting`` every
 channel is the identity (no zero gradients), so the properties judge against the correct
 result. The single-process baseline (P2, P6) resumes from
 ``loaded(saved(state at the save))`` under an expectation (properties/baseline.py), so a
@@ -40,6 +42,9 @@ class Expectation:
     zero_grads: Callable[[int], frozenset] = lambda step: frozenset()
     """Training step -> the params (FQNs) that get a zero gradient at that step where no
     gradient is correct (the single-process baseline trains them so)."""
+    runs_as: Callable[[object], object] = lambda case: case
+    """A case -> the case whose correct result is expected from this torch (the reference
+    layouts and the single-process baseline are built from it)."""
 
 
 EXACT = Expectation(key="")
@@ -84,3 +89,9 @@ def rekeyed(d: dict) -> dict:
 def round_trip(d: dict) -> dict:
     """``d`` saved, then loaded."""
     return loaded(saved(d))
+
+
+def runs_as(case):
+    """The case whose correct result is expected from this torch (``case`` itself outside
+    ``expecting``)."""
+    return current().runs_as(case)

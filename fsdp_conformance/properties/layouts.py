@@ -4,10 +4,13 @@ from __future__ import annotations
 from .. import reference as ref
 from ..cases import Case
 from ..zoo import build_model, model_spec
+from . import expectation as expect
 
 
 def reference_layout(case: Case, *, load_side: bool = False):
-    """``ModelLayout`` of the case's save side (or load side: its load world size and plan)."""
+    """``ModelLayout`` of the case's save side (or load side: its load world size and plan),
+    of the case it runs as under a modelled bug (``expectation.runs_as``)."""
+    case = expect.runs_as(case)
     spec = model_spec(case.model)
     ws = case.dst_world_size if load_side else case.world_size
     plan = case.dst_plan if load_side else case.plan
@@ -23,6 +26,7 @@ def fsdp2_reference_layout(case: Case, load_side: bool = False):
     The wrapping plan does not change FSDP2's layout: every param is sharded on its own."""
     from ..sut.fsdp2 import shard_group_size
 
+    case = expect.runs_as(case)
     spec = model_spec(case.model)
     ws = case.dst_world_size if load_side else case.world_size
     model = build_model(case.model, case.seed, case.torch_dtype)

@@ -36,17 +36,27 @@ class NestedMLP(nn.Module):
 
 
 class TiedLM(nn.Module):
-    """A tiny transformer-ish LM whose output projection is tied to the embedding."""
+    """A tiny transformer-ish LM whose output projection is tied to the embedding; with
+    ``untie=True`` the output projection is a parameter of its own that starts as a copy of
+    the embedding (the same draws from the generator: what a broken tie trains as)."""
 
-    def __init__(self, vocab: int = 11, dim: int = 6):
+    def __init__(self, vocab: int = 11, dim: int = 6, untie: bool = False):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.layer = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
         self.out = nn.Linear(dim, vocab, bias=False)
-        self.out.weight = self.embed.weight
+        if untie:
+            self.out.weight = nn.Parameter(self.embed.weight.detach().clone())
+        else:
+            self.out.weight = self.embed.weight
 
     def forward(self, x):
         return self.out(self.layer(self.embed(x)))
+
+
+def UntiedLM() -> TiedLM:
+    """``TiedLM`` with its tie broken (``untie=True``)."""
+    return TiedLM(untie=True)
 
 
 class FrozenMLP(NestedMLP):
@@ -147,6 +157,12 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+# Models a known limitation's model trains as (known/model.py ``Effect.runs_as``): buildable
+# by name, never in a tier's matrix.
+VARIANTS: dict[str, ModelSpec] = {
+    "tied_untied": dataclasses.replace(MODELS["tied"], name="tied_untied", factory=UntiedLM),
+}
+
 # Users' models, by name (``register_model``); never mixed into ``MODELS``.
 REGISTERED: dict[str, ModelSpec] = {}
 
@@ -222,7 +238,7 @@ def _scaled_spec(name: str) -> ModelSpec | None:
 
 
 def model_spec(name: str) -> ModelSpec:
-    spec = MODELS.get(name) or REGISTERED.get(name) or _scaled_spec(name)
+    spec = MODELS.get(name) or REGISTERED.get(name) or VARIANTS.get(name) or _scaled_spec(name)
     if spec is None:
         extra = f"; registered: {sorted(REGISTERED)}" if REGISTERED else ""
         raise ValueError(f"unknown zoo model {name!r}; known: {sorted(MODELS)}, "

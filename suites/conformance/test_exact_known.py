@@ -333,3 +333,30 @@ def test_the_aliasing_model_leaves_ignored_modules_alone():
     assert torch.equal(out["state"]["side.weight"]["exp_avg"], torch.ones(2))
     assert torch.equal(out["state"]["block.0.weight"]["exp_avg"], torch.zeros(2))
     assert torch.equal(d["state"]["block.0.weight"]["exp_avg"], torch.ones(2))  # not mutated
+
+
+def test_a_second_bug_behind_the_broken_tie_fails(rank_pool):
+    """use_orig_params=False with the tied pair split across units: the run is the untied
+    model's (tied-across-units-flat-untied, ``runs_as``), known by that run exactly. One
+    element of out.weight's exp_avg nudged in torch's full dict is not that run: a fail
+    naming the state, with the entry that explained the rest."""
+    from fsdp_conformance.known.apply import explain_one
+    from fsdp_conformance.properties.layouts import reference_layout
+    from fsdp_conformance.properties.reference_props import p1_gather
+    from fsdp_conformance.sut import fsdp1
+
+    case = Case(api="fsdp1", model="tied", plan="split", optimizer="adam", world_size=2)
+    obs = rank_pool(2).run(fsdp1.observe, case, seed=case.seed, timeout=60)
+
+    def judge():
+        return p1_gather(reference_layout(case), obs, "full_legacy")
+
+    clean = explain_one(case, "P1", judge(), judge)
+    assert (clean.status, clean.known) == ("known", "tied-across-units-flat-untied"), clean.detail
+    state = obs[0]["full_legacy"]["state"]
+    key = next(k for k in state if "out.weight" in str(k))
+    state[key]["exp_avg"].view(-1)[3] += 1e-3
+    planted = explain_one(case, "P1", judge(), judge)
+    assert planted.status == "fail", planted.detail
+    assert "exp_avg" in planted.detail and "tied-across-units-flat-untied" in planted.detail, \
+        planted.detail

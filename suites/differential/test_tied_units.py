@@ -49,16 +49,19 @@ def _check(rank_pool, case):
     obs, failed = _run(rank_pool, fsdp1.observe, case)
     # each verdict as a function that judges it, so that a known entry's Effect model can
     # judge it again (known/apply.py)
-    verdicts = {"P0": lambda: failed or p0_layout(layout, obs),
-                "P1 full_optim_state_dict": lambda: failed or p1_gather(layout, obs, "full_legacy"),
-                "P1 optim_state_dict FULL": lambda: failed or p1_gather(layout, obs, "full_current")}
+    # (the layout is built inside each judge: a model that breaks the tie judges against
+    # the untied model's layout, expectation.runs_as)
+    lay = lambda: reference_layout(case)  # noqa: E731
+    verdicts = {"P0": lambda: failed or p0_layout(lay(), obs),
+                "P1 full_optim_state_dict": lambda: failed or p1_gather(lay(), obs, "full_legacy"),
+                "P1 optim_state_dict FULL": lambda: failed or p1_gather(lay(), obs, "full_current")}
     if failed:
         verdicts["P3 shard/scatter/to_load"] = lambda: failed
     elif "error" in obs[0]["full_legacy"]:
         verdicts["P3 shard/scatter/to_load"] = lambda: error(obs[0]["full_legacy"]["error"])
     elif case.plan in OWNER or known_for(case, "P1") is None:  # else: a corrupted full dict
-        verdicts["P3 shard/scatter/to_load"] = lambda: p3_shard(layout, obs[0]["full_legacy"], obs)
-    verdicts["P4"] = lambda: failed or p4_flatten(layout, obs)
+        verdicts["P3 shard/scatter/to_load"] = lambda: p3_shard(lay(), obs[0]["full_legacy"], obs)
+    verdicts["P4"] = lambda: failed or p4_flatten(lay(), obs)
     robs, rfailed = _run(rank_pool, rekey.observe, case)
     verdicts["P5"] = lambda: rfailed or p5_rekey(case, robs)
     for what, v in verdicts.items():
