@@ -195,3 +195,44 @@ def untie_tied_model(case: Any) -> Any:
     import dataclasses
 
     return dataclasses.replace(case, model="tied_untied") if case.model == "tied" else case
+
+
+def ignored_state_of_dcp_writer(d: dict, case: Any) -> dict:
+    """The state of the ignored modules' params as the ranks DCP chose to write it: DCP keeps
+    one copy of each key every rank writes (dedup_save_plans, _dedup_save_plans.py:42-55),
+    from the rank with the least data planned so far, not rank 0, so each state tensor of
+    those params may come from another rank; that rank's file (``__<rank>_<n>.distcp``,
+    filesystem.py:673) is what is read back and loaded. Each state's writer is read from the
+    checkpoint's metadata, its value from that rank's record of the save (the case's
+    evidence, ``expectation.observing``); evidence missing is not this effect
+    (LookupError)."""
+    import re
+
+    from torch.distributed.checkpoint import FileSystemReader
+
+    from ..properties import expectation as expect
+    from ..sut.paths import DCP_DIR
+
+    prefixes = _ignored_prefixes(case)
+    if not prefixes:
+        return d
+    ev = expect.evidence()
+    meta = FileSystemReader(str(ev.workdir / DCP_DIR)).read_metadata()
+    by_rank = {o.rank: o.local.get("state", {}) for o in ev.save_obs}
+    writer: dict[tuple[str, str], int] = {}
+    for idx, info in meta.storage_data.items():
+        key = idx.fqn.removeprefix("optim.state.")
+        if not idx.fqn.startswith("optim.state.") or not key.startswith(prefixes):
+            continue
+        m = re.match(r"__(\d+)_", info.relative_path)
+        if m is None:
+            raise ValueError(f"unexpected DCP file name {info.relative_path!r}")
+        name, _, state_name = key.rpartition(".")
+        writer[(name, state_name)] = int(m.group(1))
+
+    def one(name: str, st: dict) -> dict:
+        if not name.startswith(prefixes):
+            return st
+        return {n: (copy.deepcopy(by_rank[writer[(name, n)]][name][n])
+                    if (name, n) in writer else v) for n, v in st.items()}
+    return {**d, "state": {name: one(name, st) for name, st in d.get("state", {}).items()}}

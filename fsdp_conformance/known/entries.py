@@ -18,7 +18,7 @@ from typing import Callable
 from ..cases import Case
 from ..sut.registry import PATH_NAMES, api_path
 from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_states,
-                      untie_tied_model,
+                      ignored_state_of_dcp_writer, untie_tied_model,
                       drop_frozen_state, dummy_step_state, frozen_state_as_fresh,
                       stateless_rekey_is_a_noop, tuples_to_lists, unshare_when_resharded,
                       unused_params_get_zero_grads)
@@ -458,7 +458,10 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "rank 0's full dict, every rank resumes from that copy, and a re-save differs. Which "
         "rank is chosen depends on the sizes, so this entry has no primary property.",
         also=("P3", "P7", "P8"),
-        model=Lines(patterns=(r"state\['side\.(weight|bias)'\]\['\w+'\]: value at .*",))),
+        model=Effect(what="the ignored params' state read back and loaded on every rank is "
+                     "the state of the rank whose DCP file holds it (__<rank>_<n>.distcp, "
+                     "from the checkpoint's metadata), not rank 0's",
+                     stored=ignored_state_of_dcp_writer, load=ignored_state_of_dcp_writer)),
     KnownLimitation(
         "dsd-sharded-load-drops-frozen-state", ("P3",),
         lambda c: c.api == "fsdp2.sharded" and c.optimizer != "sgd" and (

@@ -95,3 +95,38 @@ def runs_as(case):
     """The case whose correct result is expected from this torch (``case`` itself outside
     ``expecting``)."""
     return current().runs_as(case)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """What the ranks recorded for the case being judged, for the effects that depend on it
+    (an effect whose outcome torch decides from the ranks' own state, e.g. which rank's copy
+    DCP keeps); set by the judge around its properties (``observing``)."""
+
+    save_obs: tuple
+    """Every save rank's ``SaveRecord``, in rank order."""
+    workdir: object
+    """The case's work directory (its files: the DCP directory, the full file)."""
+
+
+_EVIDENCE: ContextVar[Evidence | None] = ContextVar("fsdpc_evidence", default=None)
+
+
+@contextlib.contextmanager
+def observing(*, save_obs, workdir) -> Iterator[Evidence]:
+    """Judge the case whose ranks recorded ``save_obs`` (and wrote ``workdir``) inside the
+    block: effects that need the ranks' own state read it from ``evidence()``."""
+    token = _EVIDENCE.set(Evidence(save_obs=tuple(save_obs), workdir=workdir))
+    try:
+        yield _EVIDENCE.get()
+    finally:
+        _EVIDENCE.reset(token)
+
+
+def evidence() -> Evidence:
+    """The recorded evidence of the case being judged; LookupError outside ``observing``
+    (an effect that needs it cannot be applied there, and explains nothing)."""
+    ev = _EVIDENCE.get()
+    if ev is None:
+        raise LookupError("this effect needs the ranks' recorded state (expectation.observing)")
+    return ev

@@ -21,6 +21,7 @@ from .baseline import local_run
 from ..sut.registry import api_path
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..zoo import model_spec
+from . import expectation as expect
 from . import run_props as rp
 from .catalogue import NO_REKEY
 from .layouts import reference_layout
@@ -98,7 +99,14 @@ def _read_dcp(path: Path) -> dict | None:
 def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
                         workdir: Path) -> dict[str, Verdict]:
     """P0-P11 of a round-trip case from what the save and load ranks recorded (``workdir``:
-    the case's files, for P8's DCP read-back)."""
+    the case's files, for P8's DCP read-back), with that evidence in force for the effects
+    that need it (``expectation.observing``)."""
+    with expect.observing(save_obs=save_obs, workdir=workdir):
+        return _round_trip_verdicts(case, save_obs, load_obs, workdir)
+
+
+def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
+                         workdir: Path) -> dict[str, Verdict]:
     api = case.api
     v: dict[str, Verdict] = {}
     ordered = case.groups == 1  # several groups: the optimizer's order is the groups' order
