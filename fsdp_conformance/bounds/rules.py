@@ -52,13 +52,14 @@ Rules
   catches growth beyond that, not subtle changes; ``compare`` tracks the exponents over
   time. A failing fit fails P13 of that path's largest-world-size case, detail with both
   exponents.
-- P14 memory, per rank and phase: pass when ``peak_bytes[r] <= factor * base_r + fixed``.
+- P14 memory, per rank and phase: pass when ``peak_bytes[r] <= factor * base_r + fixed``,
+  ``peak_bytes[r]`` the smallest of the rank's peaks over ``measure.PEAK_REPEATS`` calls.
   ``base_r`` is the docs/design.md bound: a rank that ends up holding the full dict (rank 0 of a
   full-dict save: ``sut.paths.is_full_path``; the run's saves are all rank0_only) holds full
   state + one unit; every other rank (and every rank of a load: its input is already
   resident, it builds its own shard) holds its shard (state / world size) + one unit, "one
   unit" being ``unit_bytes`` (the largest unit's state, unsharded). Calibration, per
-  (path, phase, role) with role "rank0" or "other": ``factor = MEM_MARGIN * max_i
+  (path, phase, world size, role) with role "rank0" or "other": ``factor = MEM_MARGIN * max_i
   peak_i / base_i``: the path's own calibrated peak, also where it lies far under the DESIGN
   bound (the FSDP2 loads peak at 0.01-0.38 of it; a floor at the DESIGN bound let them grow
   2.6x to 80x unseen). ``fixed = MEM_FIXED_BYTES`` (512 KiB: the interpreter's heap and
@@ -110,8 +111,8 @@ def time_key(api: str, phase: str, world_size: int, model: str) -> str:
     return f"{api}/{phase}/ws{world_size}/{model}"
 
 
-def mem_key(api: str, phase: str, rank: int) -> str:
-    return f"{api}/{phase}/{'rank0' if rank == 0 else 'other'}"
+def mem_key(api: str, phase: str, rank: int, world_size: int) -> str:
+    return f"{api}/{phase}/ws{world_size}/{'rank0' if rank == 0 else 'other'}"
 
 
 @dataclass(frozen=True)
@@ -290,7 +291,7 @@ def annotate(case: Case, meas: dict, cal: Calibration) -> dict:
         m["work_a"], m["work_c_s"] = wb.a, wb.c
         bounds, made_of = [], []
         for r in range(len(m["peak_bytes"])):
-            mb = cal.mem_bound(mem_key(case.api, phase, r))
+            mb = cal.mem_bound(mem_key(case.api, phase, r, case.world_size))
             base, what = mem_base(case.api, phase, r, m)
             bounds.append(mb.bound(base))
             made_of.append(f"{mb.factor:.2f} x ({what}) + {mb_text(mb.fixed_bytes)}")
@@ -385,7 +386,8 @@ def calibration_data(runs: Sequence[Sequence[tuple[Case, dict]]], **facts: Any) 
                 work_pts.setdefault(key, []).append((m["floor_cpu_s"], m["cpu_s"]))
                 for r, peak in enumerate(m["peak_bytes"]):
                     base, _ = mem_base(case.api, phase, r, m)
-                    ratios.setdefault(mem_key(case.api, phase, r), []).append(peak / base)
+                    ratios.setdefault(mem_key(case.api, phase, r, case.world_size),
+                                      []).append(peak / base)
         _add_exponents(exponents, scaling_points(entries))
     return {"schema": SCHEMA, **facts, "runs": len(runs),
             **_fits(time_pts, work_pts, ratios, exponents)}

@@ -75,8 +75,9 @@ def _cal(a=1.5, c=0.01, factor=1.2, excess=0.5, api="fsdp1.full", model=b.BOUNDS
                      for p in b.PHASES for ws in (1, 2, 3, 4)},
             "work": {b.time_key(api, p, ws, model): {"a": work_a, "c": work_c}
                      for p in b.PHASES for ws in (1, 2, 3, 4)},
-            "memory": {f"{api}/{p}/{r}": {"factor": factor, "fixed_bytes": b.MEM_FIXED_BYTES}
-                       for p in b.PHASES for r in ("rank0", "other")},
+            "memory": {f"{api}/{p}/ws{ws}/{r}": {"factor": factor,
+                                                  "fixed_bytes": b.MEM_FIXED_BYTES}
+                       for p in b.PHASES for ws in (1, 2, 3, 4) for r in ("rank0", "other")},
             "scaling": {f"{api}/{p}": {"allowed_exponent": excess} for p in b.PHASES}}
     return b.parse_calibration(data, "test.json")
 
@@ -212,8 +213,8 @@ def test_packaged_calibration_covers_the_quick_tier():
             tb = cal.time_bound(b.time_key(c.api, phase, c.world_size, c.model))
             assert tb.a >= 0 and tb.c >= b.SCHED_ALLOWANCE_S
             for r in range(c.world_size):
-                mb = cal.mem_bound(b.mem_key(c.api, phase, r))
-                ratios = data["memory"][b.mem_key(c.api, phase, r)]["ratios"]
+                mb = cal.mem_bound(b.mem_key(c.api, phase, r, c.world_size))
+                ratios = data["memory"][b.mem_key(c.api, phase, r, c.world_size)]["ratios"]
                 assert mb.factor == pytest.approx(b.MEM_MARGIN * max(ratios))  # its own peak
             assert f"{c.api}/{phase}" in cal.allowed_exponent
     for k, v in data["time"].items():  # every calibration point lies under its bound
