@@ -697,13 +697,18 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "dcp-sharded-optim-load-ignores-hybrid-groups", ("P3",),
         lambda c: c.api == "fsdp1.sharded" and c.strategy == "HYBRID_SHARD",
         "2.13",
-        "load_sharded_optimizer_state_dict takes no process group (it derives one only from "
-        "2-D DTensor model state) and chunks every state over the "
-        "*global* rank and world size with the default group "
-        "(torch/distributed/checkpoint/optimizer.py:310-316), but HYBRID_SHARD shards over "
-        "the 2-rank shard group, so each rank gets the rows of a 4-way split instead of its 2-way shard, so the "
-        "loaded state is wrong (P3), the replicas disagree when saved again (P7) and the "
-        "resumed run diverges (P6).",
+        "load_sharded_optimizer_state_dict takes no process group (FSDP1's sharded model state "
+        "gives it none) and chunks every unflattened state T along dim 0 over the *global* "
+        "world: rank g holds torch.chunk(T, 4)[g] or nothing (torch/distributed/checkpoint/"
+        "optimizer.py:309-316, fsdp/_shard_utils.py:41-45). optim_state_dict_to_load then "
+        "all-gathers that ShardedTensor over the HYBRID_SHARD *shard* group "
+        "(fsdp/_optim_utils.py:603-607 -> _state_dict_utils.py:32-67), each member's 4-way "
+        "chunk flattened and zero-padded to the 2-way chunk size ceil(R/2)*n//R, so shard "
+        "group {a, b} rebuilds T' = [chunk_a | zeros | chunk_b | zeros][:n] and keeps its "
+        "2-way shard of that: rows at the wrong offsets, zeros in the gaps, and group {2, 3} "
+        "never sees the first half of T (checked bitwise on all 4 ranks: "
+        "notes/repro/fsdp1_hsdp_dcp_load_chunks.py). The loaded state is wrong (P3), the "
+        "replicas disagree when saved again (P7) and the resumed run diverges (P6).",
         "https://github.com/pytorch/pytorch/pull/111096 (introduced the global rank/world "
         "size there)",
         also=("P4", "P6", "P7"),
