@@ -136,7 +136,7 @@ def stability_summary(runs: list[list], calibration: str) -> dict:
                 w = worst.setdefault(f"{r.case.api}/{phase}", {
                     "time_over_bound": 0.0, "work_over_bound": 0.0, "peak_over_bound": 0.0,
                     "measurements": 0, "slow3x_exceeds": 0, "work3x_exceeds": 0,
-                    "peak2x_exceeds": 0, "peak2x_checked": 0})
+                    "peak2x_exceeds": 0, "copy_exceeds": 0, "peak2x_checked": 0})
                 if not m.get("time_bound_s"):
                     continue
                 w["measurements"] += 1
@@ -149,7 +149,7 @@ def stability_summary(runs: list[list], calibration: str) -> dict:
                     w["peak_over_bound"] = max(w["peak_over_bound"], peak / bound)
                     w["peak2x_checked"] += 1
                     w["peak2x_exceeds"] += 2 * peak > bound
-                    w["copy_exceeds"] = w.get("copy_exceeds", 0) + (peak + shard > bound)
+                    w["copy_exceeds"] += peak + shard > bound
     return {"schema": STABILITY_SCHEMA, "calibration": calibration, "runs": len(runs),
             "runs_passed": sum(r["passed"] for r in per_run),
             "all_passed": all(r["passed"] for r in per_run), "per_run": per_run,
@@ -178,12 +178,12 @@ def stability_markdown(s: dict) -> str:
             "| 3x work fails | 3x wall fails | 2x peak fails | extra shard fails |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for key, w in s["worst"].items():
-        out.append(f"| {key} | {w.get('work_over_bound', 0.0):.2f} | "
+        out.append(f"| {key} | {w['work_over_bound']:.2f} | "
                    f"{w['time_over_bound']:.2f} | {w['peak_over_bound']:.2f} | "
-                   f"{w.get('work3x_exceeds', 0)}/{w['measurements']} | "
+                   f"{w['work3x_exceeds']}/{w['measurements']} | "
                    f"{w['slow3x_exceeds']}/{w['measurements']} | "
                    f"{w['peak2x_exceeds']}/{w['peak2x_checked']} | "
-                   f"{w.get('copy_exceeds', 0)}/{w['peak2x_checked']} |")
+                   f"{w['copy_exceeds']}/{w['peak2x_checked']} |")
     return "\n".join(out) + "\n"
 
 

@@ -16,7 +16,7 @@ Rules
   catches 3x the work on every path (``bounds stability``'s "3x work fails" column). The
   wall bound stays to catch what is not work: a path that waits (a sleep, a collective
   timeout) or serialises its ranks.
-- Calibration of the work bound (``fit_time``), per key, from the N calibration runs'
+- Calibration of the work bound (``fit_work``), per key, from the N calibration runs'
   (floor_i, t_i): ``a = min_i t_i / floor_i`` (the part of the cost that moves with the
   floor, never faster than the fastest observed ratio); ``c = max_i (TIME_MARGIN * t_i -
   a * floor_i) + WORK_ALLOWANCE_S`` (every calibration point lies TIME_MARGIN times under
@@ -33,8 +33,9 @@ Rules
   unchanged ``fsdp1.sharded`` load at 3 ranks under three competing processes (320 ms
   against 225 ms; its work passed).
 - Noise only ever adds time while a real slowdown persists, so the runner measures a
-  failing bounds case once more and judges the second measurement, and a case still failing is measured again (twice if need be) after the rest
-  of the run (run/execute.py): noise must hit every one of those to fail a case. (a, c) are
+  failing bounds case once more and judges the second measurement, and a case still
+  failing is measured again (twice if need be) after the rest of the run
+  (run/execute.py): noise must hit every one of those to fail a case. (a, c) are
   per world size: with 2 cores, world sizes 3 and 4 oversubscribe the CPUs and per-rank
   overheads of the sharded paths do not follow their copy floors, so one line over all
   world sizes would be loose at the small ones.
@@ -173,6 +174,13 @@ def _num(d: Any, key: str, where: str) -> float:
     return float(v)
 
 
+def _time_bounds(data: dict, section: str, source: str) -> dict[str, TimeBound]:
+    """The ``(a, c)`` bounds of one section ("time" or "work") of a calibration file."""
+    return {k: TimeBound(_num(v, "a", f"{source}: {section}[{k!r}]"),
+                         _num(v, "c", f"{source}: {section}[{k!r}]"))
+            for k, v in data[section].items()}
+
+
 def parse_calibration(data: Any, source: str) -> Calibration:
     """A :class:`Calibration` from a calibration file's JSON; CalibrationError naming the
     source and the bad key otherwise."""
@@ -183,12 +191,7 @@ def parse_calibration(data: Any, source: str) -> Calibration:
     for section in ("time", "work", "memory", "scaling"):
         if not isinstance(data.get(section), dict):
             raise CalibrationError(f"{source}: {section!r} must be an object of keys")
-    time = {k: TimeBound(_num(v, "a", f"{source}: time[{k!r}]"),
-                         _num(v, "c", f"{source}: time[{k!r}]"))
-            for k, v in data["time"].items()}
-    work = {k: TimeBound(_num(v, "a", f"{source}: work[{k!r}]"),
-                         _num(v, "c", f"{source}: work[{k!r}]"))
-            for k, v in data["work"].items()}
+    time, work = (_time_bounds(data, section, source) for section in ("time", "work"))
     memory = {}
     for k, v in data["memory"].items():
         where = f"{source}: memory[{k!r}]"
@@ -224,7 +227,7 @@ def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
 
 # --- the fits (calibration) -------------------------------------------------------------
 
-def fit_time(points: Sequence[tuple[float, float]], margin: float = TIME_MARGIN,
+def fit_work(points: Sequence[tuple[float, float]], margin: float = TIME_MARGIN,
              allowance_s: float = WORK_ALLOWANCE_S) -> TimeBound:
     """(a, c) of the work bound from calibration points (floor CPU s, CPU s) (module
     rules)."""
@@ -238,7 +241,7 @@ def fit_time(points: Sequence[tuple[float, float]], margin: float = TIME_MARGIN,
 
 def fit_wall(points: Sequence[tuple[float, float]], margin: float = WALL_MARGIN) -> TimeBound:
     """(a, c) of the wall bound from calibration points (floor_s, time_s) (module rules)."""
-    a = fit_time(points).a
+    a = fit_work(points).a
     return TimeBound(a, margin * max(t for _, t in points) + SCHED_ALLOWANCE_S)
 
 
@@ -277,16 +280,17 @@ def ms_text(s: float) -> str:
 
 def annotate(case: Case, meas: dict, cal: Calibration) -> dict:
     """``meas`` ({phase: measurement}) with ratio, time_bound_s, work_bound_s and
-    mem_bound_bytes added
-    (contract of report/diff.py); raises CalibrationError for a missing key."""
+    mem_bound_bytes added (contract of report/diff.py); raises CalibrationError for a
+    missing key."""
     out = {}
     for phase in PHASES:
         m = dict(meas[phase])
-        tb = cal.time_bound(time_key(case.api, phase, case.world_size, case.model))
+        key = time_key(case.api, phase, case.world_size, case.model)
+        tb = cal.time_bound(key)
         m["ratio"] = m["time_s"] / m["floor_s"] if m["floor_s"] > 0 else None
         m["time_bound_s"] = tb.bound(m["floor_s"])
         m["time_a"], m["time_c_s"] = tb.a, tb.c
-        wb = cal.work_bound(time_key(case.api, phase, case.world_size, case.model))
+        wb = cal.work_bound(key)
         m["work_bound_s"] = wb.bound(m["floor_cpu_s"])
         m["work_a"], m["work_c_s"] = wb.a, wb.c
         bounds, made_of = [], []
@@ -401,7 +405,7 @@ def _fits(time_pts: dict[str, list], work_pts: dict[str, list], ratios: dict[str
         tb = fit_wall([tuple(p) for p in pts])
         time[k] = {"a": tb.a, "c": tb.c, "points": [list(p) for p in pts]}
     for k, pts in sorted(work_pts.items()):
-        wb = fit_time([tuple(p) for p in pts])
+        wb = fit_work([tuple(p) for p in pts])
         work[k] = {"a": wb.a, "c": wb.c, "points": [list(p) for p in pts]}
     memory = {}
     for k, rs in sorted(ratios.items()):

@@ -147,13 +147,14 @@ def _sync(device: torch.device | None) -> None:
         torch.cuda.synchronize(device)
 
 
-def _max_over_ranks(x: float, group, device: torch.device | None) -> float:
+def _max_over_ranks(xs: Sequence[float], group, device: torch.device | None) -> list[float]:
+    """Each of ``xs``, maxed over the ranks of ``group`` (one all-reduce for all of them)."""
     if group is None or dist.get_world_size(group) == 1:
-        return x
-    t = torch.tensor([x], dtype=torch.float64,
+        return list(xs)
+    t = torch.tensor(list(xs), dtype=torch.float64,
                      device=device if device is not None and device.type == "cuda" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return float(t.item())
+    return t.tolist()
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,9 @@ def timed_repeats(fn: Callable[[], Any], repeats: int, *, group=None,
         fn()
         _sync(device)
         t1, c1 = time.perf_counter(), time.process_time()
-        wall.append(_max_over_ranks(t1 - t0, group, device))
-        cpu.append(_max_over_ranks(c1 - c0, group, device))
+        w, c = _max_over_ranks((t1 - t0, c1 - c0), group, device)
+        wall.append(w)
+        cpu.append(c)
     return Repeats(wall, cpu)
 
 
@@ -223,7 +225,8 @@ def floor_times(ops: Sequence[tuple[str, int]], repeats: int, *, group=None,
                 device: torch.device | None = None) -> Repeats:
     """Every repeat's slowest-rank wall and CPU time of doing each ``(kind, nbytes)`` of
     ``ops`` in turn (e.g. ``[("all_gather", n), ("copy", n)]``, see ``floors.floor_ops``):
-    the floor of a path that must do at least that. Collective (every rank of ``group`` calls it)."""
+    the floor of a path that must do at least that. Collective (every rank of ``group``
+    calls it)."""
     dev = device if device is not None else torch.device("cpu")
     calls = [_floor_call(k, n, group, dev) for k, n in ops]
     return timed_repeats(lambda: [c() for c in calls], repeats, group=group, device=dev)

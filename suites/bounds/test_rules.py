@@ -15,9 +15,9 @@ from fsdp_conformance.cases import Case
 MB = 10**6
 
 
-def test_fit_time_puts_every_point_a_margin_under_the_bound():
+def test_fit_work_puts_every_point_a_margin_under_the_bound():
     pts = [(0.020, 0.041), (0.025, 0.060), (0.018, 0.038)]
-    tb = b.fit_time(pts)
+    tb = b.fit_work(pts)
     assert tb.a == pytest.approx(min(t / f for f, t in pts))
     for f, t in pts:
         assert tb.bound(f) >= b.TIME_MARGIN * t
@@ -30,15 +30,15 @@ def test_fit_time_puts_every_point_a_margin_under_the_bound():
 def test_fit_wall_is_twice_the_slowest_calibrated_time_whatever_the_floor():
     pts = [(0.020, 0.041), (0.025, 0.060), (0.018, 0.038)]
     wb = b.fit_wall(pts)
-    assert wb.a == pytest.approx(b.fit_time(pts).a)
+    assert wb.a == pytest.approx(b.fit_work(pts).a)
     assert wb.c == pytest.approx(b.WALL_MARGIN * 0.060 + b.SCHED_ALLOWANCE_S)
     # a loaded machine slows the call, not its sub-millisecond floor: the bound still holds
     assert wb.bound(0.0003) > 1.9 * 0.060
 
 
-def test_fit_time_refuses_no_points():
+def test_fit_work_refuses_no_points():
     with pytest.raises(ValueError, match="positive"):
-        b.fit_time([(0.0, 1.0)])
+        b.fit_work([(0.0, 1.0)])
 
 
 def test_fit_memory_is_the_paths_own_calibrated_peak():
