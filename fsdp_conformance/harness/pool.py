@@ -60,17 +60,22 @@ _LOG_TAIL_LINES = 30
 
 _mp_context = None
 
+RANK_PRELOAD = ("torch.distributed.fsdp", "torch.distributed.checkpoint",
+                "torch.distributed.checkpoint.state_dict", "torch._dynamo",
+                "fsdp_conformance.sut.paths", "fsdp_conformance.sut.fsdp2_paths")
+"""Modules the forkserver imports once, so that no rank pays for them: the FSDP and DCP
+packages, ``torch._dynamo`` (imported lazily by the first optimizer step or DTensor op:
+1.2 s of CPU per rank) and the suite's rank-side paths (with the zoo and the reference).
+Together they were 1.7 s of the first call on every started or rebuilt pool."""
+
 
 def _context():
     """The forkserver context, preloaded with the worker module (and so with torch) and with
-    the FSDP and DCP packages every conformance case imports on its first call (about 1 s
-    per rank otherwise, paid again by every rebuilt pool)."""
+    what every conformance case imports on its first call (``RANK_PRELOAD``)."""
     global _mp_context
     if _mp_context is None:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["fsdp_conformance.harness.worker", "torch.distributed.fsdp",
-                                    "torch.distributed.checkpoint",
-                                    "torch.distributed.checkpoint.state_dict"])
+        ctx.set_forkserver_preload(["fsdp_conformance.harness.worker", *RANK_PRELOAD])
         _mp_context = ctx
     return _mp_context
 
