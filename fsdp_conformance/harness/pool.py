@@ -248,12 +248,14 @@ class RankPool:
                                [RankFailure(r, "died", _describe_exit(self._procs[r].exitcode),
                                             _tail(self.rank_dir(r) / LOG_FILE))])
 
-    def close(self) -> None:
-        """Stop every rank and remove the scratch directories."""
+    def close(self, *, kill: bool = False) -> None:
+        """Stop every rank and remove the scratch directories (``kill``: kill the ranks at
+        once instead of asking them to stop; a call in flight on another thread then sees
+        them die)."""
         if self._closed:
             return
         self._closed = True
-        self._teardown(graceful=not self._broken)
+        self._teardown(graceful=not (self._broken or kill))
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 

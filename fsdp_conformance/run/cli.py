@@ -33,6 +33,10 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of every case (default 0)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds a save or load may take on the ranks before it is a hang")
+    p.add_argument("--lanes", type=int, default=None, metavar="N",
+                   help="cases run side by side on N lanes, each with pools of its own "
+                        "(default: 2 with gloo on 2 or more cores, else 1; bounds cases "
+                        "always run alone)")
     p.add_argument("--list", action="store_true", help="list the selected case ids and exit")
     p.add_argument("--fixtures", default=None, metavar="DIR",
                    help="golden fixtures root for P12: every <DIR>/<torch version>/ is loaded "
@@ -82,6 +86,8 @@ def main(args: argparse.Namespace) -> int:
         return int(exc.code)
     if not world_sizes:
         return _usage("no world size fits this machine")
+    if args.lanes is not None and args.lanes < 1:
+        return _usage(f"--lanes must be at least 1, got {args.lanes}")
     from ..golden.manifest import FixtureError
 
     try:
@@ -128,7 +134,8 @@ def main(args: argparse.Namespace) -> int:
         previous = signal.signal(signal.SIGTERM, on_sigterm)
         try:
             run = run_all(cases, backend=backend, timeout=args.timeout,
-                          fault_timeout=max(30.0, args.timeout / 4), on_result=on_result)
+                          fault_timeout=max(30.0, args.timeout / 4), on_result=on_result,
+                          lanes=args.lanes)
         finally:
             signal.signal(signal.SIGTERM, previous)
             close_pools()

@@ -47,6 +47,9 @@ class CaseEnv:
     """Seconds a fault case's load may take before it is a hang (P15)."""
     calibration: str | None = None
     """Bounds calibration file for P13/P14 (None: the packaged one)."""
+    lane: int = 0
+    """Which lane of the run executes the case: each lane has pools of its own
+    (harness/registry.py), so cases on different lanes run side by side."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +96,7 @@ class Step:
         from ..harness.errors import RankError, RankTimeout
 
         try:
-            return get_pool(world_size, self.env.backend).run(
+            return get_pool(world_size, self.env.backend, lane=self.env.lane).run(
                 fn, *before, self.case, str(self.workdir), *after, seed=self.case.seed,
                 timeout=self.env.timeout if timeout is None else timeout)
         except RankError as exc:

@@ -5,18 +5,23 @@ a gradient, buffers, an ignored module.
 
 Rule: ``build_model(name, seed, dtype)`` seeds torch with ``seed`` and returns the module;
 ``make_batch(name, seed, step, batch)`` returns the *global* batch of a step (every rank
-and the single-process reference see the same data; ranks take their slice).
+and the single-process reference see the same data; ranks take their slice). Both draw
+from torch's process-wide generator under ``seeded``, which one thread holds at a time: the
+controller judges cases on several threads (run/execute.py lanes), and two threads seeding
+the one generator in turn would draw each other's numbers.
 
 Users' models join by name with ``register_model`` (a registry separate from ``MODELS``, so
 the zoo's own matrix never sees them). Registration is per process: code that runs on ranks
 registers there too (``fsdp_conformance.roundtrip`` ships the spec with every call)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import dataclasses
+import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -246,11 +251,22 @@ def model_spec(name: str) -> ModelSpec:
     return spec
 
 
+_RNG_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Inside the block torch's CPU generator starts from ``seed`` and no other thread draws
+    from it; afterwards it is as it was (module rule)."""
+    with _RNG_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 def build_model(name: str, seed: int = 0, dtype: torch.dtype = torch.float64) -> nn.Module:
     """The model ``name`` with parameters drawn from ``seed``, in ``dtype``."""
     spec = model_spec(name)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = spec.factory()
     if spec.loss_fn is not None:  # read by loss_of (FSDP forwards attribute reads)
         model.__dict__["_fsdpc_loss_fn"] = spec.loss_fn
@@ -292,8 +308,7 @@ def make_batch(name: str, seed: int, step: int, batch: int,
     """The global input batch of ``step`` (same on every rank and in the local reference)."""
     spec = model_spec(name)
     if spec.batch_fn is not None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed * 1009 + step)
+        with seeded(seed * 1009 + step):
             x = spec.batch_fn(step, batch)
         return x.to(dtype) if x.is_floating_point() else x
     g = torch.Generator().manual_seed(seed * 1009 + step)
