@@ -25,21 +25,25 @@ FLOORS: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
     ("fsdp1.legacy_scatter", "save"): (("all_gather", FULL), ("copy", FULL)),
     ("fsdp1.full", "save"): (("all_gather", FULL), ("copy", FULL)),
     ("fsdp1.rekey", "save"): (("all_gather", FULL), ("copy", FULL)),
+    ("fsdp1.dsd_full", "save"): (("all_gather", FULL), ("copy", FULL)),
     ("fsdp2.full", "save"): (("all_gather", FULL), ("copy", FULL)),
     # Sharded dicts: each rank wraps its own shard; no state crosses ranks.
     ("fsdp1.legacy_sharded", "save"): (("copy", SHARD),),
     ("fsdp1.sharded", "save"): (("copy", SHARD),),
+    ("fsdp1.dsd_sharded", "save"): (("copy", SHARD),),
     ("fsdp2.sharded", "save"): (("copy", SHARD),),
     # Loads from a full dict every rank holds: each rank keeps its slice.
     ("fsdp1.legacy_full", "load"): (("copy", SHARD),),
     ("fsdp1.full", "load"): (("copy", SHARD),),
     ("fsdp1.rekey", "load"): (("copy", SHARD),),
+    ("fsdp1.dsd_full", "load"): (("copy", SHARD),),
     # Only rank 0 holds the full dict: it must send every rank its share.
     ("fsdp1.legacy_scatter", "load"): (("scatter", FULL), ("copy", SHARD)),
     ("fsdp2.full", "load"): (("broadcast", FULL), ("copy", SHARD)),
     # Loads of sharded dicts: each rank copies in its own shard.
     ("fsdp1.legacy_sharded", "load"): (("copy", SHARD),),
     ("fsdp1.sharded", "load"): (("copy", SHARD),),
+    ("fsdp1.dsd_sharded", "load"): (("copy", SHARD),),
     ("fsdp2.sharded", "load"): (("copy", SHARD),),
 }
 

@@ -22,7 +22,7 @@ from .. import reference as ref
 from . import expectation as expect
 from .statediff import STEP_KEY, diff_state_dicts, format_diff
 from .baseline import LocalRun, continue_from
-from ..sut.registry import family_of
+from ..sut.registry import PATH_NAMES, api_path, family_of
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from .reference_props import comparable, drop_plain, owner_of, sharded_to_flat_offsets
 from .verdict import Verdict, error, fail, na, passed
@@ -78,7 +78,7 @@ def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
 
     walk(want, got, "")
     return out
-SHARDED_PATHS = ("fsdp1.sharded", "fsdp1.legacy_sharded", "fsdp2.sharded")
+SHARDED_PATHS = ("fsdp1.sharded", "fsdp1.legacy_sharded", "fsdp1.dsd_sharded", "fsdp2.sharded")
 
 
 def assemble_sharded(per_rank: Sequence[dict]) -> dict:
@@ -411,7 +411,7 @@ def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[Lo
     notes = [o.weights_only_refused for o in load_obs if o.weights_only_refused]
     if notes and api != "fsdp1.legacy_sharded":
         return fail(notes[0])
-    if api in ("fsdp1.sharded", "fsdp2.sharded"):
+    if api in PATH_NAMES and api_path(api).writes == "dcp":
         if dcp_full is None:
             return error("the DCP directory could not be read back on the controller")
         diffs = diff_state_dicts(expect.stored(full), dcp_full)
@@ -485,16 +485,18 @@ def p9_flags(layout, api: str, save_obs: Sequence[SaveRecord]) -> Verdict:
             if diffs:
                 problems.append(f"rank {o.rank}: rank0_only=False differs from rank 0's:\n"
                                 + format_diff(diffs))
-    if save_obs[0].unoffloaded is not None:
+    for flipped, on in (("unoffloaded", False), ("offloaded", True)):
+        if getattr(save_obs[0], flipped) is None:
+            continue
         checked.append("offload_to_cpu changes nothing but devices")
         for o in save_obs:
-            e = error_of(o.unoffloaded)
+            e = error_of(getattr(o, flipped))
             if e:
-                return error(f"offload_to_cpu=False raised on rank {o.rank}:\n{e}")
-            diffs = diff_state_dicts(o.unoffloaded, o.saved)  # records are CPU clones
+                return error(f"offload_to_cpu={on} raised on rank {o.rank}:\n{e}")
+            diffs = diff_state_dicts(getattr(o, flipped), o.saved)  # records are CPU clones
             if diffs:
-                problems.append(f"rank {o.rank}: offload_to_cpu=True gives another sharded "
-                                f"dict than False:\n" + format_diff(diffs))
+                problems.append(f"rank {o.rank}: offload_to_cpu={on} gives another sharded "
+                                f"dict than {not on}:\n" + format_diff(diffs))
     if problems:
         return fail("\n".join(problems))
     if not checked:

@@ -16,11 +16,22 @@ Paths (``Case.api``)
                           the unwrapped model (a checkpoint a plain model can load) ->
                           torch.save -> every rank: rekey back to PARAM_NAME with the unwrapped
                           model -> ``shard_full_optim_state_dict``
+    fsdp1.dsd_full        the migration path torch recommends, on the same FSDP1 model:
+                          ``get_optimizer_state_dict(full_state_dict=True, cpu_offload=True)``
+                          (rank 0 gets the full dict, the others ``{}``) -> torch.save on rank
+                          0 -> every rank loads -> ``set_optimizer_state_dict(full_state_dict=
+                          True)`` (which loads the optimizer itself)
+    fsdp1.dsd_sharded     ``get_optimizer_state_dict()`` (ShardedTensor values under FSDP1) ->
+                          ``dcp.save({"model", "optim"})`` at N -> at M the documented resume
+                          recipe: the template ``get_optimizer_state_dict()`` of the fresh model
+                          and optimizer, filled by ``dcp.load({"optim": template})``, then
+                          ``set_optimizer_state_dict``
 
 Rules
 - The save side trains ``case.steps`` steps, saves through the path (timed), writes the
   file(s) under the case's work directory, and also saves with the flags flipped (P9: the
-  full paths with ``rank0_only=False`` and no offload, fsdp1.sharded without offload). The
+  full paths with ``rank0_only=False`` and no offload, fsdp1.sharded without offload,
+  fsdp1.dsd_sharded with ``cpu_offload=True``). The
   load side (another pool: ``case.dst_world_size``, ``case.dst_plan``) builds a fresh model
   and optimizer, loads the model's full params (not under test), loads the optimizer state
   through the path (timed), saves again (P7) and trains ``case.resume_steps`` more steps (P6).
@@ -52,7 +63,9 @@ from .records import LoadRecord, SaveRecord
 from .fsdp1 import to_cpu, flat_sharded_to_neutral, clean_name, named_local, optimizer_keys
 
 FSDP1_PATHS = ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded",
-               "fsdp1.full", "fsdp1.sharded", "fsdp1.rekey")
+               "fsdp1.full", "fsdp1.sharded", "fsdp1.rekey", "fsdp1.dsd_full",
+               "fsdp1.dsd_sharded")
+DSD_PATHS = ("fsdp1.dsd_full", "fsdp1.dsd_sharded")
 FULL_FILE = "optim.pt"
 MODEL_FILE = "model.pt"
 SCHED_FILE = "sched.pt"
@@ -62,7 +75,7 @@ DCP_DIR = "dcp"
 def is_full_path(api: str) -> bool:
     """Paths whose saved form is one full FQN-keyed dict written by rank 0."""
     return api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.full", "fsdp1.rekey",
-                   "fsdp2.full")
+                   "fsdp1.dsd_full", "fsdp2.full")
 
 
 def resizable(api: str) -> bool:
@@ -121,6 +134,13 @@ def save_path(case: Case, model, optim, *, rank0_only: bool = True,
                                         StateDictType)
 
     api = case.api
+    if api in DSD_PATHS:
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                             get_optimizer_state_dict)
+
+        full = api == "fsdp1.dsd_full"  # full: cpu_offload=True is DSD's rank0_only form
+        return get_optimizer_state_dict(model, optim, options=StateDictOptions(
+            full_state_dict=full, cpu_offload=(rank0_only and offload) if full else offload))
     if api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.rekey"):
         return FSDP.full_optim_state_dict(model, optim, rank0_only=rank0_only)
     if api == "fsdp1.legacy_sharded":
@@ -168,6 +188,12 @@ def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, sub: str = ""
 
         dcp.save({"model": _model_sharded_sd(model), "optim": saved},
                  checkpoint_id=str(out / DCP_DIR), process_group=ctx.group)
+    elif case.api == "fsdp1.dsd_sharded":
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        dcp.save({"model": get_model_state_dict(model), "optim": saved},
+                 checkpoint_id=str(out / DCP_DIR), process_group=ctx.group)
     dist.barrier(group=ctx.group)
     return time.perf_counter() - t0
 
@@ -205,7 +231,7 @@ def _record(case: Case, saved: Any, rank: int, keys: list[str]) -> Any:
     """The saved object in the neutral named form sent back to the controller."""
     if is_error(saved):
         return saved
-    if case.api in ("fsdp1.sharded", "fsdp1.legacy_sharded"):
+    if case.api in ("fsdp1.sharded", "fsdp1.legacy_sharded", "fsdp1.dsd_sharded"):
         return flat_sharded_to_neutral(saved)
     return to_cpu(named_local(saved, keys)) if saved else {}
 
@@ -246,18 +272,21 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
         if sched is not None:
             atomic_save(sched.state_dict(), workdir / SCHED_FILE)
     # P9: the same save with the flags flipped (all ranks, no offload).
-    all_ranks = None
-    unoffloaded = None
-    if case.api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.full", "fsdp1.rekey"):
+    all_ranks = unoffloaded = offloaded = None
+    if is_full_path(case.api):
         flipped, _ = guarded(save_path, case, model, optim, rank0_only=False, offload=False)
         all_ranks = _record(case, flipped, ctx.rank, keys)
     elif case.api == "fsdp1.sharded":
         flipped, _ = guarded(save_path, case, model, optim, offload=False)
         unoffloaded = _record(case, flipped, ctx.rank, keys)
+    elif case.api == "fsdp1.dsd_sharded":  # saved without offload (DSD's default): flip it
+        flipped, _ = guarded(save_path, case, model, optim, offload=True)
+        offloaded = _record(case, flipped, ctx.rank, keys)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
                       timings=timings, saved=record, saved_devices=saved_devices,
                       params=params if ctx.rank == 0 else None, saved_ids=saved_ids,
-                      all_ranks=all_ranks, unoffloaded=unoffloaded, device=str(ctx.device))
+                      all_ranks=all_ranks, unoffloaded=unoffloaded, offloaded=offloaded,
+                      device=str(ctx.device))
 
 
 def read_saved(ctx, case: Case, workdir: Path) -> tuple[Any, str]:
@@ -288,11 +317,28 @@ def _weights_only_refusal(exc: Exception) -> bool:
 
 
 def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:
-    """The path's load call on this rank, then ``optim.load_state_dict``."""
+    """The path's load call on this rank, then ``optim.load_state_dict`` (DSD's
+    ``set_optimizer_state_dict`` loads the optimizer itself)."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import StateDictType
 
     api = case.api
+    if api in DSD_PATHS:
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                             get_optimizer_state_dict,
+                                                             set_optimizer_state_dict)
+
+        if api == "fsdp1.dsd_full":
+            set_optimizer_state_dict(model, optim, saved,
+                                     options=StateDictOptions(full_state_dict=True))
+            return
+        import torch.distributed.checkpoint as dcp
+
+        template = get_optimizer_state_dict(model, optim)
+        dcp.load({"optim": template}, checkpoint_id=str(workdir / DCP_DIR),
+                 process_group=ctx.group)
+        set_optimizer_state_dict(model, optim, template)
+        return
     if api == "fsdp1.rekey":
         flat = FSDP.shard_full_optim_state_dict(to_param_names(case, saved), model)
     elif api == "fsdp1.legacy_full":
