@@ -59,7 +59,16 @@ STRANDED = (r".*: rank\(s\) \[[\d, ]+\] raised but rank\(s\) \[[\d, ]+\] were le
 ALL_PROPS = tuple(f"P{i}" for i in range(16))
 # APIs whose save gathers a full dict with FSDP1's _optim_utils (the aliasing below).
 _FULL_GATHER_APIS = ("fsdp1", "fsdp1.full", "fsdp1.legacy_full", "fsdp1.legacy_scatter",
-                     "fsdp1.rekey")
+                     "fsdp1.rekey", "fsdp1.dsd_full")  # DSD calls FSDP.optim_state_dict
+
+def _some_rank_gets_no_chunk(c: Case) -> bool:
+    """At the load world size, torch.chunk of some param's dim 0 gives fewer pieces than
+    ranks (dcp-zero-local-shard-falls-back-to-old-keys)."""
+    from ..zoo import model_shapes
+
+    w = 2 if c.strategy == "HYBRID_SHARD" and c.dst_world_size >= 2 else c.dst_world_size
+    return any(-(-rows // -(-rows // w)) < w for rows in model_shapes(c.model) if rows)
+
 
 def _fsdp1(c: Case) -> bool:
     """An FSDP1 case (the differential observer "fsdp1" or a run path "fsdp1.*")."""
@@ -69,6 +78,8 @@ def _fsdp1(c: Case) -> bool:
 # FSDP2 API paths of the conformance run (sut/fsdp2_paths.py); "fsdp2" is the differential
 # observer (sut/fsdp2.py), whose properties name a path ("P3:set_full").
 _FSDP2_RUN = ("fsdp2.full", "fsdp2.sharded")
+# Run paths that go through torch.distributed.checkpoint.state_dict (DSD), on either FSDP.
+_DSD_RUN = _FSDP2_RUN + ("fsdp1.dsd_full", "fsdp1.dsd_sharded")
 _LAZY_STATE = ("sgd_momentum", "adam", "adamw", "adadelta", "rmsprop")  # state at 1st step
 _ALL_BUT = lambda *ps: tuple(p for p in ALL_PROPS if p not in ps)  # noqa: E731
 
@@ -285,7 +296,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                where=("_load_optim_state_dict",))),
     KnownLimitation(
         "dsd-strict-param-without-grad", ("P3:set_full", "P3:set_sharded", "P3"),
-        lambda c: c.api in ("fsdp2", "fsdp2.full") and c.model == "unused"
+        lambda c: c.api in ("fsdp2", "fsdp2.full", "fsdp1.dsd_full") and c.model == "unused"
         and c.optimizer not in ("sgd", "adagrad"),
         "2.13",
         "A trainable param that never got a gradient has no state in get_optimizer_state_dict's "
@@ -354,7 +365,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                        r"strategy registered", where=("propagate_op_sharding_non_cached",))),
     KnownLimitation(
         "dsd-get-optim-dummy-step", ("P1", "P2", "P10"),
-        lambda c: c.api in _FSDP2_RUN and c.steps == 0 and c.optimizer in _LAZY_STATE,
+        lambda c: c.api in _DSD_RUN and c.steps == 0 and c.optimizer in _LAZY_STATE,
         "2.13",
         "get_optimizer_state_dict changes the optimizer it saves: before the first step it "
         "runs _init_optim_state (state_dict.py:916 -> :629-668), a step with zero grads and "
@@ -385,8 +396,22 @@ KNOWN: tuple[KnownLimitation, ...] = (
                  raises=(Raises(exc="RuntimeError",
                                message=r"^Missing optimizer state for parameter '[\w.]+' in checkpoint"),))),
     KnownLimitation(
+        "dsd-full-load-wrong-model-names-own-param", ("P15",),
+        lambda c: c.api == "fsdp1.dsd_full" and c.fault == "wrong_model",
+        "2.13",
+        "set_optimizer_state_dict(full_state_dict=True) with another model's full dict raises "
+        "on every rank 'Missing optimizer state for parameter <this model's first param>' "
+        "(_split_optim_state_dict, state_dict.py:1037): it names a param the dict lacks, not "
+        "the foreign keys the dict has (conv1.weight), so the user is not told that the file "
+        "is another model's. (fsdp2.full, which broadcasts from rank 0, raises the same on rank "
+        "0 and strands the others: dsd-broadcast-rank0-error-strands-others.)",
+        model=Outcome(headline=r".*: every rank raised, but the error does not name '[\w.]+':",
+                      raises=(Raises(exc="RuntimeError",
+                                     message=r"^Missing optimizer state for parameter "
+                                             r"'[\w.]+' in checkpoint"),))),
+    KnownLimitation(
         "dsd-full-load-ignores-unknown-fqn", ("P15",),
-        lambda c: c.api == "fsdp2.full" and c.fault == "extra_fqn",
+        lambda c: c.api in ("fsdp2.full", "fsdp1.dsd_full") and c.fault == "extra_fqn",
         "2.13",
         "A full optimizer dict with state and a param-group entry for a param the model does "
         "not have loads without a word: _split_optim_state_dict walks the optimizer's own "
@@ -415,8 +440,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
                                r"match the size of tensor b \(\d+\) at non-singleton dimension"),))),
     KnownLimitation(
         "dcp-template-dummy-state-missing-key", ("P3",),
-        lambda c: c.api == "fsdp2.sharded" and c.model == "unused" and c.steps > 0
-        and c.optimizer in _LAZY_STATE,
+        lambda c: c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded") and c.model == "unused"
+        and c.steps > 0 and c.optimizer in _LAZY_STATE,
         "2.13",
         "The documented DCP resume recipe fails when a trainable param had no optimizer state "
         "at the save (it never got a gradient): the template get_optimizer_state_dict builds "
@@ -428,13 +453,13 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "(dsd-nonstrict-dummy-state).",
         "not yet reported upstream (partial-state class of "
         "https://github.com/pytorch/pytorch/issues/132628)",
-        also=("P6", "P7"),
+        also=("P4", "P6", "P7"),
         model=Raises(exc="RuntimeError",
                message=r"^Missing key in checkpoint state_dict: optim\.state\.unused\.(weight|bias)\.",
                where=("create_local_plan",), alongside=("CheckpointException",))),
     KnownLimitation(
         "dcp-drops-empty-state-dict", ("P8",),
-        lambda c: (c.api == "fsdp2.sharded" and c.optimizer == "sgd")
+        lambda c: (c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded") and c.optimizer == "sgd")
         or (c.api == "fsdp1.sharded" and (c.steps == 0 or c.optimizer == "sgd")),
         "2.13",
         "A stateless optimizer's dict saved with DCP does not read back whole: DCP records "
@@ -448,7 +473,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
                stored=drop_empty_mappings)),
     KnownLimitation(
         "dcp-dedups-unsynchronised-ignored-state", (),
-        lambda c: c.api == "fsdp2.sharded" and c.model == "buffers" and c.world_size > 1,
+        lambda c: c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded") and c.model == "buffers"
+        and c.world_size > 1,
         "2.13",
         "Optimizer state of params FSDP2 ignores (plain tensors that every rank trains on its "
         "own rows, so the ranks' values differ) is written once by DCP, from whichever rank "
@@ -524,7 +550,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      where=("__setstate__",))),
     KnownLimitation(
         "dcp-load-strides-unreadable-by-older-torch", ("P12",),
-        lambda c: c.api == "fsdp2.sharded" and _fixture_from(c, "2.15.0"),
+        lambda c: c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded") and _fixture_from(c, "2.15.0"),
         "2.13 reading 2.15 files", _STRIDES + " fsdp2.sharded: dcp.load's local_step reports it "
         "as 'global metadata read failed' (state_dict_loader.py:265), wrapped in a "
         "CheckpointException.",
@@ -569,6 +595,29 @@ KNOWN: tuple[KnownLimitation, ...] = (
         model=Raises(exc="RuntimeError",
                message=r"^Local (rank|world size) at save time was \d+, but at load time was \d+$",
                where=("__setstate__",), alongside=("UnpicklingError",))),
+    KnownLimitation(
+        "dcp-zero-local-shard-falls-back-to-old-keys", ("P3", "P12"),
+        lambda c: c.api == "fsdp1.dsd_sharded" and c.optimizer != "sgd"
+        and _some_rank_gets_no_chunk(c),
+        "2.13",
+        "FSDP1's sharded optimizer state (what get_optimizer_state_dict returns for an FSDP1 "
+        "model) is one ShardedTensor per state, chunked along dim 0 over the world size "
+        "(_shard_utils.py:41-48): a rank past the last of torch.chunk's pieces holds no local "
+        "shard. The DCP load planner drops such a ShardedTensor from the rank's keys "
+        "(_sharded_tensor_utils.py:38-39), counts its keys as missing, and switches the rank "
+        "to the pre-2.4 flattening (default_planner.py:357-370), in which the whole "
+        "param_groups list is one key 'optim.param_groups' that the checkpoint does not have: "
+        "dcp.load of the documented template raises 'Missing key in checkpoint state_dict: "
+        "optim.param_groups.' (:495) on those ranks. It depends only on the load world size "
+        "and the params' dim-0 sizes (mlp: head has 2 rows, so 3 and 4 ranks fail; 1 and 2 "
+        "load). Minimal reproducer: notes/repro/dsd_fsdp1_zero_local_shards.py.",
+        "https://github.com/pytorch/pytorch/pull/163480 (describes this failure; closed) and "
+        "https://github.com/pytorch/pytorch/issues/137327 (the 2.3/2.4 key formats)",
+        also=("P4", "P6", "P7", "P10", "P11"),
+        model=Raises(exc="RuntimeError",
+                     message=r"^Missing key in checkpoint state_dict: optim\.param_groups\.$",
+                     where=("create_default_local_load_plan",),
+                     alongside=("CheckpointException",))),
     KnownLimitation(
         "dcp-drops-empty-optimizer-state", ("P3",),
         lambda c: c.api == "fsdp1.sharded" and (c.steps == 0 or c.optimizer == "sgd"),
@@ -648,6 +697,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "torch-load-truncated-oserror", ("P15",),
         lambda c: c.fault == "truncated_file" and c.api in ("fsdp1.full", "fsdp1.legacy_full",
+                                                             "fsdp1.dsd_full",
                                                              "fsdp1.rekey", "fsdp2.full"),
         "2.13",
         "torch.load of a truncated file raises 'OSError: [Errno 22] Invalid argument', which "
@@ -675,7 +725,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
                                r"torch\.Size\(\[[\d, ]*\]\)$"),))),
     KnownLimitation(
         "fsdp1-mixed-keys-attributeerror", ("P15",),
-        lambda c: c.fault == "mixed_keys" and c.api in _FULL_GATHER_APIS,
+        lambda c: c.fault == "mixed_keys" and c.api in _FULL_GATHER_APIS
+        and c.api != "fsdp1.dsd_full",  # DSD names the mixed keys
         "2.13",
         "A full dict keyed by FQNs with one int key fails with an internal "
         "\"AttributeError: 'int' object has no attribute 'unflat_param_names'\" instead of "

@@ -19,6 +19,7 @@ import contextlib
 import math
 import re
 import dataclasses
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -261,6 +262,15 @@ def seeded(seed: int) -> Iterator[None]:
     with _RNG_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
+@functools.lru_cache(maxsize=None)
+def model_shapes(name: str) -> tuple[int, ...]:
+    """Dim 0 of every trainable param of model ``name`` that FSDP manages (the ignored
+    modules' params left out), in ``named_parameters`` order; 0-dim params as 0."""
+    spec = model_spec(name)
+    ignored = tuple(f"{m}." for m in spec.ignored)
+    return tuple((p.shape[0] if p.dim() else 0)
+                 for n, p in build_model(name).named_parameters()
+                 if p.requires_grad and not n.startswith(ignored))
 
 
 def build_model(name: str, seed: int = 0, dtype: torch.dtype = torch.float64) -> nn.Module:
