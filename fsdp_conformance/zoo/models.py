@@ -262,6 +262,8 @@ def seeded(seed: int) -> Iterator[None]:
     with _RNG_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
+
+
 @functools.lru_cache(maxsize=None)
 def model_shapes(name: str) -> tuple[int, ...]:
     """Dim 0 of every trainable param of model ``name`` that FSDP manages (the ignored

@@ -208,7 +208,15 @@ def test_packaged_calibration_covers_the_quick_tier():
     data = json.loads(b.DEFAULT_CALIBRATION.read_text())
     assert data["schema"] == b.SCHEMA and data["runs"] >= 3
     assert data["rules"]["time_margin"] == b.TIME_MARGIN
-    for c in (c for c in matrix.quick(matrix.default_paths()) if c.bounds):
+    from fsdp_conformance.known.entries import KNOWN
+
+    bounds_cases = [c for c in matrix.quick(matrix.default_paths()) if c.bounds]
+    unmeasured = data["unmeasured"]  # the path raised there: no bound, a known torch bug
+    assert set(unmeasured) <= {c.id for c in bounds_cases}
+    for c in bounds_cases:
+        if c.id in unmeasured:
+            assert any(k.applies(c) and {"P13", "P14"} <= {*k.props, *k.also} for k in KNOWN), c.id
+            continue
         for phase in b.PHASES:
             tb = cal.time_bound(b.time_key(c.api, phase, c.world_size, c.model))
             assert tb.a >= 0 and tb.c >= b.SCHED_ALLOWANCE_S
@@ -255,6 +263,11 @@ def test_stability_summary_counts_passes_worst_ratios_and_detection():
     assert w["peak2x_exceeds"] == 4 and w["peak2x_checked"] == 4  # 10 MB > 7.72, 6 MB > 5.32
     md = stability_markdown(s)
     assert "**1 of 2 runs passed**" in md
+    known = CaseResult(CASE, {"P13": Verdict("known", "", known="some-entry"),
+                              "P14": Verdict("known", "", known="some-entry")}, {}, {})
+    k = stability_summary([[good, known]], "cal.json")  # a path that raises a known bug
+    assert k["all_passed"] and k["per_run"][0]["known"] == [f"{CASE.id}: some-entry"]
+    assert f"- `{CASE.id}: some-entry`" in stability_markdown(k)
     assert w["copy_exceeds"] == 0  # + a 2 MB shard: 7 MB <= 7.72 MB, 5 MB <= 5.32 MB
     assert "| fsdp1.full/save | 0.75 | 1.00 | 0.65 | 2/2 | 2/2 | 4/4 | 0/4 |" in md
 
