@@ -70,6 +70,10 @@ class Case:
     # Compiled-model case (COMPILED): the side(s) whose model is wrapped by torch.compile
     # (backend "eager") for training and every torch.distributed.checkpoint call. "" = none.
     compiled: str = ""
+    # FSDP2 round trips only: ``fully_shard(reshard_after_forward=<int>)`` on both sides, the
+    # world size the params are resharded to after forward (a factor of each side's world
+    # size, at least 2; equal to it is torch's ``True``). 0 = the strategy's own choice.
+    reshard_after_forward: int = 0
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -99,6 +103,17 @@ class Case:
                              f"(fsdp2.full, fsdp2.sharded), not api={self.api!r}"
                              + (" with bounds=True" if self.bounds else "")
                              + (" of a golden fixture" if self.golden else ""))
+        if self.reshard_after_forward:
+            raf = self.reshard_after_forward
+            if (self.api not in ("fsdp2.full", "fsdp2.sharded") or self.strategy != "FULL_SHARD"
+                    or self.bounds or self.golden):
+                raise ValueError(f"reshard_after_forward={raf} applies to the FSDP2 round trips "
+                                 f"(fsdp2.full, fsdp2.sharded) on a 1-D mesh, not "
+                                 f"api={self.api!r}, strategy={self.strategy!r}")
+            if raf < 2 or any(ws % raf for ws in (self.world_size, self.dst_world_size)):
+                raise ValueError(f"reshard_after_forward must be a factor (at least 2) of both "
+                                 f"world sizes {self.world_size} and {self.dst_world_size}, "
+                                 f"got {raf}")
         if self.inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
         if self.inject and not self.bounds:
@@ -154,6 +169,8 @@ class Case:
         if self.scheduler:
             opt += "+sched"
         strat = "" if self.strategy == "FULL_SHARD" else f"/{self.strategy.lower()}"
+        if self.reshard_after_forward:
+            strat += f"/raf{self.reshard_after_forward}"
         steps = "" if (self.steps, self.resume_steps) == (2, 2) else f"/steps{self.steps}+{self.resume_steps}"
         return (f"{self.api}/{opt}/{self.model}.{self.plan}/{orig}{strat}/{ws}/{self.dtype}"
                 + steps + (f"/seed{self.seed}" if self.seed else "")

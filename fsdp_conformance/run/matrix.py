@@ -148,8 +148,9 @@ def fsdp2_meshes(api: str, pairs: Sequence[tuple[int, int]],
                  optimizers: Sequence[str] = ("adamw", "sgd_momentum", "adagrad")) -> list[Case]:
     """FSDP2 cases on other meshes than the 1-D default: HSDP at each (save, load) world
     size pair, the optimizers in turn (or every one of ``optimizers`` per pair when it has
-    more than three), and ``reshard_after_forward=False`` (SHARD_GRAD_OP) and a
-    replicate-only mesh (NO_SHARD) at 2 -> 3."""
+    more than three), ``reshard_after_forward=False`` (SHARD_GRAD_OP) and a replicate-only
+    mesh (NO_SHARD) at 2 -> 3, and ``reshard_after_forward=2`` (reshard to 2 of 4 ranks after
+    forward) at 4 -> 4 and 4 -> 2 (every one of ``optimizers`` when it has more than three)."""
     out = []
     for i, (n, m) in enumerate(pairs):
         opts = optimizers if len(optimizers) > 3 else (optimizers[i % len(optimizers)],)
@@ -158,6 +159,10 @@ def fsdp2_meshes(api: str, pairs: Sequence[tuple[int, int]],
     for strat in ("SHARD_GRAD_OP", "NO_SHARD"):
         out.append(Case(api=api, strategy=strat, world_size=2, load_world_size=3,
                         optimizer="adamw"))
+    for i, m in enumerate((4, 2)):
+        opts = optimizers if len(optimizers) > 3 else (optimizers[i % len(optimizers)],)
+        out += [Case(api=api, reshard_after_forward=2, world_size=4, load_world_size=m,
+                     optimizer=opt) for opt in opts]
     return out
 
 

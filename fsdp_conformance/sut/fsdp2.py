@@ -155,6 +155,8 @@ def wrap_fsdp2(ctx, case: Case, plan: str | None = None) -> nn.Module:
     kw: dict[str, Any] = {"mesh": mesh}
     if case.strategy == "SHARD_GRAD_OP":
         kw["reshard_after_forward"] = False
+    if case.reshard_after_forward:
+        kw["reshard_after_forward"] = case.reshard_after_forward
     if ignored:
         kw["ignored_params"] = ignored
     if spec.shard_fn is not None:  # a user's own sharding (zoo ModelSpec.shard_fn)

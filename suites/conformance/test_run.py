@@ -82,6 +82,47 @@ def test_compiled_models_are_in_both_tiers_and_compile_the_named_side():
         Case(api="fsdp1.full", compiled="both")
 
 
+def _post_forward_mesh_sizes(ctx, case):
+    """Per FSDP2 unit of the case's wrapped model: the shard size params are resharded to
+    after forward (None: kept unsharded)."""
+    from fsdp_conformance.sut.fsdp2 import wrap_fsdp2
+
+    model = wrap_fsdp2(ctx, case)
+    sizes = {}
+    for name, mod in model.named_modules():
+        group = mod._get_fsdp_state()._fsdp_param_group if hasattr(mod, "_get_fsdp_state") \
+            else None
+        if group is not None:
+            info = group.post_forward_mesh_info
+            sizes[name] = None if info is None else info.shard_mesh_size
+    return sizes
+
+
+def test_reshard_after_forward_as_an_int_is_in_both_tiers_and_reaches_fully_shard(rank_pool):
+    """``reshard_after_forward=2``: every FSDP2 unit reshards its params to 2 of the 4 ranks
+    after forward (saved at 4, loaded at 4 and at 2); the quick tier has it per FSDP2 path,
+    the full tier with every optimizer; anything but a factor of both world sizes, or a
+    path other than the FSDP2 round trips, is refused."""
+    full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
+    for api in ("fsdp2.full", "fsdp2.sharded"):
+        raf = [c for c in QUICK if c.api == api and c.reshard_after_forward]
+        assert {(c.world_size, c.dst_world_size, c.reshard_after_forward) for c in raf} == {
+            (4, 4, 2), (4, 2, 2)}
+        assert {c.optimizer for c in full if c.api == api and c.reshard_after_forward} == \
+            set(OPTIMIZERS)
+    case = Case(api="fsdp2.full", reshard_after_forward=2, world_size=4)
+    assert "/raf2/" in case.id
+    sizes = rank_pool(4).run(_post_forward_mesh_sizes, case)
+    assert sizes[0] and all(s == 2 for s in sizes[0].values()), sizes[0]
+    assert set(rank_pool(4).run(_post_forward_mesh_sizes, Case(api="fsdp2.full",
+                                                               world_size=4))[0].values()) \
+        <= {None, 4}  # the default: the whole shard group (the root keeps its params)
+    with pytest.raises(ValueError, match="factor"):
+        Case(api="fsdp2.full", reshard_after_forward=2, world_size=4, load_world_size=3)
+    with pytest.raises(ValueError, match="applies to the FSDP2 round trips"):
+        Case(api="fsdp1.full", reshard_after_forward=2, world_size=4)
+
+
 def test_select_keyword_and_world_sizes():
     sel = matrix.select(QUICK, world_sizes=[2], keyword="fsdp1.full adam not adamw")
     assert sel and all(c.world_size == 2 == c.dst_world_size for c in sel)
