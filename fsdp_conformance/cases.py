@@ -74,6 +74,10 @@ class Case:
     # world size the params are resharded to after forward (a factor of each side's world
     # size, at least 2; equal to it is torch's ``True``). 0 = the strategy's own choice.
     reshard_after_forward: int = 0
+    # FSDP2 round trips only: both sides pass ``StateDictOptions(
+    # flatten_optimizer_state_dict=True)`` (torchtitan's checkpointer does): the saved dict
+    # is ``{"state.<fqn>.<name>": v, "param_groups.<fqn>.<key>": v}``.
+    flatten_optimizer_state_dict: bool = False
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -114,6 +118,12 @@ class Case:
                 raise ValueError(f"reshard_after_forward must be a factor (at least 2) of both "
                                  f"world sizes {self.world_size} and {self.dst_world_size}, "
                                  f"got {raf}")
+        if self.flatten_optimizer_state_dict and (
+                self.api not in ("fsdp2.full", "fsdp2.sharded") or self.bounds or self.golden):
+            raise ValueError(f"flatten_optimizer_state_dict applies to the FSDP2 round trips "
+                             f"(fsdp2.full, fsdp2.sharded), not api={self.api!r}"
+                             + (" with bounds=True" if self.bounds else "")
+                             + (" of a golden fixture" if self.golden else ""))
         if self.inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
         if self.inject and not self.bounds:
@@ -178,7 +188,8 @@ class Case:
                 + (f"/golden:{self.golden}" if self.golden else "")
                 + ("/bounds" if self.bounds else "")
                 + (f"/inject:{self.inject}" if self.inject else "")
-                + (f"/compiled:{self.compiled}" if self.compiled else ""))
+                + (f"/compiled:{self.compiled}" if self.compiled else "")
+                + ("/flat_osd" if self.flatten_optimizer_state_dict else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -291,7 +291,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "through fsdp2.full at any world size 1-4 (same assertion).",
         "not yet reported upstream (found by this suite; stateless-optimizer class of "
         "https://github.com/pytorch/pytorch/issues/111499 and #133415)",
-        also=("P6", "P7", "P12"),
+        also=("P6", "P7", "P11", "P12"),
         model=Raises(exc="AssertionError", message=r"^(Expected device to be set)?$",
                where=("_load_optim_state_dict",))),
     KnownLimitation(
@@ -453,7 +453,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "(dsd-nonstrict-dummy-state).",
         "not yet reported upstream (partial-state class of "
         "https://github.com/pytorch/pytorch/issues/132628)",
-        also=("P4", "P6", "P7"),
+        also=("P4", "P6", "P7", "P11"),
         model=Raises(exc="RuntimeError",
                message=r"^Missing key in checkpoint state_dict: optim\.state\.unused\.(weight|bias)\.",
                where=("create_local_plan",), alongside=("CheckpointException",))),
@@ -811,6 +811,28 @@ KNOWN: tuple[KnownLimitation, ...] = (
                          Raises(exc="UnpicklingError", message=r"^pickle stream refers to "
                                 r"out-of-band data but no \*buffers\* argument was given$"),
                          Raises(exc="UnpicklingError", message=r"^pickle data was truncated$")))),
+    KnownLimitation(
+        "dsd-full-flattened-load-keyerror", ("P3",),
+        lambda c: c.api == "fsdp2.full" and c.flatten_optimizer_state_dict,
+        "2.13",
+        "set_optimizer_state_dict(full_state_dict=True, flatten_optimizer_state_dict=True) "
+        "cannot load the flattened full dict get_optimizer_state_dict returned with the same "
+        "options: _load_optim_state_dict takes the full_state_dict branch (state_dict.py:1140), "
+        "reads the rank's own local dict with _get_optim_state_dict (:1141), which flattens it "
+        "as well because the option is set (:974-977), and rebuilds the dict to load from that "
+        "local dict's structure (:1174-1176), the flattened one. With broadcast_from_rank0 (this "
+        "path) rank 0 then raises KeyError: 'state' in optim.load_state_dict (:1186 -> "
+        "optimizer.py:997) and the others KeyError: 'param_groups' (:1179); without it every "
+        "rank raises KeyError: 'param_groups.0.params.0' in _unflatten_state_dict "
+        "(_state_dict_utils.py:828). Nothing is loaded, so nothing resumes (P6), is saved "
+        "again (P7) or has param groups to compare (P11). The sharded path with the same option loads (its template is flattened "
+        "too). Minimal reproducer: notes/repro/dsd_full_flattened_load_keyerror.py.",
+        "not found upstream (the flattened-dict family: "
+        "https://github.com/pytorch/pytorch/issues/192224, "
+        "https://github.com/pytorch/pytorch/issues/192225)",
+        also=("P6", "P7", "P11"),
+        model=Raises(exc="KeyError", message=r"^'(state|param_groups)'$",
+                     where=("load_state_dict", "_load_optim_state_dict"))),
     KnownLimitation(
         "scatter-rank0-error-strands-others", ("P15",),
         lambda c: c.fault == "truncated_file" and c.api == "fsdp1.legacy_scatter",

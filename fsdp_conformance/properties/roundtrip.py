@@ -96,6 +96,16 @@ def _read_dcp(path: Path) -> dict | None:
         return None
 
 
+def _nested(flat: dict, full: dict) -> dict:
+    """A flattened dict read back from DCP (``Case.flatten_optimizer_state_dict``) in the
+    nested form, its groups those of the saved dict ``full``; as it is (P8 then shows how it
+    differs) when it is not the flattening of such a dict."""
+    try:
+        return ref.unflatten_osd(flat, [g["params"] for g in full.get("param_groups", [])])
+    except ValueError:
+        return flat
+
+
 def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
                         workdir: Path) -> dict[str, Verdict]:
     """P0-P11 of a round-trip case from what the save and load ranks recorded (``workdir``:
@@ -137,6 +147,8 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         v["P7"] = (rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan)
                    if load_error is None else error("load failed: " + load_error))
         dcp_full = _read_dcp(workdir / DCP_DIR) if api_path(api).writes == "dcp" else None
+        if dcp_full is not None and case.flatten_optimizer_state_dict:
+            dcp_full = _nested(dcp_full, full)
         v["P8"] = rp.p8_serialise(api, save_obs, load_obs, full, dcp_full)
         from . import fsdp2_run_props as f2
 

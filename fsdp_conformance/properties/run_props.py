@@ -542,7 +542,8 @@ def _hyper(groups: list[dict]) -> list[dict]:
 
 def p11_groups(full: dict, load_obs: Sequence[LoadRecord], local: LocalRun) -> Verdict:
     """Every param group's hyperparameters and extra keys (``initial_lr``) and its params
-    survive the save and the load, exactly."""
+    survive the save and the load, exactly. A rank whose load raised has no groups to
+    compare; when none loaded, P11 is that error (it checked nothing after the load)."""
     problems = []
     diffs = diff_state_dicts(canon_groups(expect.saved(local.optim_at_save))["param_groups"],
                              canon_groups(full)["param_groups"])
@@ -558,6 +559,10 @@ def p11_groups(full: dict, load_obs: Sequence[LoadRecord], local: LocalRun) -> V
                             + format_diff(diffs))
     if problems:
         return fail("\n\n".join(problems))
+    errors = [error_of(o.loaded) for o in load_obs]
+    if load_obs and all(errors):
+        return error("load failed on every rank, so no param group after loading could be "
+                     "compared: " + errors[0])
     keys = sorted({k for g in want for k in g})
     return passed(f"{len(want)} group(s), keys {keys}")
 

@@ -46,7 +46,7 @@ from .flatten import dtensor_box, flatten_sharded, sharded_to_pieces, to_pieces
 from .fsdp2 import fsdp2_gather, fsdp2_shard
 from .fsdp2_layout import Fsdp2Layout, Fsdp2Param, fsdp2_layout
 from .gather import gather_full, gather_param_groups, gather_unit
-from .keys import to_ids, to_named
+from .keys import to_ids, to_named, unflatten_osd
 from .layout import ModelLayout, ParamSlot, Piece, UnitLayout
 from .layout_build import align_numel_for, build_layout, flat_offsets, layout_from_spec
 from .rekey import rekey_to_ids, rekey_to_names

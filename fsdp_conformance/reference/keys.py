@@ -174,3 +174,48 @@ def per_element_names_from_full(state: Mapping[str, Mapping[str, Any]]) -> set[s
 def per_element_names_from_locals(local_dicts: Sequence[Mapping]) -> set[str]:
     """State names that are positive-dim tensors anywhere in some rank's local dict."""
     return {n for d in local_dicts for s in d["state"].values() for n, v in s.items() if category(v) == "tensor"}
+
+
+def unflatten_osd(flat: Mapping[str, Any], groups: Sequence[Sequence[str]]) -> dict:
+    """A flattened optimizer state dict (DSD's ``flatten_optimizer_state_dict=True``:
+    ``{"state.<fqn>.<name>": v, "param_groups.<fqn>.<key>": v}``) in the nested named form
+    ``{"state": {fqn: {name: v}}, "param_groups": [{key: v, "params": [fqn, ...]}]}``.
+
+    Rules: ``groups`` are the optimizer's groups as FQN lists (its order); a key's FQN is the
+    longest of them it starts with. A group's hyperparameters are the values its FQNs
+    carry; FQNs of one group that disagree on a key, a group FQN without param_groups keys,
+    or a key naming no known FQN raise ``ValueError`` naming the key (the flattened dict is
+    then not what torch's flattening of a nested one gives).
+    """
+    fqns = sorted({f for g in groups for f in g}, key=len, reverse=True)
+
+    def split(key: str, rest: str) -> tuple[str, str]:
+        for f in fqns:
+            if rest.startswith(f + "."):
+                return f, rest[len(f) + 1:]
+        raise ValueError(f"flattened optimizer state key {key!r} names no param of the "
+                         f"optimizer")
+
+    state: dict[str, dict] = {}
+    hyper: dict[str, dict] = {}
+    for key, v in flat.items():
+        section, _, rest = key.partition(".")
+        if section not in ("state", "param_groups"):
+            raise ValueError(f"flattened optimizer state key {key!r} is neither 'state.*' "
+                             f"nor 'param_groups.*'")
+        fqn, name = split(key, rest)
+        (state if section == "state" else hyper).setdefault(fqn, {})[name] = v
+    out_groups = []
+    for g in groups:
+        merged: dict[str, Any] = {}
+        for f in g:
+            if f not in hyper:
+                raise ValueError(f"flattened optimizer state has no 'param_groups.{f}.*' key")
+            for name, v in hyper[f].items():
+                if name in merged and not values_equal(merged[name], v):
+                    raise ValueError(f"flattened optimizer state: params of one group "
+                                     f"disagree on {name!r} ({g[0]}: {merged[name]!r}, "
+                                     f"{f}: {v!r})")
+                merged.setdefault(name, v)
+        out_groups.append({**merged, "params": list(g)})
+    return {"state": state, "param_groups": out_groups}

@@ -87,7 +87,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                 cases.append(Case(api=api, strategy=strat, world_size=ws, optimizer="adamw",
                                   use_orig_params=bool(k % 2)))
         else:
-            cases += fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api)
+            cases += fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api) + flattened(api)
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
         # bfloat16 round trips: one per path, the optimizers in turn, resharded where the
@@ -132,7 +132,8 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer=opt, dtype=dtype, world_size=2))
     for api in paths:
         if family_of(api) == "fsdp2":
-            cases += fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
+            cases += (fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
+                      + flattened(api, OPTS))
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
 
@@ -163,6 +164,21 @@ def fsdp2_meshes(api: str, pairs: Sequence[tuple[int, int]],
         opts = optimizers if len(optimizers) > 3 else (optimizers[i % len(optimizers)],)
         out += [Case(api=api, reshard_after_forward=2, world_size=4, load_world_size=m,
                      optimizer=opt) for opt in opts]
+    return out
+
+
+def flattened(api: str, optimizers: Sequence[str] = ("adam", "sgd_momentum")) -> list[Case]:
+    """FSDP2 with ``flatten_optimizer_state_dict=True`` on both sides (torchtitan's
+    checkpointer): saved at 2 and loaded at 3, and saved and loaded at 4 with two param
+    groups and an LR scheduler, the optimizers in turn (every one of ``optimizers`` at both
+    when it has more than two)."""
+    shapes = (dict(world_size=2, load_world_size=3),
+              dict(world_size=4, groups=2, scheduler=True))
+    out = []
+    for i, kw in enumerate(shapes):
+        opts = optimizers if len(optimizers) > 2 else (optimizers[i % len(optimizers)],)
+        out += [Case(api=api, optimizer=opt, flatten_optimizer_state_dict=True, **kw)
+                for opt in opts]
     return out
 
 

@@ -67,10 +67,35 @@ def _check(api: str) -> None:
         raise ValueError(f"{api!r} is not an FSDP2 path of sut.fsdp2_paths; known: {FSDP2_PATHS}")
 
 
-def _options(**kw):
+def _options(case: Case | None = None, **kw):
+    """``StateDictOptions(**kw)``, flattened where the case says
+    (``Case.flatten_optimizer_state_dict``)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
+    if case is not None and case.flatten_optimizer_state_dict:
+        kw["flatten_optimizer_state_dict"] = True
     return StateDictOptions(**kw)
+
+
+def group_fqns(optim, keys: list[str]) -> list[list[str]]:
+    """The optimizer's param groups as FQN lists (``keys``: the FQNs in the optimizer's
+    order)."""
+    out, i = [], 0
+    for g in optim.param_groups:
+        out.append(keys[i:i + len(g["params"])])
+        i += len(g["params"])
+    return out
+
+
+def nested(case: Case, saved: Any, groups: list[list[str]]) -> Any:
+    """What the path saved, in the nested form the properties read: a flattened dict
+    (``Case.flatten_optimizer_state_dict``) through ``reference.keys.unflatten_osd``, any
+    other as it is."""
+    from ..reference.keys import unflatten_osd
+
+    if not case.flatten_optimizer_state_dict or is_error(saved) or not saved:
+        return saved
+    return unflatten_osd(saved, groups)
 
 
 def _build(ctx, case: Case, load_side: bool):
@@ -125,8 +150,8 @@ def save_path(case: Case, model, optim, *, cpu_offload: bool | None = None) -> A
         cpu_offload = case.api == "fsdp2.full"
     if case.api == "fsdp2.full":
         return get_optimizer_state_dict(
-            model, optim, options=_options(full_state_dict=True, cpu_offload=cpu_offload))
-    return get_optimizer_state_dict(model, optim, options=_options(cpu_offload=cpu_offload))
+            model, optim, options=_options(case, full_state_dict=True, cpu_offload=cpu_offload))
+    return get_optimizer_state_dict(model, optim, options=_options(case, cpu_offload=cpu_offload))
 
 
 def sharded_to_neutral(sharded: dict) -> dict:
@@ -150,10 +175,12 @@ def sharded_to_neutral(sharded: dict) -> dict:
     return {"state": state, "param_groups": local_to_cpu(sharded.get("param_groups", []))}
 
 
-def _record(case: Case, saved: Any, keys: list[str]) -> Any:
-    """The saved object in the neutral named form sent back to the controller."""
+def _record(case: Case, saved: Any, keys: list[str], groups: list[list[str]]) -> Any:
+    """The saved object in the neutral named form sent back to the controller (a flattened
+    dict nested first: ``nested``)."""
     if is_error(saved):
         return saved
+    saved = nested(case, saved, groups)
     if case.api == "fsdp2.sharded":
         return sharded_to_neutral(saved)
     return local_to_cpu(named_local(saved, keys)) if saved else {}
@@ -191,7 +218,8 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     saved, t_save = guarded(save_path, case, run, optim)
     timings = {"save": t_save}
     saved_devices = sorted(devices_of(saved))
-    record = _record(case, saved, keys)
+    groups = group_fqns(optim, keys)
+    record = _record(case, saved, keys, groups)
     if not is_error(saved):
         timings["write"] = write_saved(ctx, case, run, saved, workdir)
     if ctx.rank == 0:
@@ -202,11 +230,11 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     all_ranks = offloaded = offloaded_devices = None
     if case.api == "fsdp2.full":
         flipped, _ = guarded(save_path, case, run, optim, cpu_offload=False)
-        all_ranks = _record(case, flipped, keys)
+        all_ranks = _record(case, flipped, keys, groups)
     else:
         off, _ = guarded(save_path, case, run, optim, cpu_offload=True)
         offloaded_devices = sorted(devices_of(off))
-        offloaded = _record(case, off, keys)
+        offloaded = _record(case, off, keys, groups)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
                       mesh_shape=mesh, timings=timings, saved=record,
                       saved_devices=saved_devices, params=params if ctx.rank == 0 else None,
@@ -223,14 +251,14 @@ def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:
     if case.api == "fsdp2.full":
         set_optimizer_state_dict(
             model, optim, saved if ctx.rank == 0 else {},
-            options=_options(full_state_dict=True, broadcast_from_rank0=True))
+            options=_options(case, full_state_dict=True, broadcast_from_rank0=True))
         return
     import torch.distributed.checkpoint as dcp
 
-    template = get_optimizer_state_dict(model, optim)
+    template = get_optimizer_state_dict(model, optim, options=_options(case))
     dcp.load({"optim": template}, checkpoint_id=str(workdir / DCP_DIR),
              process_group=ctx.group)
-    set_optimizer_state_dict(model, optim, template)
+    set_optimizer_state_dict(model, optim, template, options=_options(case))
 
 
 def _load_guarded(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> tuple[Any, float]:
@@ -285,7 +313,8 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     timings["read"] = time.perf_counter() - t0
     reread = None
     if ctx.rank == 0 and is_full_path(case.api):
-        reread = local_to_cpu(named_local(saved, keys)) if saved else {}
+        reread = local_to_cpu(named_local(nested(case, saved, group_fqns(optim, keys)),
+                                          keys)) if saved else {}
     head.update(timings=timings, weights_only_refused=note, reread=reread)
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
         _, timings["load"] = timed(load_path, ctx, case, run, optim, saved, workdir)
@@ -297,7 +326,7 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     loaded = local_state(optim, keys)
     resaved, timings["resave"] = guarded(save_path, case, run, optim)
-    resaved = _record(case, resaved, keys)
+    resaved = _record(case, resaved, keys, group_fqns(optim, keys))
     losses = train(ctx, case, run, optim, case.resume_steps, start_step=case.steps,
                    sched=sched)
     final_local = local_state(optim, keys)

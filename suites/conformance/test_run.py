@@ -123,6 +123,32 @@ def test_reshard_after_forward_as_an_int_is_in_both_tiers_and_reaches_fully_shar
         Case(api="fsdp1.full", reshard_after_forward=2, world_size=4)
 
 
+def test_flattened_optimizer_state_dicts_are_in_both_tiers_and_are_what_is_written(rank_pool,
+                                                                                   tmp_path):
+    """``flatten_optimizer_state_dict=True`` on both FSDP2 paths (quick: 2 cases each, full:
+    every optimizer); the sharded path's DCP checkpoint holds the flattened keys
+    (``optim.param_groups.<fqn>.lr``), and the rank records the nested form."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    from fsdp_conformance.sut.fsdp2_paths import DCP_DIR, save_side
+
+    full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
+    for api in ("fsdp2.full", "fsdp2.sharded"):
+        assert len([c for c in QUICK if c.api == api and c.flatten_optimizer_state_dict]) == 2
+        assert {c.optimizer for c in full
+                if c.api == api and c.flatten_optimizer_state_dict} == set(OPTIMIZERS)
+    case = Case(api="fsdp2.sharded", optimizer="adam", world_size=2,
+                flatten_optimizer_state_dict=True)
+    assert case.id.endswith("/flat_osd")
+    [rec, _] = rank_pool(2).run(save_side, case, str(tmp_path), seed=case.seed)
+    keys = set(FileSystemReader(str(tmp_path / DCP_DIR)).read_metadata().state_dict_metadata)
+    assert "optim.param_groups.inp.weight.lr" in keys and "optim.param_groups" not in keys
+    assert "optim.state.inp.weight.exp_avg" in keys
+    assert [g["params"] for g in rec.saved["param_groups"]] == [rec.keys]
+    with pytest.raises(ValueError, match="applies to the FSDP2 round trips"):
+        Case(api="fsdp1.dsd_full", flatten_optimizer_state_dict=True)
+
+
 def test_select_keyword_and_world_sizes():
     sel = matrix.select(QUICK, world_sizes=[2], keyword="fsdp1.full adam not adamw")
     assert sel and all(c.world_size == 2 == c.dst_world_size for c in sel)
