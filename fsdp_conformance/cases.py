@@ -32,6 +32,8 @@ INJECTIONS = ("", "slow", "copy")
 # Which side trains and checkpoints through ``torch.compile(model, backend="eager")`` (its
 # FQNs carry ``_orig_mod``), FSDP2 only: the save side, the load side, or both.
 COMPILED = ("", "save", "load", "both")
+# FSDP2's CPUOffloadPolicy on both sides: pin_memory=True (torch's default) or False.
+CPU_OFFLOAD = ("", "pinned", "unpinned")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class Case:
     # flatten_optimizer_state_dict=True)`` (torchtitan's checkpointer does): the saved dict
     # is ``{"state.<fqn>.<name>": v, "param_groups.<fqn>.<key>": v}``.
     flatten_optimizer_state_dict: bool = False
+    # FSDP2 round trips only (CPU_OFFLOAD): ``fully_shard(offload_policy=CPUOffloadPolicy(
+    # pin_memory=...))`` on both sides, "pinned" (torch's default) or "unpinned". "" = none.
+    cpu_offload: str = ""
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -118,6 +123,13 @@ class Case:
                 raise ValueError(f"reshard_after_forward must be a factor (at least 2) of both "
                                  f"world sizes {self.world_size} and {self.dst_world_size}, "
                                  f"got {raf}")
+        if self.cpu_offload not in CPU_OFFLOAD:
+            raise ValueError(f"cpu_offload must be one of {CPU_OFFLOAD[1:]} (or empty), got "
+                             f"{self.cpu_offload!r}")
+        if self.cpu_offload and (self.api not in ("fsdp2.full", "fsdp2.sharded") or self.bounds
+                                 or self.golden):
+            raise ValueError(f"cpu_offload={self.cpu_offload!r} applies to the FSDP2 round trips "
+                             f"(fsdp2.full, fsdp2.sharded), not api={self.api!r}")
         if self.flatten_optimizer_state_dict and (
                 self.api not in ("fsdp2.full", "fsdp2.sharded") or self.bounds or self.golden):
             raise ValueError(f"flatten_optimizer_state_dict applies to the FSDP2 round trips "
@@ -189,7 +201,8 @@ class Case:
                 + ("/bounds" if self.bounds else "")
                 + (f"/inject:{self.inject}" if self.inject else "")
                 + (f"/compiled:{self.compiled}" if self.compiled else "")
-                + ("/flat_osd" if self.flatten_optimizer_state_dict else ""))
+                + ("/flat_osd" if self.flatten_optimizer_state_dict else "")
+                + (f"/offload:{self.cpu_offload}" if self.cpu_offload else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -86,7 +86,8 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
     base = Case(**{**case.to_dict(), "world_size": 1, "load_world_size": None,
                    "load_plan": None, "api": "fsdp1", "fault": "", "strategy": "FULL_SHARD",
                    "use_orig_params": False, "plan": "root", "compiled": "",
-                   "reshard_after_forward": 0, "flatten_optimizer_state_dict": False})
+                   "reshard_after_forward": 0, "flatten_optimizer_state_dict": False,
+                   "cpu_offload": ""})
     if base != case:
         return _local_run(base, exp)
     model, optim, sched, names = fresh_training(case)

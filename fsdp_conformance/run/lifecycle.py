@@ -10,7 +10,9 @@ Rules
 - ``execute`` never raises for a torch, rank or suite failure:
     a pool call that raises, dies or times out (``StepFailed``) -> every property the kind
         decides is "error" naming the step ("save side failed: ...", "load side hung: ...")
-        with every rank's traceback or stack (the pool rebuilds itself);
+        with every rank's traceback or stack (the pool rebuilds itself); but when every
+        failing rank raised ``NotApplicableHere`` (torch refused the configuration on this
+        machine, sut/records.py), each is "n/a" with torch's refusal as the reason;
     any other exception -> "error" of origin "suite": a bug of this package, never turned
         "known" by a torch limitation.
   Ctrl-C (KeyboardInterrupt) and SystemExit propagate: the run decides what to keep.
@@ -29,7 +31,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from ..cases import Case
 from ..properties.catalogue import PROPS
-from ..properties.verdict import Verdict, error, suite_error
+from ..properties.verdict import Verdict, error, na, suite_error
 from .result import CaseResult
 
 
@@ -124,6 +126,19 @@ class CaseKind(Protocol):
         own model is matched as the zoo case it stands for)."""
 
 
+def not_applicable_here(exc: StepFailed) -> str:
+    """The reason, when every rank that failed the step raised ``NotApplicableHere`` (torch
+    refused the configuration on this machine: sut/records.py); else ""."""
+    from ..sut.records import NotApplicableHere
+
+    fails = getattr(exc.exc, "failures", ())
+    tag = f"exception {NotApplicableHere.__name__}"
+    if not fails or any(f.kind != tag for f in fails):
+        return ""
+    last = [ln for ln in fails[0].detail.strip().splitlines() if ln.strip()][-1]
+    return last.split(f"{NotApplicableHere.__name__}: ", 1)[-1]
+
+
 def workdir_of(case: Case, rundir: Path) -> Path:
     """The case's work directory under ``rundir`` (a digest of its id: stable, short)."""
     return rundir / hashlib.sha1(case.id.encode()).hexdigest()[:16]
@@ -152,7 +167,8 @@ def execute(case: Case, env: CaseEnv, kind: CaseKind) -> CaseResult:
             decided, measurements = dict(out.verdicts), out.measurements
             modelled = out.modelled
         except StepFailed as exc:
-            decided = all_props(error(str(exc)), kind.decides(case))
+            why = not_applicable_here(exc)
+            decided = all_props(na(why) if why else error(str(exc)), kind.decides(case))
         except Exception:  # noqa: BLE001  (a bug of the suite: say so, keep going)
             decided = all_props(suite_error(f"the suite failed while running this {kind.name} "
                                             f"case:\n" + traceback.format_exc()),

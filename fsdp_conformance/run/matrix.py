@@ -87,7 +87,8 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                 cases.append(Case(api=api, strategy=strat, world_size=ws, optimizer="adamw",
                                   use_orig_params=bool(k % 2)))
         else:
-            cases += fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api) + flattened(api)
+            cases += (fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api) + flattened(api)
+                      + offloaded(api))
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
         # bfloat16 round trips: one per path, the optimizers in turn, resharded where the
@@ -133,7 +134,7 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
     for api in paths:
         if family_of(api) == "fsdp2":
             cases += (fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
-                      + flattened(api, OPTS))
+                      + flattened(api, OPTS) + offloaded(api, OPTS))
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
 
@@ -180,6 +181,15 @@ def flattened(api: str, optimizers: Sequence[str] = ("adam", "sgd_momentum")) ->
         out += [Case(api=api, optimizer=opt, flatten_optimizer_state_dict=True, **kw)
                 for opt in opts]
     return out
+
+
+def offloaded(api: str, optimizers: Sequence[str] = ("adamw",)) -> list[Case]:
+    """FSDP2 with ``CPUOffloadPolicy`` on both sides: unpinned, saved at 2 and loaded at 3
+    (per optimizer), and pinned (torch's default) at 2 -> 2, which needs an accelerator: on a
+    CPU-only machine it is "n/a" with torch's refusal (sut/fsdp2.py)."""
+    return ([Case(api=api, optimizer=opt, world_size=2, load_world_size=3,
+                  cpu_offload="unpinned") for opt in optimizers]
+            + [Case(api=api, optimizer="adam", world_size=2, cpu_offload="pinned")])
 
 
 def compiled(api: str, optimizers: Sequence[str] = ("adamw",)) -> list[Case]:

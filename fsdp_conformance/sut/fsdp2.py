@@ -157,15 +157,46 @@ def wrap_fsdp2(ctx, case: Case, plan: str | None = None) -> nn.Module:
         kw["reshard_after_forward"] = False
     if case.reshard_after_forward:
         kw["reshard_after_forward"] = case.reshard_after_forward
+    if case.cpu_offload:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=case.cpu_offload == "pinned")
     if ignored:
         kw["ignored_params"] = ignored
     if spec.shard_fn is not None:  # a user's own sharding (zoo ModelSpec.shard_fn)
         out = spec.shard_fn(model, mesh)
         return model if out is None else out
-    for f in shard_order(model, spec.plans[plan or case.plan]):
-        fully_shard(model.get_submodule(f), **kw)
-    fully_shard(model, **kw)
+    try:
+        for f in shard_order(model, spec.plans[plan or case.plan]):
+            fully_shard(model.get_submodule(f), **kw)
+        fully_shard(model, **kw)
+    except RuntimeError as exc:
+        _refused_here(case, exc)
+        raise
     return model
+
+
+PIN_REFUSAL = "Cannot access accelerator device when none is available"
+
+
+def _refused_here(case: Case, exc: RuntimeError) -> None:
+    """Raise ``NotApplicableHere`` when ``exc`` is torch refusing pinned CPU offload on a
+    machine without an accelerator (pinned host memory exists for copies to one); any other
+    exception is left to propagate."""
+    from .records import NotApplicableHere
+
+    accel = getattr(torch, "accelerator", None)
+    if (case.cpu_offload != "pinned" or PIN_REFUSAL not in str(exc)
+            or (accel is not None and accel.is_available())):
+        return
+    import os
+    import traceback
+
+    last = traceback.extract_tb(exc.__traceback__)[-1]
+    raise NotApplicableHere(
+        f"CPUOffloadPolicy(pin_memory=True) pins the CPU copy of the params for transfers to an "
+        f"accelerator, and this machine has none: fully_shard raised RuntimeError: {exc} "
+        f"(in {last.name}, {os.path.basename(last.filename)}:{last.lineno})") from exc
 
 
 def _optimizer(case: Case, model: nn.Module):

@@ -24,7 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RecordedError", "SaveRecord", "LoadRecord", "error_of"]
+__all__ = ["NotApplicableHere", "RecordedError", "SaveRecord", "LoadRecord", "error_of"]
+
+
+class NotApplicableHere(RuntimeError):
+    """Raised on a rank when the case's configuration cannot run on this machine, by torch's
+    own refusal (quoted in the message, with where torch raised it), e.g. pinned CPU offload
+    without an accelerator. The lifecycle makes every property the case decides "n/a" with
+    that message: evidence, never a silent skip."""
 
 
 @dataclass(frozen=True, kw_only=True)

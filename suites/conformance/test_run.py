@@ -149,6 +149,41 @@ def test_flattened_optimizer_state_dicts_are_in_both_tiers_and_are_what_is_writt
         Case(api="fsdp1.dsd_full", flatten_optimizer_state_dict=True)
 
 
+def test_cpu_offload_is_in_both_tiers_and_pinned_is_na_with_torchs_refusal_without_gpu():
+    """CPUOffloadPolicy on both FSDP2 paths: unpinned is judged like any case; pinned
+    (torch's default) needs an accelerator, and on a machine without one every property
+    it decides is "n/a" quoting torch's refusal and where it raised, never an error and
+    never a silent skip. Any other failure of the same step stays an error."""
+    from fsdp_conformance.harness.errors import RankError, RankFailure
+    from fsdp_conformance.run.lifecycle import StepFailed, not_applicable_here
+
+    full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
+    for api in ("fsdp2.full", "fsdp2.sharded"):
+        assert {c.cpu_offload for c in QUICK if c.api == api} == {"", "pinned", "unpinned"}
+        assert {c.optimizer for c in full if c.api == api and c.cpu_offload == "unpinned"} \
+            == set(OPTIMIZERS)
+    with pytest.raises(ValueError, match="applies to the FSDP2 round trips"):
+        Case(api="fsdp1.full", cpu_offload="unpinned")
+    pinned = Case(api="fsdp2.sharded", optimizer="adam", world_size=2, cpu_offload="pinned")
+    [r] = run_cases([pinned], timeout=120)
+    decided = {p: v for p, v in r.properties.items() if p in [f"P{i}" for i in range(12)]
+               and p not in ("P4", "P5", "P10")}
+    if torch.accelerator.is_available():
+        assert all(v.status != "n/a" for v in decided.values()), decided
+    else:
+        assert {v.status for v in decided.values()} == {"n/a"}, decided
+        assert all("fully_shard raised RuntimeError: Cannot access accelerator device when "
+                   "none is available. (in _init_sharded_param, _fsdp_param.py:" in v.detail
+                   for v in decided.values())
+    refusal = RankFailure(0, "exception NotApplicableHere",
+                          "Traceback ...\nfsdp_conformance.sut.records.NotApplicableHere: why")
+    other = RankFailure(1, "exception RuntimeError", "Traceback ...\nRuntimeError: boom")
+    assert not_applicable_here(StepFailed("save side", RankError("x", [refusal]),
+                                          hung=False)) == "why"
+    assert not_applicable_here(StepFailed("save side", RankError("x", [refusal, other]),
+                                          hung=False)) == ""
+
+
 def test_select_keyword_and_world_sizes():
     sel = matrix.select(QUICK, world_sizes=[2], keyword="fsdp1.full adam not adamw")
     assert sel and all(c.world_size == 2 == c.dst_world_size for c in sel)
