@@ -78,10 +78,18 @@ def drop_empty_states(d: dict, case: Any = None) -> dict:
 
 def drop_frozen_state(d: dict, case: Any) -> dict:
     """The params of the case's model that do not require grad at the save (frozen when
-    built, or trained and then frozen) have no state."""
+    built, or trained and then frozen) have no state. Keys are FQNs (a full dict, FSDP2,
+    FSDP1 with ``use_orig_params``) or, in an FSDP1 rank's local dict without it, flat
+    params: one whose params are all frozen has no state (FSDP1 flattens only params of
+    one ``requires_grad`` together)."""
     from ..zoo import frozen_at_save
 
-    frozen = frozen_at_save(case.model)
+    frozen = set(frozen_at_save(case.model))
+    if case.family == "fsdp1" and not case.use_orig_params:
+        from ..properties.layouts import reference_layout
+
+        layout = reference_layout(case, load_side=True)
+        frozen |= {u.key for u in layout.units if u.fqns and set(u.fqns) <= frozen}
     return {**d, "state": {k: v for k, v in d.get("state", {}).items() if k not in frozen}}
 
 

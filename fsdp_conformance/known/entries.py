@@ -490,7 +490,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      stored=ignored_state_of_dcp_writer, load=ignored_state_of_dcp_writer)),
     KnownLimitation(
         "dsd-sharded-load-drops-frozen-state", ("P3",),
-        lambda c: c.api == "fsdp2.sharded" and c.optimizer != "sgd" and (
+        lambda c: c.api in ("fsdp2.sharded", "fsdp1.dsd_full", "fsdp1.dsd_sharded")
+        and c.optimizer != "sgd" and (
             c.model == "late_frozen" or (c.model == "frozen" and c.optimizer == "adagrad")),
         "2.13",
         "set_optimizer_state_dict keeps the loaded state of a param only if it requires grad "
@@ -500,7 +501,10 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "param frozen from the start with Adagrad (which creates {'step': 0, 'sum': 0} at "
         "construction, and DSD saves it) and on a param trained and then frozen before the "
         "save (zoo `late_frozen`: SGD momentum, Adam, Adagrad lose `step` 2 and the trained "
-        "state). Unfreezing such a param later raises nothing: the optimizer creates the "
+        "state). DSD on an FSDP1 model (fsdp1.dsd_full, fsdp1.dsd_sharded) splits the loaded "
+        "dict the same way before FSDP.optim_state_dict_to_load (state_dict.py:1094-1097), so "
+        "its loads drop the frozen params' state too (a whole FlatParameter's without "
+        "use_orig_params). Unfreezing such a param later raises nothing: the optimizer creates the "
         "missing state in its step (adagrad.py:158, `if len(state) == 0`), from zero, so "
         "Adam restarts at step 1 (notes/repro/dsd_frozen_state_dropped.py).",
         "https://github.com/pytorch/pytorch/issues/192202 (open; fix proposed in "
