@@ -76,6 +76,16 @@ def drop_empty_states(d: dict, case: Any = None) -> dict:
     return _state_map(d, one)
 
 
+def empty_state_for_every_param(d: dict, case: Any = None) -> dict:
+    """Every param of the dict's param groups without state gets the empty state ``{}``
+    (in the groups' order, after the params that have state)."""
+    state = dict(d.get("state", {}))
+    for g in d.get("param_groups", []):
+        for fqn in g.get("params", []):
+            state.setdefault(fqn, {})
+    return {**d, "state": state}
+
+
 def drop_frozen_state(d: dict, case: Any) -> dict:
     """The params of the case's model that do not require grad at the save (frozen when
     built, or trained and then frozen) have no state. Keys are FQNs (a full dict, FSDP2,

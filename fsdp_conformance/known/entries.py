@@ -19,7 +19,8 @@ from ..cases import Case
 from ..sut.registry import PATH_NAMES, api_path
 from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_states,
                       ignored_state_of_dcp_writer, untie_tied_model,
-                      drop_frozen_state, dummy_step_state, frozen_state_as_fresh,
+                      drop_frozen_state, dummy_step_state, empty_state_for_every_param,
+                      frozen_state_as_fresh,
                       stateless_rekey_is_a_noop, tuples_to_lists, unshare_when_resharded,
                       unused_params_get_zero_grads)
 from .model import Effect, Lines, Model, Outcome, Raises
@@ -459,7 +460,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
                where=("create_local_plan",), alongside=("CheckpointException",))),
     KnownLimitation(
         "dcp-drops-empty-state-dict", ("P8",),
-        lambda c: (c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded") and c.optimizer == "sgd")
+        lambda c: (c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded") and c.optimizer == "sgd"
+                   and not c.flatten_optimizer_state_dict)  # flattened: no mapping at all
         or (c.api == "fsdp1.sharded" and (c.steps == 0 or c.optimizer == "sgd")),
         "2.13",
         "A stateless optimizer's dict saved with DCP does not read back whole: DCP records "
@@ -837,6 +839,22 @@ KNOWN: tuple[KnownLimitation, ...] = (
         also=("P6", "P7", "P11"),
         model=Raises(exc="KeyError", message=r"^'(state|param_groups)'$",
                      where=("load_state_dict", "_load_optim_state_dict"))),
+    KnownLimitation(
+        "dsd-flattened-load-empty-state-for-stateless", ("P3",),
+        lambda c: c.api == "fsdp2.sharded" and c.flatten_optimizer_state_dict
+        and c.optimizer == "sgd",
+        "2.13",
+        "A stateless optimizer (plain SGD) loaded from a flattened optimizer state dict "
+        "(flatten_optimizer_state_dict=True) gets an empty state entry {} for every param: "
+        "_unflatten_optim_state_dict sets state[fqn] = {} for every param that requires grad "
+        "before it looks for 'state.<fqn>.*' keys (state_dict.py:862-868), and the saved "
+        "dict (correctly) has none. The loaded optimizer's state is {param: {}} instead "
+        "of {} (P3, P10), and so is every later state (P6). Seen on fsdp2.sharded; the full "
+        "path with the option does not load at all (dsd-full-flattened-load-keyerror).",
+        "https://github.com/pytorch/pytorch/issues/192225 (open)",
+        also=("P6", "P10"),
+        model=Effect(what="every param of a stateless optimizer gets state {} by the load",
+                     load=empty_state_for_every_param)),
     KnownLimitation(
         "scatter-rank0-error-strands-others", ("P15",),
         lambda c: c.fault == "truncated_file" and c.api == "fsdp1.legacy_scatter",
