@@ -10,8 +10,9 @@ def test_gate_end_to_end_on_this_interpreter(tmp_path):
     """The whole gate with this interpreter on both sides (no environment built): fresh
     fixtures, two runs on a narrow selection, the comparison, gate.md/gate.json, exit 0."""
     out = tmp_path / "gate"
-    # one normal case and one golden case (a fresh fixture loaded by the candidate)
-    select = "fsdp1.full/adamw/mlp.nested not forloop not hybrid not shard_grad not no_shard"
+    # two normal cases and the golden cases of fresh fixtures the quick tier's rotation over
+    # the load paths sends through fsdp1.full with SGD-momentum on the nested MLP
+    select = "fsdp1.full/sgd_momentum/mlp.nested not ws4"
     proc = subprocess.run(
         [sys.executable, "-m", "fsdp_conformance.cli", "gate", "--candidate-python",
          sys.executable, "--baseline-python", sys.executable, "--bench", "none",
@@ -24,7 +25,7 @@ def test_gate_end_to_end_on_this_interpreter(tmp_path):
     for side in ("baseline", "candidate"):
         run = json.loads((out / side / "run.json").read_text())
         ids = [c["id"] for c in run["cases"]]
-        assert "fsdp1.full/adamw/mlp.nested/flat/ws3/fp64" in ids
+        assert "fsdp1.full/sgd_momentum/mlp.nested/flat/ws3->1/fp64" in ids
         assert any("/golden:" in i for i in ids)  # the baseline's fresh fixtures were loaded
     md = (out / "gate.md").read_text()
     assert "NO REGRESSION" in md and "golden fixtures (P12)" in md
