@@ -32,6 +32,9 @@ INJECTIONS = ("", "slow", "copy")
 # Which side trains and checkpoints through ``torch.compile(model, backend="eager")`` (its
 # FQNs carry ``_orig_mod``), FSDP2 only: the save side, the load side, or both.
 COMPILED = ("", "save", "load", "both")
+# The FSDP2 round-trip paths: the only ones the FSDP2 axes (compiled, cpu_offload,
+# reshard_after_forward, flatten_optimizer_state_dict) apply to.
+FSDP2_ROUND_TRIPS = ("fsdp2.full", "fsdp2.sharded")
 # FSDP2's CPUOffloadPolicy on both sides: pin_memory=True (torch's default) or False.
 CPU_OFFLOAD = ("", "pinned", "unpinned")
 
@@ -106,36 +109,23 @@ class Case:
         if self.compiled not in COMPILED:
             raise ValueError(f"compiled must be one of {COMPILED[1:]} (or empty), got "
                              f"{self.compiled!r}")
-        if self.compiled and (self.api not in ("fsdp2.full", "fsdp2.sharded") or self.bounds
-                              or self.golden):
-            raise ValueError(f"compiled={self.compiled!r} applies to the FSDP2 round trips "
-                             f"(fsdp2.full, fsdp2.sharded), not api={self.api!r}"
-                             + (" with bounds=True" if self.bounds else "")
-                             + (" of a golden fixture" if self.golden else ""))
+        if self.cpu_offload not in CPU_OFFLOAD:
+            raise ValueError(f"cpu_offload must be one of {CPU_OFFLOAD[1:]} (or empty), got "
+                             f"{self.cpu_offload!r}")
+        for axis, value in (("compiled", self.compiled), ("cpu_offload", self.cpu_offload),
+                            ("reshard_after_forward", self.reshard_after_forward),
+                            ("flatten_optimizer_state_dict", self.flatten_optimizer_state_dict)):
+            if value:
+                self._only_fsdp2_round_trips(f"{axis}={value!r}")
         if self.reshard_after_forward:
             raf = self.reshard_after_forward
-            if (self.api not in ("fsdp2.full", "fsdp2.sharded") or self.strategy != "FULL_SHARD"
-                    or self.bounds or self.golden):
-                raise ValueError(f"reshard_after_forward={raf} applies to the FSDP2 round trips "
-                                 f"(fsdp2.full, fsdp2.sharded) on a 1-D mesh, not "
-                                 f"api={self.api!r}, strategy={self.strategy!r}")
+            if self.strategy != "FULL_SHARD":
+                raise ValueError(f"reshard_after_forward={raf} needs the 1-D mesh (strategy "
+                                 f"FULL_SHARD), got strategy={self.strategy!r}")
             if raf < 2 or any(ws % raf for ws in (self.world_size, self.dst_world_size)):
                 raise ValueError(f"reshard_after_forward must be a factor (at least 2) of both "
                                  f"world sizes {self.world_size} and {self.dst_world_size}, "
                                  f"got {raf}")
-        if self.cpu_offload not in CPU_OFFLOAD:
-            raise ValueError(f"cpu_offload must be one of {CPU_OFFLOAD[1:]} (or empty), got "
-                             f"{self.cpu_offload!r}")
-        if self.cpu_offload and (self.api not in ("fsdp2.full", "fsdp2.sharded") or self.bounds
-                                 or self.golden):
-            raise ValueError(f"cpu_offload={self.cpu_offload!r} applies to the FSDP2 round trips "
-                             f"(fsdp2.full, fsdp2.sharded), not api={self.api!r}")
-        if self.flatten_optimizer_state_dict and (
-                self.api not in ("fsdp2.full", "fsdp2.sharded") or self.bounds or self.golden):
-            raise ValueError(f"flatten_optimizer_state_dict applies to the FSDP2 round trips "
-                             f"(fsdp2.full, fsdp2.sharded), not api={self.api!r}"
-                             + (" with bounds=True" if self.bounds else "")
-                             + (" of a golden fixture" if self.golden else ""))
         if self.inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
         if self.inject and not self.bounds:
@@ -152,6 +142,15 @@ class Case:
                 raise ValueError(f"a bounds case loads where it saves: got world size "
                                  f"{self.world_size}->{self.dst_world_size}, plan "
                                  f"{self.plan!r}->{self.dst_plan!r}")
+
+    def _only_fsdp2_round_trips(self, what: str) -> None:
+        """Refuse ``what`` (an FSDP2-only axis set on this case) unless the case is an FSDP2
+        round trip: fsdp2.full or fsdp2.sharded, no bounds case, no golden fixture."""
+        if self.api not in FSDP2_ROUND_TRIPS or self.bounds or self.golden:
+            raise ValueError(f"{what} applies to the FSDP2 round trips "
+                             f"({', '.join(FSDP2_ROUND_TRIPS)}), not api={self.api!r}"
+                             + (" with bounds=True" if self.bounds else "")
+                             + (" of a golden fixture" if self.golden else ""))
 
     @property
     def torch_dtype(self) -> "torch.dtype":
