@@ -393,3 +393,36 @@ def test_a_second_bug_behind_dcps_choice_of_the_ignored_state_fails(rank_pool, t
     assert "dcp-dedups-unsynchronised-ignored-state" in v.detail, v.detail
     assert planted["P8"].status == "known"  # the checkpoint itself is as modelled
     assert compare_runs(_report(case, clean), _report(case, planted)).regressed
+
+
+def test_a_second_bug_behind_the_flattened_empty_state_fails(rank_pool, tmp_path):
+    """fsdp2.sharded, plain SGD, flatten_optimizer_state_dict: every param loads with state
+    {} (dsd-flattened-load-empty-state-for-stateless, pytorch#192225), known by that effect
+    exactly. A momentum buffer on one param of one loading rank is not that effect: P3 fails
+    naming the rank and the param, with the entry that explained the rest."""
+    import torch as _torch
+
+    case = Case(api="fsdp2.sharded", optimizer="sgd", world_size=2, load_world_size=3,
+                flatten_optimizer_state_dict=True)
+    path = api_path(case.api)
+    save = rank_pool(2).run(path.save_side, case, str(tmp_path), seed=case.seed)
+    load = rank_pool(3).run(path.load_side, case, str(tmp_path), seed=case.seed)
+
+    def judge():
+        return round_trip_verdicts(case, save, load, tmp_path)
+
+    def judged():
+        verdicts = judge()
+        return apply_known(case, verdicts, rejudge(case, verdicts, judge))
+
+    entry = "dsd-flattened-load-empty-state-for-stateless"
+    clean = judged()
+    for p in ("P3", "P6", "P10"):
+        assert (clean[p].status, clean[p].known) == ("known", entry), f"{p}: {clean[p].detail}"
+    assert load[1].loaded["state"]["head.bias"] == {}
+    load[1].loaded["state"]["head.bias"] = {"momentum_buffer": _torch.zeros(1)}
+    planted = judged()
+    v = planted["P3"]
+    assert v.status == "fail", v.detail
+    assert "rank 1" in v.detail and "head.bias" in v.detail and entry in v.detail, v.detail
+    assert compare_runs(_report(case, clean), _report(case, planted)).regressed
