@@ -16,8 +16,8 @@ Rules
   time and memory) run afterwards, one at a time on lane 0, the other lanes idle.
   ``default_lanes``: 2 on a CPU machine (gloo) with at least 2 cores, else 1; the CPU is
   otherwise a third idle (ws-1 cases, the controller judging, gloo's round trips, ranks
-  waiting for a stranded peer), measured on 2 cores: the 516 quick-tier cases that are not
-  bounds cases took 233 s on one lane and 143 s on two, with the same verdicts.
+  waiting for a stranded peer), measured on 2 cores: the 548-case quick tier took 262 s on
+  one lane and 179 s on two, with the same verdicts.
 - Results are kept and returned in the order the cases were given; ``on_result`` sees each
   result as it lands, on the calling thread.
 - An interrupted run (Ctrl-C, SIGTERM, the CI job's time limit) keeps what it decided:

@@ -77,7 +77,7 @@ def _options(case: Case | None = None, **kw):
     return StateDictOptions(**kw)
 
 
-def group_fqns(optim, keys: list[str]) -> list[list[str]]:
+def _group_fqns(optim, keys: list[str]) -> list[list[str]]:
     """The optimizer's param groups as FQN lists (``keys``: the FQNs in the optimizer's
     order)."""
     out, i = [], 0
@@ -87,15 +87,15 @@ def group_fqns(optim, keys: list[str]) -> list[list[str]]:
     return out
 
 
-def nested(case: Case, saved: Any, groups: list[list[str]]) -> Any:
+def nested(case: Case, saved: Any, optim, keys: list[str]) -> Any:
     """What the path saved, in the nested form the properties read: a flattened dict
-    (``Case.flatten_optimizer_state_dict``) through ``reference.keys.unflatten_osd``, any
-    other as it is."""
+    (``Case.flatten_optimizer_state_dict``) through ``reference.keys.unflatten_osd`` with
+    the optimizer's groups, any other as it is."""
     from ..reference.keys import unflatten_osd
 
     if not case.flatten_optimizer_state_dict or is_error(saved) or not saved:
         return saved
-    return unflatten_osd(saved, groups)
+    return unflatten_osd(saved, _group_fqns(optim, keys))
 
 
 def _build(ctx, case: Case, load_side: bool):
@@ -175,12 +175,12 @@ def sharded_to_neutral(sharded: dict) -> dict:
     return {"state": state, "param_groups": local_to_cpu(sharded.get("param_groups", []))}
 
 
-def _record(case: Case, saved: Any, keys: list[str], groups: list[list[str]]) -> Any:
+def _record(case: Case, saved: Any, optim, keys: list[str]) -> Any:
     """The saved object in the neutral named form sent back to the controller (a flattened
     dict nested first: ``nested``)."""
     if is_error(saved):
         return saved
-    saved = nested(case, saved, groups)
+    saved = nested(case, saved, optim, keys)
     if case.api == "fsdp2.sharded":
         return sharded_to_neutral(saved)
     return local_to_cpu(named_local(saved, keys)) if saved else {}
@@ -218,8 +218,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     saved, t_save = guarded(save_path, case, run, optim)
     timings = {"save": t_save}
     saved_devices = sorted(devices_of(saved))
-    groups = group_fqns(optim, keys)
-    record = _record(case, saved, keys, groups)
+    record = _record(case, saved, optim, keys)
     if not is_error(saved):
         timings["write"] = write_saved(ctx, case, run, saved, workdir)
     if ctx.rank == 0:
@@ -230,11 +229,11 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     all_ranks = offloaded = offloaded_devices = None
     if case.api == "fsdp2.full":
         flipped, _ = guarded(save_path, case, run, optim, cpu_offload=False)
-        all_ranks = _record(case, flipped, keys, groups)
+        all_ranks = _record(case, flipped, optim, keys)
     else:
         off, _ = guarded(save_path, case, run, optim, cpu_offload=True)
         offloaded_devices = sorted(devices_of(off))
-        offloaded = _record(case, off, keys, groups)
+        offloaded = _record(case, off, optim, keys)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
                       mesh_shape=mesh, timings=timings, saved=record,
                       saved_devices=saved_devices, params=params if ctx.rank == 0 else None,
@@ -313,8 +312,7 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     timings["read"] = time.perf_counter() - t0
     reread = None
     if ctx.rank == 0 and is_full_path(case.api):
-        reread = local_to_cpu(named_local(nested(case, saved, group_fqns(optim, keys)),
-                                          keys)) if saved else {}
+        reread = local_to_cpu(named_local(nested(case, saved, optim, keys), keys)) if saved else {}
     head.update(timings=timings, weights_only_refused=note, reread=reread)
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
         _, timings["load"] = timed(load_path, ctx, case, run, optim, saved, workdir)
@@ -326,7 +324,7 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     loaded = local_state(optim, keys)
     resaved, timings["resave"] = guarded(save_path, case, run, optim)
-    resaved = _record(case, resaved, keys, group_fqns(optim, keys))
+    resaved = _record(case, resaved, optim, keys)
     losses = train(ctx, case, run, optim, case.resume_steps, start_step=case.steps,
                    sched=sched)
     final_local = local_state(optim, keys)

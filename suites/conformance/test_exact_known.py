@@ -33,9 +33,11 @@ OBSERVED = json.loads((Path(__file__).parent / "known_observations.json").read_t
 
 # -- live: real FSDP, a second bug planted in the saved file -------------------------------
 
-def _judged(rank_pool, case: Case, tmp_path, mutate=None) -> dict:
-    """Save, optionally damage the saved full file, load; the verdicts with the known
-    limitations applied as the run applies them (judged again under each Effect model)."""
+def _live(rank_pool, case: Case, tmp_path, mutate=None):
+    """Save on real ranks, optionally damage the saved full file (``mutate``), load;
+    ``(load records, judged)``, where ``judged()`` judges the case from the records as they
+    are then, the known limitations applied as the run applies them (judged again under
+    each Effect model). A test may edit a load record between two calls."""
     path = api_path(case.api)
     save = rank_pool(case.world_size).run(path.save_side, case, str(tmp_path), seed=case.seed)
     if mutate is not None:
@@ -49,8 +51,16 @@ def _judged(rank_pool, case: Case, tmp_path, mutate=None) -> dict:
     def judge():
         return round_trip_verdicts(case, save, load, tmp_path)
 
-    verdicts = judge()
-    return apply_known(case, verdicts, rejudge(case, verdicts, judge))
+    def judged():
+        verdicts = judge()
+        return apply_known(case, verdicts, rejudge(case, verdicts, judge))
+
+    return load, judged
+
+
+def _judged(rank_pool, case: Case, tmp_path, mutate=None) -> dict:
+    """Save, optionally damage the saved full file, load; the verdicts (``_live``)."""
+    return _live(rank_pool, case, tmp_path, mutate)[1]()
 
 
 def _report(case: Case, verdicts: dict) -> dict:
@@ -370,17 +380,7 @@ def test_a_second_bug_behind_dcps_choice_of_the_ignored_state_fails(rank_pool, t
     state, with the entry that explained the rest."""
     case = Case(api="fsdp2.sharded", model="buffers", optimizer="adam", world_size=2,
                 load_world_size=3, load_plan="root")
-    path = api_path(case.api)
-    save = rank_pool(2).run(path.save_side, case, str(tmp_path), seed=case.seed)
-    load = rank_pool(3).run(path.load_side, case, str(tmp_path), seed=case.seed)
-
-    def judge():
-        return round_trip_verdicts(case, save, load, tmp_path)
-
-    def judged():
-        verdicts = judge()
-        return apply_known(case, verdicts, rejudge(case, verdicts, judge))
-
+    load, judged = _live(rank_pool, case, tmp_path)
     clean = judged()
     for p in ("P3", "P7", "P8"):
         assert (clean[p].status, clean[p].known) == (
@@ -404,17 +404,7 @@ def test_a_second_bug_behind_the_flattened_empty_state_fails(rank_pool, tmp_path
 
     case = Case(api="fsdp2.sharded", optimizer="sgd", world_size=2, load_world_size=3,
                 flatten_optimizer_state_dict=True)
-    path = api_path(case.api)
-    save = rank_pool(2).run(path.save_side, case, str(tmp_path), seed=case.seed)
-    load = rank_pool(3).run(path.load_side, case, str(tmp_path), seed=case.seed)
-
-    def judge():
-        return round_trip_verdicts(case, save, load, tmp_path)
-
-    def judged():
-        verdicts = judge()
-        return apply_known(case, verdicts, rejudge(case, verdicts, judge))
-
+    load, judged = _live(rank_pool, case, tmp_path)
     entry = "dsd-flattened-load-empty-state-for-stateless"
     clean = judged()
     for p in ("P3", "P6", "P10"):
