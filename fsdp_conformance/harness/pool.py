@@ -32,6 +32,11 @@ Rules
   the ranks could not import it (``refs.check_importable``: lambdas, nested functions, a
   ``__main__`` without a file); so is starting a pool from a ``__main__`` the rank processes
   cannot re-run (a script read from stdin).
+- Every rank hashes strings with the same fixed seed (``RANK_HASH_SEED``), whatever the
+  controller's: torch's output orders dicts and sets by string hash in places (a
+  FlatParameter's FQNs in an error message, the keys of a dummy step's state), so a
+  per-process random seed made one case's verdict text differ between two runs of the
+  same code. The forkserver is started with ``PYTHONHASHSEED`` set; the ranks fork from it.
 - No rank outlives the controller: each holds a lifeline pipe whose other end only the
   controller holds; when it closes (exit, crash or SIGKILL) the rank exits.
 """
@@ -69,15 +74,39 @@ packages, ``torch._dynamo`` (imported lazily by the first optimizer step or DTen
 Together they were 1.7 s of the first call on every started or rebuilt pool."""
 
 
+RANK_HASH_SEED = "0"
+"""``PYTHONHASHSEED`` of the forkserver, and so of every rank: same case, same bits and the
+same text, every run."""
+
+
 def _context():
     """The forkserver context, preloaded with the worker module (and so with torch) and with
-    what every conformance case imports on its first call (``RANK_PRELOAD``)."""
+    what every conformance case imports on its first call (``RANK_PRELOAD``), its server
+    started with ``PYTHONHASHSEED=RANK_HASH_SEED`` (the controller's own environment is left
+    as it was)."""
     global _mp_context
     if _mp_context is None:
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["fsdp_conformance.harness.worker", *RANK_PRELOAD])
+        _start_forkserver_seeded()
         _mp_context = ctx
     return _mp_context
+
+
+def _start_forkserver_seeded() -> None:
+    """Start the forkserver now, with the fixed hash seed in its environment. A forkserver
+    this process already started (for its own use) is kept as it is."""
+    from multiprocessing import forkserver
+
+    before = os.environ.get("PYTHONHASHSEED")
+    os.environ["PYTHONHASHSEED"] = RANK_HASH_SEED
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONHASHSEED"]
+        else:
+            os.environ["PYTHONHASHSEED"] = before
 
 
 def pick_backend(world_size: int, backend: str | None) -> str:

@@ -30,6 +30,11 @@ def torchrun_env(ctx) -> dict[str, str]:
     return {k: os.environ.get(k, "") for k in names(0, 1, "", 0)}
 
 
+def string_hash(ctx, text: str) -> tuple[int, str | None]:
+    """(``hash(text)``, the rank's ``PYTHONHASHSEED``): the ranks' string-hash seed."""
+    return hash(text), os.environ.get("PYTHONHASHSEED")
+
+
 def random_bits(ctx, n: int = 8):
     """Draws from python, numpy and torch after the call's seeding."""
     import random

@@ -53,6 +53,20 @@ def test_same_seed_same_bits_different_seed_different_bits(rank_pool):
     assert not torch.equal(first[0][2], other[0][2])
 
 
+def test_every_rank_hashes_strings_with_the_fixed_seed(rank_pool):
+    """torch orders some dicts and sets by string hash; a random per-process seed made a
+    case's verdict text differ between runs. The ranks hash as ``PYTHONHASHSEED=0`` does,
+    in a controller whose own seed is random (as pytest's is)."""
+    from fsdp_conformance.harness.pool import RANK_HASH_SEED
+
+    text = "fc1.weight"
+    want = subprocess.run([PYTHON, "-c", f"print(hash({text!r}))"], capture_output=True,
+                          text=True, check=True,
+                          env={**env_for_subprocess(), "PYTHONHASHSEED": RANK_HASH_SEED})
+    out = rank_pool(2).run(probes.string_hash, text)
+    assert out == [(int(want.stdout), RANK_HASH_SEED)] * 2
+
+
 def test_exception_on_one_rank_names_it_and_pool_stays_usable(rank_pool):
     pool = rank_pool(3)
     pids = pool.pids
