@@ -86,6 +86,10 @@ class Case:
     # FSDP2 round trips only (CPU_OFFLOAD): ``fully_shard(offload_policy=CPUOffloadPolicy(
     # pin_memory=...))`` on both sides, "pinned" (torch's default) or "unpinned". "" = none.
     cpu_offload: str = ""
+    # With ``scheduler``: the load side builds its LR scheduler after the optimizer state is
+    # loaded (then loads the scheduler's state), as a trainer that restores the optimizer
+    # first does; ``initial_lr`` must then come from the checkpoint (pytorch#140900 class).
+    scheduler_after_load: bool = False
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -126,6 +130,8 @@ class Case:
                 raise ValueError(f"reshard_after_forward must be a factor (at least 2) of both "
                                  f"world sizes {self.world_size} and {self.dst_world_size}, "
                                  f"got {raf}")
+        if self.scheduler_after_load and not self.scheduler:
+            raise ValueError("scheduler_after_load needs scheduler=True")
         if self.inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
         if self.inject and not self.bounds:
@@ -188,7 +194,7 @@ class Case:
         if self.impl != "default":
             opt += f".{self.impl}"
         if self.scheduler:
-            opt += "+sched"
+            opt += "+sched" + ("@load" if self.scheduler_after_load else "")
         strat = "" if self.strategy == "FULL_SHARD" else f"/{self.strategy.lower()}"
         if self.reshard_after_forward:
             strat += f"/raf{self.reshard_after_forward}"

@@ -67,6 +67,21 @@ def tuples_to_lists(d: dict, case: Any = None) -> dict:
                                   for g in d.get("param_groups", [])]}
 
 
+def initial_lr_from_scheduler_built_after(d: dict, case: Any) -> dict:
+    """Each param group's ``initial_lr`` is the group's loaded ``lr`` (what an LR scheduler
+    built after the load sets with ``setdefault`` when the group has none), on the ranks
+    where torch's load dropped the key: every rank on ``fsdp2.sharded`` and
+    ``fsdp1.dsd_sharded`` (a DCP template without the key); on ``fsdp2.full``
+    every rank but 0 (``expectation.judged_rank``; a full dict is rank 0's). Only groups that
+    have ``initial_lr`` in the correct state change."""
+    from ..properties import expectation as expect
+
+    if case.api == "fsdp2.full" and expect.judged_rank() == 0:
+        return d
+    return {**d, "param_groups": [({**g, "initial_lr": g["lr"]} if "initial_lr" in g else g)
+                                  for g in d.get("param_groups", [])]}
+
+
 def drop_empty_states(d: dict, case: Any = None) -> dict:
     """A param whose every positive-dim tensor state is empty (a rank holds none of it) has
     no state at all."""

@@ -20,7 +20,7 @@ from ..sut.registry import PATH_NAMES, api_path
 from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_states,
                       ignored_state_of_dcp_writer, untie_tied_model,
                       drop_frozen_state, dummy_step_state, empty_state_for_every_param,
-                      frozen_state_as_fresh,
+                      frozen_state_as_fresh, initial_lr_from_scheduler_built_after,
                       stateless_rekey_is_a_noop, tuples_to_lists, unshare_when_resharded,
                       unused_params_get_zero_grads)
 from .model import Effect, Lines, Model, Outcome, Raises
@@ -348,6 +348,35 @@ KNOWN: tuple[KnownLimitation, ...] = (
         also=("P6", "P7", "P12"),
         model=Effect(what="tuple hyperparameters come back as lists (betas (0.9, 0.999) -> "
                      "[0.9, 0.999])", load=tuples_to_lists)),
+    KnownLimitation(
+        "dsd-load-drops-group-keys-the-optimizer-lacks", ("P11",),
+        lambda c: (c.api in ("fsdp2.full", "fsdp2.sharded", "fsdp1.dsd_sharded")
+                   and c.scheduler_after_load),
+        "2.13 (its reproducer: also 2.8, 2.15)",
+        "set_optimizer_state_dict loads a param-group key only where the rank's fresh "
+        "optimizer already has it, so the LR scheduler's initial_lr, in the checkpoint but not "
+        "in an optimizer whose scheduler is built after the load, is dropped; the scheduler "
+        "built then sets it to the loaded (decayed) lr (lr_scheduler.py, setdefault "
+        "'initial_lr'), 0.05 -> 0.0405 after two ExponentialLR(0.9) steps. fsdp2.sharded and "
+        "DSD on FSDP1 (fsdp1.dsd_sharded): the DCP template (the fresh optimizer's dict) has "
+        "no initial_lr key, so dcp.load never reads it, on every rank. fsdp2.full with broadcast_from_rank0: "
+        "_broadcast_state_dict writes a non-tensor value only into keys the rank's local dict "
+        "has (_state_dict_utils.py:670-673); rank 0 then adds the keys its full dict has and "
+        "the local lacks (state_dict.py:1168-1176), the others have an empty dict there: ranks "
+        "1.. lose initial_lr, rank 0 keeps it. The FSDP1 paths, fsdp1.dsd_full and "
+        "Optimizer.load_state_dict keep it. (fsdp1.dsd_sharded at 2 -> 3 raises "
+        "dcp-zero-local-shard-falls-back-to-old-keys first; seen at 3 -> 2.) Training is unchanged (the chainable schedulers "
+        "step from group['lr']); a scheduler or code that reads initial_lr later (closed-form "
+        "schedulers, a scheduler rebuilt with last_epoch) starts from the wrong value, and on "
+        "fsdp2.full differently on each rank. Minimal reproducer: "
+        "notes/repro/dsd_load_drops_initial_lr.py.",
+        "https://github.com/pytorch/pytorch/issues/140900 (DCP does not load initial_lr when "
+        "the scheduler is created afterwards; closed, the maintainers' advice: build the "
+        "scheduler before loading)",
+        also=("P3", "P6", "P7"),  # P3: an FSDP1 rank's local dict holds its param_groups
+        model=Effect(what="each group's initial_lr is the loaded lr (fsdp2.sharded, "
+                     "fsdp1.dsd_sharded: every rank; fsdp2.full: ranks other than 0)",
+                     load=initial_lr_from_scheduler_built_after)),
     # --- found by the conformance run, FSDP2 paths (sut/fsdp2_paths.py) -------------------
     KnownLimitation(
         "dtensor-no-fused-sgd-adagrad", ALL_PROPS,

@@ -86,6 +86,28 @@ def rekeyed(d: dict) -> dict:
     return current().rekeyed(d)
 
 
+_RANK: ContextVar[int | None] = ContextVar("fsdpc_judged_rank", default=None)
+
+
+@contextlib.contextmanager
+def on_rank(rank: int) -> Iterator[int]:
+    """Compare what rank ``rank`` holds inside the block: a load effect that differs between
+    ranks (``judged_rank``) acts as it does on that rank."""
+    token = _RANK.set(rank)
+    try:
+        yield rank
+    finally:
+        _RANK.reset(token)
+
+
+def judged_rank() -> int:
+    """The rank whose own state is being compared (``on_rank``); 0 outside: a dict that is
+    no one rank's own (a path's full dict, a gathered one, a re-save) is what rank 0
+    returns, so a rank-dependent effect acts as on rank 0 there."""
+    r = _RANK.get()
+    return 0 if r is None else r
+
+
 def round_trip(d: dict) -> dict:
     """``d`` saved, then loaded."""
     return loaded(saved(d))

@@ -73,12 +73,13 @@ def p3_loaded(dst, full: dict, load_obs: Sequence[LoadRecord],
     bitwise; with the same world size and plan also == that rank's state before saving
     (ignored params: rank 0 only)."""
     problems = []
-    loaded_full = expect.loaded(full)  # a load effect acts on the full dict (known/model.py)
     for o in load_obs:
         r = o.rank
         e = error_of(o.loaded)
         if e:
             return error(f"torch raised while loading on rank {r}:\n{e}")
+        with expect.on_rank(r):  # a load effect acts on the full dict (known/model.py)
+            loaded_full = expect.loaded(full)
         try:
             want = _state(ref.fsdp2_shard(dst, loaded_full, r))
         except ref.StateDictMismatch as exc:

@@ -221,7 +221,8 @@ def p3_loaded(dst_layout, full: dict, load_obs: Sequence[LoadRecord],
             want = ref.shard_full(dst_layout, full, r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.shard_full rejected the saved dict for rank {r}: {exc}")
-        mine, theirs = comparable(expect.loaded(want), o.loaded, dst_layout, r)
+        with expect.on_rank(r):
+            mine, theirs = comparable(expect.loaded(want), o.loaded, dst_layout, r)
         diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst_layout))
         if diffs:
             problems.append(f"rank {r} after loading differs from reference.shard_full:\n"
@@ -553,7 +554,9 @@ def p11_groups(full: dict, load_obs: Sequence[LoadRecord], local: LocalRun) -> V
     for o in load_obs:
         if error_of(o.loaded):
             continue
-        diffs = diff_state_dicts(want, _hyper(o.loaded["param_groups"]))
+        with expect.on_rank(o.rank):
+            mine = _hyper(expect.loaded(full)["param_groups"])
+        diffs = diff_state_dicts(mine, _hyper(o.loaded["param_groups"]))
         if diffs:
             problems.append(f"rank {o.rank}: param_groups after loading differ:\n"
                             + format_diff(diffs))

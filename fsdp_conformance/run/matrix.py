@@ -91,6 +91,10 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                       + offloaded(api))
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
+        # the LR scheduler built after the load (3 -> 2: fsdp1.dsd_sharded loads there)
+        cases.append(Case(api=api, optimizer="sgd_momentum", groups=2, scheduler=True,
+                          scheduler_after_load=True, world_size=3,
+                          load_world_size=2 if resizable(api) else None))
         # bfloat16 round trips: one per path, the optimizers in turn, resharded where the
         # path can (P2 and P6 by each tensor's own scale, run_props)
         cases.append(Case(api=api, optimizer=OPTS[(p + 1) % len(OPTS)], dtype="bf16",
@@ -131,6 +135,10 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer=opt, impl=impl, world_size=2, use_orig_params=True))
     for api, dtype, opt in itertools.product(paths, ("fp32", "bf16"), OPTS):
         cases.append(Case(api=api, optimizer=opt, dtype=dtype, world_size=2))
+    for api, opt, after in itertools.product(paths, OPTS, (False, True)):
+        cases.append(Case(api=api, optimizer=opt, groups=2, scheduler=True,
+                          scheduler_after_load=after, world_size=3,
+                          load_world_size=2 if resizable(api) else None))
     for api in paths:
         if family_of(api) == "fsdp2":
             cases += (fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)

@@ -104,7 +104,8 @@ def _build(ctx, case: Case, load_side: bool):
         freeze_at_save(model, case.model)
     optim = build_optimizer(case.optimizer, list(model.named_parameters()), case.groups,
                             impl=case.impl)
-    sched = build_scheduler(optim, case.model) if case.scheduler else None
+    sched = (build_scheduler(optim, case.model)
+             if case.scheduler and not (load_side and case.scheduler_after_load) else None)
     return model, optim, sched, optimizer_keys(model, optim)
 
 
@@ -320,6 +321,8 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     res, timings["load"] = _load_guarded(ctx, case, run, optim, saved, workdir)
     if is_error(res):
         return LoadRecord(**head, loaded=res)
+    if case.scheduler_after_load:  # built now, on the loaded optimizer (Case)
+        sched = build_scheduler(optim, case.model)
     if sched is not None:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     loaded = local_state(optim, keys)

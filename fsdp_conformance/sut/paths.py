@@ -93,7 +93,8 @@ def _build(ctx, case: Case, load_side: bool):
     model = fsdp1.wrap_fsdp1(ctx, case, plan=case.dst_plan if load_side else case.plan)
     names = [(grouping_name(n, p), p) for n, p in model.named_parameters()]
     optim = build_optimizer(case.optimizer, names, case.groups, impl=case.impl)
-    sched = build_scheduler(optim, case.model) if case.scheduler else None
+    sched = (build_scheduler(optim, case.model)
+             if case.scheduler and not (load_side and case.scheduler_after_load) else None)
     return model, optim, sched, optimizer_keys(model, optim)
 
 
@@ -392,6 +393,8 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     res, timings["load"] = guarded(load_path, ctx, case, model, optim, saved, workdir)
     if is_error(res):
         return LoadRecord(**head, loaded=res)
+    if case.scheduler_after_load:  # built now, on the loaded optimizer (Case)
+        sched = build_scheduler(optim, case.model)
     if sched is not None:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     loaded = to_cpu(named_local(optim.state_dict(), keys))

@@ -416,3 +416,31 @@ def test_a_second_bug_behind_the_flattened_empty_state_fails(rank_pool, tmp_path
     assert v.status == "fail", v.detail
     assert "rank 1" in v.detail and "head.bias" in v.detail and entry in v.detail, v.detail
     assert compare_runs(_report(case, clean), _report(case, planted)).regressed
+
+
+def test_a_second_bug_behind_the_dropped_initial_lr_fails(rank_pool, tmp_path):
+    """fsdp2.full, scheduler built after the load, 2 -> 3: ranks 1 and 2 lose the
+    checkpoint's initial_lr and the scheduler sets it to the loaded lr; rank 0 keeps it
+    (dsd-load-drops-group-keys-the-optimizer-lacks, a rank-aware effect). P11 is known by
+    that effect exactly. Rank 0 losing it too is not that effect: P11 fails naming rank 0
+    and the entry; so does another wrong group key on a rank the effect covers."""
+    case = Case(api="fsdp2.full", optimizer="sgd_momentum", groups=2, scheduler=True,
+                scheduler_after_load=True, world_size=2, load_world_size=3)
+    load, judged = _live(rank_pool, case, tmp_path)
+    entry = "dsd-load-drops-group-keys-the-optimizer-lacks"
+    clean = judged()
+    assert (clean["P11"].status, clean["P11"].known) == ("known", entry), clean["P11"].detail
+    groups = {o.rank: o.loaded["param_groups"] for o in load}
+    assert groups[0][0]["initial_lr"] != groups[0][0]["lr"]
+    assert all(g["initial_lr"] == g["lr"] for r in (1, 2) for g in groups[r])
+    for r, key, value in ((0, "initial_lr", groups[0][0]["lr"]), (2, "momentum", 0.5)):
+        saved = dict(groups[r][0])
+        groups[r][0][key] = value
+        planted = judged()
+        groups[r][0].clear()
+        groups[r][0].update(saved)
+        v = planted["P11"]
+        assert v.status == "fail", v.detail
+        assert f"rank {r}" in v.detail and key in v.detail and entry in v.detail, v.detail
+        assert compare_runs(_report(case, clean), _report(case, planted)).regressed
+    assert judged()["P11"].status == "known"

@@ -82,6 +82,22 @@ def test_compiled_models_are_in_both_tiers_and_compile_the_named_side():
         Case(api="fsdp1.full", compiled="both")
 
 
+def test_a_scheduler_built_after_the_load_is_in_both_tiers_on_every_path():
+    """``scheduler_after_load``: the quick tier has one case per path (SGD momentum, two
+    groups, resharded where the path can), the full tier every optimizer on every path,
+    beside the same cases with the scheduler built before; it needs a scheduler."""
+    paths = matrix.default_paths()
+    full = matrix.full(paths)
+    for api in paths:
+        assert len([c for c in QUICK if c.api == api and c.scheduler_after_load]) == 1, api
+        after = {c.optimizer for c in full if c.api == api and c.scheduler_after_load}
+        assert after == set(OPTIMIZERS), api
+    case = Case(api="fsdp2.full", scheduler=True, scheduler_after_load=True)
+    assert "+sched@load/" in case.id
+    with pytest.raises(ValueError, match="needs scheduler=True"):
+        Case(api="fsdp2.full", scheduler_after_load=True)
+
+
 def _post_forward_mesh_sizes(ctx, case):
     """Per FSDP2 unit of the case's wrapped model: the shard size params are resharded to
     after forward (None: kept unsharded)."""
