@@ -37,6 +37,7 @@ COMPILED = ("", "save", "load", "both")
 FSDP2_ROUND_TRIPS = ("fsdp2.full", "fsdp2.sharded")
 # FSDP2's CPUOffloadPolicy on both sides: pin_memory=True (torch's default) or False.
 CPU_OFFLOAD = ("", "pinned", "unpinned")
+MIXED_PRECISION = ("", "bf16")
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,10 @@ class Case:
     # loaded (then loads the scheduler's state), as a trainer that restores the optimizer
     # first does; ``initial_lr`` must then come from the checkpoint (pytorch#140900 class).
     scheduler_after_load: bool = False
+    # FSDP2 round trips only, float32 params: ``fully_shard(mp_policy=MixedPrecisionPolicy(
+    # param_dtype=bfloat16, reduce_dtype=float32))`` on both sides: compute in bfloat16,
+    # params and optimizer state stay float32 (MIXED_PRECISION). "" = none.
+    mixed_precision: str = ""
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -113,12 +118,20 @@ class Case:
         if self.compiled not in COMPILED:
             raise ValueError(f"compiled must be one of {COMPILED[1:]} (or empty), got "
                              f"{self.compiled!r}")
+        if self.mixed_precision not in MIXED_PRECISION:
+            raise ValueError(f"mixed_precision must be one of {MIXED_PRECISION[1:]} (or empty), "
+                             f"got {self.mixed_precision!r}")
+        if self.mixed_precision and self.dtype != "fp32":
+            raise ValueError(f"mixed_precision={self.mixed_precision!r} computes in bfloat16 "
+                             f"with float32 params and state: dtype must be 'fp32', got "
+                             f"{self.dtype!r}")
         if self.cpu_offload not in CPU_OFFLOAD:
             raise ValueError(f"cpu_offload must be one of {CPU_OFFLOAD[1:]} (or empty), got "
                              f"{self.cpu_offload!r}")
         for axis, value in (("compiled", self.compiled), ("cpu_offload", self.cpu_offload),
                             ("reshard_after_forward", self.reshard_after_forward),
-                            ("flatten_optimizer_state_dict", self.flatten_optimizer_state_dict)):
+                            ("flatten_optimizer_state_dict", self.flatten_optimizer_state_dict),
+                            ("mixed_precision", self.mixed_precision)):
             if value:
                 self._only_fsdp2_round_trips(f"{axis}={value!r}")
         if self.reshard_after_forward:
@@ -161,6 +174,17 @@ class Case:
     @property
     def torch_dtype(self) -> "torch.dtype":
         return torch_dtypes()[self.dtype]
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the model computes in: ``mixed_precision``'s, else ``dtype``. P2/P6 judge
+        by its tolerance rules (a bfloat16 compute drifts like bfloat16 params do)."""
+        return self.mixed_precision or self.dtype
+
+    @property
+    def mixed_precision_dtype(self) -> "torch.dtype | None":
+        """The torch dtype ``mixed_precision`` computes in; None without it."""
+        return torch_dtypes()[self.mixed_precision] if self.mixed_precision else None
 
     @property
     def family(self) -> str:
@@ -207,7 +231,8 @@ class Case:
                 + (f"/inject:{self.inject}" if self.inject else "")
                 + (f"/compiled:{self.compiled}" if self.compiled else "")
                 + ("/flat_osd" if self.flatten_optimizer_state_dict else "")
-                + (f"/offload:{self.cpu_offload}" if self.cpu_offload else ""))
+                + (f"/offload:{self.cpu_offload}" if self.cpu_offload else "")
+                + (f"/mp:{self.mixed_precision}" if self.mixed_precision else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

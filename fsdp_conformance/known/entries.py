@@ -352,7 +352,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "dsd-load-drops-group-keys-the-optimizer-lacks", ("P11",),
         lambda c: (c.api in ("fsdp2.full", "fsdp2.sharded", "fsdp1.dsd_sharded")
                    and c.scheduler_after_load),
-        "2.13 (its reproducer: also 2.8, 2.15)",
+        "2.13, 2.15 (the full tier's cases; the reproducer also on 2.8)",
         "set_optimizer_state_dict loads a param-group key only where the rank's fresh "
         "optimizer already has it, so the LR scheduler's initial_lr, in the checkpoint but not "
         "in an optimizer whose scheduler is built after the load, is dropped; the scheduler "

@@ -83,8 +83,11 @@ def fresh_training(case: Case):
 
 @functools.lru_cache(maxsize=128)
 def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
+    # one run per training: every axis that does not change the single-process steps is
+    # reset (mixed precision does; it lives on the FSDP2 round trips)
+    api = "fsdp2.full" if case.mixed_precision else "fsdp1"
     base = Case(**{**case.to_dict(), "world_size": 1, "load_world_size": None,
-                   "load_plan": None, "api": "fsdp1", "fault": "", "strategy": "FULL_SHARD",
+                   "load_plan": None, "api": api, "fault": "", "strategy": "FULL_SHARD",
                    "use_orig_params": False, "plan": "root", "compiled": "",
                    "reshard_after_forward": 0, "flatten_optimizer_state_dict": False,
                    "cpu_offload": "", "scheduler_after_load": False})
@@ -104,7 +107,8 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
                 modelled = exp.loaded(exp.saved(snaps["save"][1]))
                 optim.load_state_dict(copy.deepcopy(_to_ids(modelled, names)))
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
-        loss = train_step(model, optim, x, sched, zero_grads=exp.zero_grads(step))
+        loss = train_step(model, optim, x, sched, zero_grads=exp.zero_grads(step),
+                          compute_dtype=case.mixed_precision_dtype)
         losses.append(float(loss.detach().to(torch.float64)))
     if "save" not in snaps:
         freeze_at_save(model, case.model)
@@ -140,7 +144,8 @@ def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
     losses = []
     for step in range(case.steps, case.steps + case.resume_steps):
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
-        losses.append(float(train_step(model, optim, x, sched).detach().to(torch.float64)))
+        loss = train_step(model, optim, x, sched, compute_dtype=case.mixed_precision_dtype)
+        losses.append(float(loss.detach().to(torch.float64)))
     return LocalRun(tuple(losses), params, state, _params(model), named_osd(optim, names),
                     sched_at_save, scheduler_state(sched))
 

@@ -135,14 +135,15 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         why = (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank on "
                f"the rank's own rows, and they feed every other param's gradient, so no "
                f"single-process run can match") if ignored else ""
-        v["P2"] = na(why) if why else rp.p2_vs_local(layout, full, local, case.dtype)
+        v["P2"] = na(why) if why else rp.p2_vs_local(layout, full, local, case.compute_dtype)
         same = case.dst_world_size == case.world_size and case.dst_plan == case.plan
         v["P3"] = p3_loaded(dst, full, load_obs, own=save_obs if same else None)
         v["P4"] = rp.p4_flatten(dst, load_obs, api)
         v["P6"] = na(why) if why else rp.p6_resume(
-            dst, load_obs, local, case.dtype, gather=gather, resume_steps=case.resume_steps,
-            case=case, start=rp.save_point(layout, save_obs, gather)
-            if case.dtype == "bf16" else None)
+            dst, load_obs, local, case.compute_dtype, gather=gather,
+            resume_steps=case.resume_steps, case=case,
+            start=rp.save_point(layout, save_obs, gather)
+            if case.compute_dtype == "bf16" else None)
         load_error = next((e for e in map(error_of, (o.loaded for o in load_obs)) if e), None)
         v["P7"] = (rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan)
                    if load_error is None else error("load failed: " + load_error))

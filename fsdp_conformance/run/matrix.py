@@ -88,7 +88,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                                   use_orig_params=bool(k % 2)))
         else:
             cases += (fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api) + flattened(api)
-                      + offloaded(api))
+                      + offloaded(api) + mixed_precision(api))
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
         # the LR scheduler built after the load (3 -> 2: fsdp1.dsd_sharded loads there)
@@ -142,7 +142,8 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
     for api in paths:
         if family_of(api) == "fsdp2":
             cases += (fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
-                      + flattened(api, OPTS) + offloaded(api, OPTS))
+                      + flattened(api, OPTS) + offloaded(api, OPTS)
+                      + mixed_precision(api, OPTS))
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
 
@@ -198,6 +199,16 @@ def offloaded(api: str, optimizers: Sequence[str] = ("adamw",)) -> list[Case]:
     return ([Case(api=api, optimizer=opt, world_size=2, load_world_size=3,
                   cpu_offload="unpinned") for opt in optimizers]
             + [Case(api=api, optimizer="adam", world_size=2, cpu_offload="pinned")])
+
+
+def mixed_precision(api: str, optimizers: Sequence[str] = ("adamw", "adagrad")) -> list[Case]:
+    """FSDP2 with ``MixedPrecisionPolicy`` (bfloat16 compute, float32 params, state and
+    gradient reduction) on both sides, float32: saved at 2 and loaded at 3 (per optimizer),
+    and at 4 -> 2 with two param groups and an LR scheduler."""
+    return ([Case(api=api, optimizer=opt, dtype="fp32", world_size=2, load_world_size=3,
+                  mixed_precision="bf16") for opt in optimizers]
+            + [Case(api=api, optimizer="adam", dtype="fp32", groups=2, scheduler=True,
+                    world_size=4, load_world_size=2, mixed_precision="bf16")])
 
 
 def compiled(api: str, optimizers: Sequence[str] = ("adamw",)) -> list[Case]:

@@ -161,6 +161,11 @@ def wrap_fsdp2(ctx, case: Case, plan: str | None = None) -> nn.Module:
         from torch.distributed.fsdp import CPUOffloadPolicy
 
         kw["offload_policy"] = CPUOffloadPolicy(pin_memory=case.cpu_offload == "pinned")
+    if case.mixed_precision:
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=case.mixed_precision_dtype,
+                                               reduce_dtype=case.torch_dtype)
     if ignored:
         kw["ignored_params"] = ignored
     if spec.shard_fn is not None:  # a user's own sharding (zoo ModelSpec.shard_fn)

@@ -337,16 +337,42 @@ def loss_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return (out.float() if out.dtype == torch.bfloat16 else out).pow(2).mean()
 
 
+def mixed_precision_backward(model: nn.Module, x: torch.Tensor,
+                             dtype: torch.dtype) -> torch.Tensor:
+    """FSDP2's ``MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=<the params' dtype>)``
+    in one process: forward and backward on a copy of the model whose params (not buffers)
+    are cast to ``dtype``, the input cast too (``cast_forward_inputs``); each gradient is
+    cast back to its param's dtype and set on ``model``. Returns the loss."""
+    import copy
+
+    low = copy.deepcopy(model)
+    with torch.no_grad():
+        for q in low.parameters():
+            q.data = q.data.to(dtype)
+    loss = loss_of(low, x.to(dtype) if x.is_floating_point() else x)
+    loss.backward()
+    for p, q in zip(model.parameters(), low.parameters()):
+        if q.grad is not None:
+            p.grad = q.grad.to(p.dtype)
+    return loss
+
+
 def train_step(model: nn.Module, optim: torch.optim.Optimizer, x: torch.Tensor,
-               sched=None, zero_grads: frozenset = frozenset()) -> torch.Tensor:
+               sched=None, zero_grads: frozenset = frozenset(),
+               compute_dtype: torch.dtype | None = None) -> torch.Tensor:
     """One training step, the same everywhere (FSDP ranks, the single-process baseline, the
     plain model of the rekey observer): zero the grads (to None), ``loss_of``, backward,
     ``optim.step()``, then the LR scheduler's step if there is one. Returns the loss.
     ``zero_grads``: params (FQNs) that get a zero gradient where backward left none (a
-    modelled torch bug, properties/baseline.py)."""
+    modelled torch bug, properties/baseline.py). ``compute_dtype``: forward and backward in
+    that dtype, as FSDP2's mixed precision does (:func:`mixed_precision_backward`; for a
+    model not wrapped by FSDP: the single-process baseline)."""
     optim.zero_grad(set_to_none=True)
-    loss = loss_of(model, x)
-    loss.backward()
+    if compute_dtype is None:
+        loss = loss_of(model, x)
+        loss.backward()
+    else:
+        loss = mixed_precision_backward(model, x, compute_dtype)
     for n, p in model.named_parameters():
         if n in zero_grads and p.grad is None:
             p.grad = torch.zeros_like(p)

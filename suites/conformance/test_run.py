@@ -98,6 +98,62 @@ def test_a_scheduler_built_after_the_load_is_in_both_tiers_on_every_path():
         Case(api="fsdp2.full", scheduler_after_load=True)
 
 
+def _mixed_precision_dtypes(ctx, case):
+    """The case's wrapped model after one training step: (its output's dtype, its params'
+    dtypes, its optimizer state's floating dtypes)."""
+    import torch
+
+    from fsdp_conformance.sut.fsdp2 import wrap_fsdp2
+    from fsdp_conformance.zoo import build_optimizer, make_batch, train_step
+
+    model = wrap_fsdp2(ctx, case)
+    optim = build_optimizer(case.optimizer, list(model.named_parameters()), case.groups)
+    x = make_batch(case.model, case.seed, 0, case.batch, case.torch_dtype)
+    out = model(x)
+    train_step(model, optim, x)
+    state = {v.dtype for st in optim.state.values() for k, v in st.items()
+             if torch.is_tensor(v) and v.is_floating_point() and k != "step"}
+    return out.dtype, {p.dtype for p in model.parameters()}, state
+
+
+def test_mixed_precision_is_in_both_tiers_and_computes_in_bfloat16(rank_pool):
+    """``mixed_precision="bf16"``: FSDP2's MixedPrecisionPolicy on both sides (quick: AdamW
+    and Adagrad 2 -> 3, Adam with groups and a scheduler 4 -> 2; full: every optimizer); the
+    wrapped model computes in bfloat16 while its params and optimizer state stay float32;
+    the single-process baseline computes in bfloat16 the same way (its gradients are not
+    float32's); float32 only, FSDP2 round trips only."""
+    import torch
+
+    from fsdp_conformance.zoo import build_model, make_batch
+    from fsdp_conformance.zoo.models import loss_of, mixed_precision_backward
+
+    full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
+    for api in ("fsdp2.full", "fsdp2.sharded"):
+        mp = [c for c in QUICK if c.api == api and c.mixed_precision]
+        assert {(c.optimizer, c.world_size, c.dst_world_size) for c in mp} == {
+            ("adamw", 2, 3), ("adagrad", 2, 3), ("adam", 4, 2)}
+        assert {c.optimizer for c in full if c.api == api and c.mixed_precision} == \
+            set(OPTIMIZERS)
+    case = Case(api="fsdp2.full", optimizer="adam", dtype="fp32", mixed_precision="bf16")
+    assert case.id.endswith("/fp32/mp:bf16") and case.compute_dtype == "bf16"
+    out, params, state = rank_pool(2).run(_mixed_precision_dtypes, case)[0]
+    assert (out, params, state) == (torch.bfloat16, {torch.float32}, {torch.float32})
+    model = build_model("mlp", 0, torch.float32)
+    x = make_batch("mlp", 0, 0, 12, torch.float32)
+    loss_of(model, x).backward()
+    exact = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    mixed_precision_backward(model, x, torch.bfloat16)
+    for n, p in model.named_parameters():
+        assert p.dtype == p.grad.dtype == torch.float32
+        assert not torch.equal(p.grad, exact[n]), n  # computed in bfloat16, not float32
+        assert torch.allclose(p.grad, exact[n], rtol=0.1, atol=1e-2), n
+    with pytest.raises(ValueError, match="dtype must be 'fp32'"):
+        Case(api="fsdp2.full", mixed_precision="bf16")
+    with pytest.raises(ValueError, match="applies to the FSDP2 round trips"):
+        Case(api="fsdp1.full", dtype="fp32", mixed_precision="bf16")
+
+
 def _post_forward_mesh_sizes(ctx, case):
     """Per FSDP2 unit of the case's wrapped model: the shard size params are resharded to
     after forward (None: kept unsharded)."""
