@@ -87,7 +87,9 @@ def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
                        saved=_composed(case, entries, "save"),
                        loaded=_composed(case, entries, "load"),
                        stored=_composed(case, entries, "stored"),
-                       rekeyed=_composed(case, entries, "rekeyed"), zero_grads=zero_grads,
+                       rekeyed=_composed(case, entries, "rekeyed"),
+                       optim_loaded=_composed(case, entries, "optim_loaded"),
+                       zero_grads=zero_grads,
                        runs_as=runs_as)
 
 

@@ -82,6 +82,18 @@ def initial_lr_from_scheduler_built_after(d: dict, case: Any) -> dict:
                                   for g in d.get("param_groups", [])]}
 
 
+def state_cast_to_param_dtype(d: dict, case: Any) -> dict:
+    """Every floating-point state tensor but ``step`` has the params' dtype (the case's
+    ``dtype``: every zoo param has it), whatever dtype it was saved in; the values are the
+    saved ones cast (``Tensor.to``)."""
+    dtype = case.torch_dtype
+
+    def one(st: dict) -> dict:
+        return {n: (v.to(dtype) if _is_tensor(v) and v.is_floating_point() and n != "step"
+                    else v) for n, v in st.items()}
+    return _state_map(d, one)
+
+
 def drop_empty_states(d: dict, case: Any = None) -> dict:
     """A param whose every positive-dim tensor state is empty (a rank holds none of it) has
     no state at all."""

@@ -21,6 +21,7 @@ from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_state
                       ignored_state_of_dcp_writer, untie_tied_model,
                       drop_frozen_state, dummy_step_state, empty_state_for_every_param,
                       frozen_state_as_fresh, initial_lr_from_scheduler_built_after,
+                      state_cast_to_param_dtype,
                       stateless_rekey_is_a_noop, tuples_to_lists, unshare_when_resharded,
                       unused_params_get_zero_grads)
 from .model import Effect, Lines, Model, Outcome, Raises
@@ -348,6 +349,27 @@ KNOWN: tuple[KnownLimitation, ...] = (
         also=("P6", "P7", "P12"),
         model=Effect(what="tuple hyperparameters come back as lists (betas (0.9, 0.999) -> "
                      "[0.9, 0.999])", load=tuples_to_lists)),
+    KnownLimitation(
+        "optim-load-casts-state-to-param-dtype", ("P3", "P7"),
+        # the zoo's optimizers with float32 state (zoo.optimizers.STATE_DTYPE_OPTIMIZERS;
+        # named here so that reading the entries does not import torch)
+        lambda c: c.optimizer in ("sgd_momentum_fp32state",),
+        "2.13, 2.15",
+        "torch.optim.Optimizer.load_state_dict casts every floating-point state tensor but "
+        "'step' to its param's dtype (_process_value_according_to_param_policy, "
+        "optim/optimizer.py:800-801; called as Optimizer._process_value_according_to_param_"
+        "policy from _cast, :967, so an optimizer subclass cannot opt out). Every load path "
+        "ends in that call, so an optimizer that keeps float32 state for bfloat16 params "
+        "(the zoo's sgd_momentum_fp32state, as mixed-precision optimizers do) saves float32 "
+        "(P1, P2 pass) and resumes from bfloat16 state: the loaded state (P3), a re-save (P7), "
+        "the unwrapped optimizer's load on the rekey path (P5) and the state after resuming "
+        "(P6) are bfloat16, the values rounded. No FSDP path keeps the dtype.",
+        "https://github.com/pytorch/pytorch/issues/43706 (open: checkpoint restore of "
+        "optimizers changes the dtype of floating-point state)",
+        also=("P5", "P6"),
+        model=Effect(what="every floating-point state tensor but step is cast to the params' "
+                     "dtype on load", load=state_cast_to_param_dtype,
+                     optim_loaded=state_cast_to_param_dtype)),
     KnownLimitation(
         "dsd-load-drops-group-keys-the-optimizer-lacks", ("P11",),
         lambda c: (c.api in ("fsdp2.full", "fsdp2.sharded", "fsdp1.dsd_sharded")

@@ -9,7 +9,8 @@ Rules, per model:
 - ``Effect`` (a wrong value): ``save`` maps the dict a correct save returns to the dict this
   torch returns; ``load`` maps the state a correct load leaves to the state this torch
   leaves; ``stored`` maps a dict to what this torch's storage layer (DCP) reads back of it;
-  ``rekeyed`` maps a correct PARAM_ID rekey to this torch's; ``zero_grads`` names the params
+  ``rekeyed`` maps a correct PARAM_ID rekey to this torch's; ``optim_loaded`` maps the state
+  a correct plain ``Optimizer.load_state_dict`` leaves to this torch's; ``zero_grads`` names the params
   that train on zero gradients instead of none (the baseline is trained so); ``runs_as``
   names the case whose correct result this torch gives (the reference layouts and the
   baseline are built from it). The case is
@@ -123,6 +124,9 @@ class Effect:
     rekeyed: Transform | None = None
     """The PARAM_ID dict a correct ``rekey_optim_state_dict`` returns -> what this torch's
     returns (P5 on the rekey path)."""
+    optim_loaded: Transform | None = None
+    """The state a correct ``torch.optim.Optimizer.load_state_dict`` leaves -> what this
+    torch's leaves (P5: the PARAM_ID dict loaded into the unwrapped model's optimizer)."""
     zero_grads: Callable[[int, Any], frozenset] | None = None
     """``(step, case) ->`` the params that get a zero gradient at that training step where a
     correct FSDP leaves none (the single-process baseline of P2/P6/P10 trains them so)."""

@@ -69,6 +69,22 @@ def _to_ids(named: dict, names: list[str]) -> dict:
                              for g in named["param_groups"]]}
 
 
+def load_exactly(optim: torch.optim.Optimizer, sd: dict) -> None:
+    """``optim.load_state_dict(sd)``, then every state tensor exactly as ``sd`` holds it:
+    torch's load casts floating-point state to its param's dtype (pytorch#43706, entry
+    ``optim-load-casts-state-to-param-dtype``), and the baseline is the correct run, so it
+    keeps the dtype it was given. ``sd`` is the optimizer's own id-keyed form; its tensors
+    become the optimizer's (the caller passes a copy)."""
+    optim.load_state_dict(sd)
+    params = [p for g in optim.param_groups for p in g["params"]]
+    for pid, st in sd["state"].items():
+        mine = optim.state[params[pid]]
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor) and mine.get(k) is not None and \
+                    mine[k].dtype != v.dtype:
+                mine[k] = v
+
+
 def fresh_training(case: Case):
     """The case's model, optimizer and LR scheduler as built before any step, and the
     optimizer's params as FQNs in its own order (the names ``named_osd`` keys by):
@@ -105,7 +121,7 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
                 # step counter): one deep copy keeps the snapshot out of the resumed
                 # optimizer's in-place updates, and keeps the sharing an effect models
                 modelled = exp.loaded(exp.saved(snaps["save"][1]))
-                optim.load_state_dict(copy.deepcopy(_to_ids(modelled, names)))
+                load_exactly(optim, copy.deepcopy(_to_ids(modelled, names)))
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
         loss = train_step(model, optim, x, sched, zero_grads=exp.zero_grads(step),
                           compute_dtype=case.mixed_precision_dtype)
@@ -137,7 +153,7 @@ def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
         for n, p in model.named_parameters():
             p.copy_(params[n])
     freeze_at_save(model, case.model)
-    optim.load_state_dict(copy.deepcopy(_to_ids(state, names)))
+    load_exactly(optim, copy.deepcopy(_to_ids(state, names)))
     sched_at_save = local_run(case).sched_at_save if sched is not None else None
     if sched is not None:  # the scheduler as it was at the save
         sched.load_state_dict(copy.deepcopy(sched_at_save))

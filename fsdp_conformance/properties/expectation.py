@@ -4,7 +4,8 @@ torch bug applied (known/model.py ``Effect``).
 Rule: every comparison whose observed side went through torch's save passes its expected
 side through ``saved``; through torch's load, through ``loaded``; through both, through
 both in that order; a saved dict read back from storage (P8's DCP read-back), through
-``stored``; torch's PARAM_ID rekey (P5), through ``rekeyed``. A bug in training itself
+``stored``; torch's PARAM_ID rekey (P5), through ``rekeyed``; a plain
+``Optimizer.load_state_dict`` (P5's unwrapped optimizer), through ``optim_loaded``. A bug in training itself
 (``zero_grads``) changes the single-process baseline's steps; a bug that makes the run
 another configuration's (``runs_as``: a broken tie) changes the case the reference layouts
 and the baseline are built from. Outside ``expecting`` every
@@ -39,6 +40,9 @@ class Expectation:
     """A saved dict -> what this torch's storage layer (DCP) is expected to read back."""
     rekeyed: Callable[[dict], dict] = _same
     """A correct PARAM_ID rekey -> what this torch's rekey is expected to return."""
+    optim_loaded: Callable[[dict], dict] = _same
+    """The state a correct plain ``Optimizer.load_state_dict`` leaves -> the state expected
+    from this torch's."""
     zero_grads: Callable[[int], frozenset] = lambda step: frozenset()
     """Training step -> the params (FQNs) that get a zero gradient at that step where no
     gradient is correct (the single-process baseline trains them so)."""
@@ -106,6 +110,12 @@ def judged_rank() -> int:
     returns, so a rank-dependent effect acts as on rank 0 there."""
     r = _RANK.get()
     return 0 if r is None else r
+
+
+def optim_loaded(d: dict) -> dict:
+    """``d`` (what a correct plain ``Optimizer.load_state_dict`` leaves) as this torch's is
+    expected to leave it."""
+    return current().optim_loaded(d)
 
 
 def round_trip(d: dict) -> dict:

@@ -49,9 +49,9 @@ BF16_UPDATE_RTOL = 0.25
 
 
 def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
-    """Tensors (nested dicts of them) whose relative L2 error exceeds ``rtol``; a missing or
-    extra key counts as a difference too, and anything else must be equal exactly (its type
-    included), the step counter (``step``) too."""
+    """Tensors (nested dicts of them) whose relative L2 error exceeds ``rtol`` or whose dtype
+    or shape differs; a missing or extra key counts as a difference too, and anything else
+    must be equal exactly (its type included), the step counter (``step``) too."""
     out: list[str] = []
 
     def walk(w, g, path):
@@ -66,6 +66,8 @@ def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
             if w.shape != g.shape:
                 out.append(f"{path}: shape {tuple(g.shape)}, expected {tuple(w.shape)}")
                 return
+            if w.dtype != g.dtype:  # a silent cast of the state is a difference in any dtype
+                out.append(f"{path}: dtype {g.dtype}, expected {w.dtype}")
             wd, gd = w.double(), g.double()
             err = float((wd - gd).norm() / wd.norm().clamp_min(1e-12))
             if err > rtol:
@@ -595,7 +597,8 @@ def p5_rekey_path(case, full: dict, load_obs: Sequence[LoadRecord]) -> Verdict:
                         + format_diff(diffs))
     try:
         optim.load_state_dict(ids)
-        diffs = diff_state_dicts(canon_groups(correct), canon_groups(optim.state_dict()))
+        diffs = diff_state_dicts(canon_groups(expect.optim_loaded(correct)),
+                                 canon_groups(optim.state_dict()))
         if diffs:
             problems.append("the unwrapped optimizer's state_dict() after loading the PARAM_ID "
                             "dict differs from reference.rekey_to_ids:\n" + format_diff(diffs))

@@ -30,6 +30,7 @@ from ..cases import FAULTS, Case
 from ..sut.paths import FSDP1_PATHS, resizable
 from ..sut.registry import family_of
 from ..zoo import FUSED, MODELS, OPTIMIZERS, runs_on
+from ..zoo.optimizers import STATE_DTYPE_OPTIMIZERS
 
 OPTS = tuple(OPTIMIZERS)
 WS_PAIRS = tuple(itertools.product((1, 2, 3, 4), repeat=2))
@@ -104,6 +105,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                           use_orig_params=True))
         cases.append(Case(api=api, optimizer="adamw", impl="forloop", world_size=3))
         cases.append(Case(api=api, optimizer="adam", dtype="fp32", world_size=2))
+        cases += state_dtype(api, ((2, 3),))
         cases.append(Case(api=api, optimizer="adam", steps=0, world_size=2))
         cases.append(Case(api=api, optimizer="adam", model="frozen", world_size=3,
                           use_orig_params=True))
@@ -135,6 +137,8 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer=opt, impl=impl, world_size=2, use_orig_params=True))
     for api, dtype, opt in itertools.product(paths, ("fp32", "bf16"), OPTS):
         cases.append(Case(api=api, optimizer=opt, dtype=dtype, world_size=2))
+    for api in paths:
+        cases += state_dtype(api, ((2, 3), (3, 2), (2, 2), (1, 2)))
     for api, opt, after in itertools.product(paths, OPTS, (False, True)):
         cases.append(Case(api=api, optimizer=opt, groups=2, scheduler=True,
                           scheduler_after_load=after, world_size=3,
@@ -199,6 +203,21 @@ def offloaded(api: str, optimizers: Sequence[str] = ("adamw",)) -> list[Case]:
     return ([Case(api=api, optimizer=opt, world_size=2, load_world_size=3,
                   cpu_offload="unpinned") for opt in optimizers]
             + [Case(api=api, optimizer="adam", world_size=2, cpu_offload="pinned")])
+
+
+def state_dtype(api: str, pairs: Sequence[tuple[int, int]]) -> list[Case]:
+    """An optimizer whose state dtype is not its params' (``STATE_DTYPE_OPTIMIZERS``: float32
+    state for bfloat16 params) at each (save, load) world size pair (the save's size where
+    the path cannot reshard; FSDP1 with ``use_orig_params`` on the odd pairs). No pair at 4
+    ranks: bfloat16's P6 rule is calibrated up to 3 (run_props), and FSDP2 at 4 ranks
+    already moves a plain SGD-momentum resume's update scale to 1.0066."""
+    out = []
+    for i, (n, m) in enumerate(pairs):
+        for opt in STATE_DTYPE_OPTIMIZERS:
+            out.append(Case(api=api, optimizer=opt, dtype="bf16", world_size=n,
+                            load_world_size=m if resizable(api) else None,
+                            use_orig_params=family_of(api) == "fsdp1" and bool(i % 2)))
+    return out
 
 
 def mixed_precision(api: str, optimizers: Sequence[str] = ("adamw", "adagrad")) -> list[Case]:

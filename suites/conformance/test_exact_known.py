@@ -444,3 +444,51 @@ def test_a_second_bug_behind_the_dropped_initial_lr_fails(rank_pool, tmp_path):
         assert f"rank {r}" in v.detail and key in v.detail and entry in v.detail, v.detail
         assert compare_runs(_report(case, clean), _report(case, planted)).regressed
     assert judged()["P11"].status == "known"
+
+
+def test_a_second_bug_behind_the_state_dtype_cast_fails(rank_pool, tmp_path):
+    """fsdp2.full, float32 state for bfloat16 params (sgd_momentum_fp32state), 2 -> 3: every
+    load casts the state to bfloat16 (optim-load-casts-state-to-param-dtype, pytorch#43706),
+    known by that effect exactly on P3/P7. A loaded value off by more than the cast's
+    rounding is not that effect: P3 fails naming the rank, the param and the entry."""
+    import torch as _torch
+
+    case = Case(api="fsdp2.full", optimizer="sgd_momentum_fp32state", dtype="bf16",
+                world_size=2, load_world_size=3)
+    load, judged = _live(rank_pool, case, tmp_path)
+    entry = "optim-load-casts-state-to-param-dtype"
+    clean = judged()
+    for p in ("P3", "P7"):
+        assert (clean[p].status, clean[p].known) == ("known", entry), f"{p}: {clean[p].detail}"
+    buf = load[1].loaded["state"]["head.weight"]["momentum_buffer"]
+    assert buf.dtype == _torch.bfloat16
+    buf.view(-1)[0] += 1.0
+    v = judged()["P3"]
+    assert v.status == "fail", v.detail
+    assert "rank 1" in v.detail and "head.weight" in v.detail and entry in v.detail, v.detail
+
+
+def test_the_state_dtype_entry_covers_exactly_the_zoos_float32_state_optimizers():
+    """The entry names the optimizers by hand (reading the entries imports no torch): they
+    are exactly ``zoo.optimizers.STATE_DTYPE_OPTIMIZERS``, and each keeps float32 state for
+    bfloat16 params through its own steps."""
+    import torch as _torch
+
+    from fsdp_conformance.known.entries import KNOWN
+    from fsdp_conformance.zoo import build_model, build_optimizer, make_batch, train_step
+    from fsdp_conformance.zoo.optimizers import OPTIMIZERS, STATE_DTYPE_OPTIMIZERS
+
+    entry = next(e for e in KNOWN if e.key == "optim-load-casts-state-to-param-dtype")
+    covered = {o for o in [*OPTIMIZERS, *STATE_DTYPE_OPTIMIZERS]
+               if entry.applies(Case(api="fsdp2.full", optimizer=o, dtype="bf16"))}
+    assert covered == set(STATE_DTYPE_OPTIMIZERS)
+    for name in STATE_DTYPE_OPTIMIZERS:
+        model = build_model("mlp", 0, _torch.bfloat16)
+        optim = build_optimizer(name, list(model.named_parameters()))
+        for step in range(2):
+            train_step(model, optim, make_batch("mlp", 0, step, 12, _torch.bfloat16))
+        dtypes = {v.dtype for st in optim.state.values() for v in st.values()}
+        assert dtypes == {_torch.float32}, (name, dtypes)
+        fresh = build_optimizer(name, list(model.named_parameters()))
+        fresh.load_state_dict(optim.state_dict())  # torch's own cast, the entry's mechanism
+        assert {v.dtype for st in fresh.state.values() for v in st.values()} == {_torch.bfloat16}

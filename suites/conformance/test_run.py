@@ -13,6 +13,7 @@ import torch
 
 from fsdp_conformance.run import matrix
 from fsdp_conformance.cases import Case
+from fsdp_conformance.zoo.optimizers import STATE_DTYPE_OPTIMIZERS
 from fsdp_conformance.properties.roundtrip import round_trip_verdicts as evaluate
 from fsdp_conformance.run.execute import run_cases
 from fsdp_conformance.sut import fsdp2_paths, paths
@@ -29,7 +30,7 @@ def test_quick_tier_covers_every_path_optimizer_and_world_size_pair():
     assert [c.id for c in QUICK] == [c.id for c in matrix.quick(matrix.default_paths())]
     for api in matrix.default_paths():
         mine = [c for c in QUICK if c.api == api and not c.fault]
-        assert {c.optimizer for c in mine} == set(OPTIMIZERS), api
+        assert {c.optimizer for c in mine} == set(OPTIMIZERS) | set(STATE_DTYPE_OPTIMIZERS), api
         pairs = {(c.world_size, c.dst_world_size) for c in mine}
         want = set(itertools.product((1, 2, 3, 4), repeat=2))
         if not paths.resizable(api):
@@ -152,6 +153,20 @@ def test_mixed_precision_is_in_both_tiers_and_computes_in_bfloat16(rank_pool):
         Case(api="fsdp2.full", mixed_precision="bf16")
     with pytest.raises(ValueError, match="applies to the FSDP2 round trips"):
         Case(api="fsdp1.full", dtype="fp32", mixed_precision="bf16")
+
+
+def test_float32_state_for_bfloat16_params_is_in_both_tiers_on_every_path():
+    """The state-dtype optimizers (float32 state, bfloat16 params) run on every path: the
+    quick tier at 2 -> 3 (2 -> 2 where the path cannot reshard), the full tier at four
+    world-size pairs."""
+    paths = matrix.default_paths()
+    full = matrix.full(paths)
+    for api in paths:
+        for opt in STATE_DTYPE_OPTIMIZERS:
+            quick = [c for c in QUICK if c.api == api and c.optimizer == opt]
+            assert [c.dtype for c in quick] == ["bf16"], api
+            assert len([c for c in full if c.api == api and c.optimizer == opt]) == (
+                4 if matrix.resizable(api) else 3), api
 
 
 def _post_forward_mesh_sizes(ctx, case):
