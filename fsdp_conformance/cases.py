@@ -95,6 +95,11 @@ class Case:
     # param_dtype=bfloat16, reduce_dtype=float32))`` on both sides: compute in bfloat16,
     # params and optimizer state stay float32 (MIXED_PRECISION). "" = none.
     mixed_precision: str = ""
+    # fsdp2.sharded only: the save writes with ``dcp.async_save`` (torch's default thread
+    # executor) and the save side takes one more optimizer step on the live model and
+    # optimizer before it waits on the returned Future (a trainer goes on training while the
+    # checkpoint is written); the checkpoint must hold the state at the save.
+    async_save: bool = False
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -125,6 +130,11 @@ class Case:
             raise ValueError(f"mixed_precision={self.mixed_precision!r} computes in bfloat16 "
                              f"with float32 params and state: dtype must be 'fp32', got "
                              f"{self.dtype!r}")
+        if self.async_save and (self.api != "fsdp2.sharded" or self.bounds or self.golden):
+            raise ValueError(f"async_save applies to the fsdp2.sharded round trips (dcp.save "
+                             f"-> dcp.async_save), not api={self.api!r}"
+                             + (" with bounds=True" if self.bounds else "")
+                             + (" of a golden fixture" if self.golden else ""))
         if self.cpu_offload not in CPU_OFFLOAD:
             raise ValueError(f"cpu_offload must be one of {CPU_OFFLOAD[1:]} (or empty), got "
                              f"{self.cpu_offload!r}")
@@ -232,7 +242,8 @@ class Case:
                 + (f"/compiled:{self.compiled}" if self.compiled else "")
                 + ("/flat_osd" if self.flatten_optimizer_state_dict else "")
                 + (f"/offload:{self.cpu_offload}" if self.cpu_offload else "")
-                + (f"/mp:{self.mixed_precision}" if self.mixed_precision else ""))
+                + (f"/mp:{self.mixed_precision}" if self.mixed_precision else "")
+                + ("/async_save" if self.async_save else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

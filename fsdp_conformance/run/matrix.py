@@ -89,7 +89,8 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                                   use_orig_params=bool(k % 2)))
         else:
             cases += (fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api) + flattened(api)
-                      + offloaded(api) + mixed_precision(api))
+                      + offloaded(api) + mixed_precision(api)
+                      + async_saved(api, ("adam", "sgd_momentum")))
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
         # the LR scheduler built after the load (3 -> 2: fsdp1.dsd_sharded loads there)
@@ -147,7 +148,7 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         if family_of(api) == "fsdp2":
             cases += (fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
                       + flattened(api, OPTS) + offloaded(api, OPTS)
-                      + mixed_precision(api, OPTS))
+                      + mixed_precision(api, OPTS) + async_saved(api, OPTS))
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
 
@@ -218,6 +219,16 @@ def state_dtype(api: str, pairs: Sequence[tuple[int, int]]) -> list[Case]:
                             load_world_size=m if resizable(api) else None,
                             use_orig_params=family_of(api) == "fsdp1" and bool(i % 2)))
     return out
+
+
+def async_saved(api: str, optimizers: Sequence[str]) -> list[Case]:
+    """fsdp2.sharded written with ``dcp.async_save`` while the next optimizer step runs
+    (Case.async_save): saved at 2 and loaded at 3, per optimizer; none for fsdp2.full (it
+    writes one torch.save file)."""
+    if api != "fsdp2.sharded":
+        return []
+    return [Case(api=api, optimizer=opt, world_size=2, load_world_size=3, async_save=True)
+            for opt in optimizers]
 
 
 def mixed_precision(api: str, optimizers: Sequence[str] = ("adamw", "adagrad")) -> list[Case]:

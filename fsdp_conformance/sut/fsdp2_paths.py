@@ -37,6 +37,8 @@ Rules
 """
 from __future__ import annotations
 
+import copy
+
 import time
 import uuid
 from pathlib import Path
@@ -187,8 +189,34 @@ def _record(case: Case, saved: Any, optim, keys: list[str]) -> Any:
     return local_to_cpu(named_local(saved, keys)) if saved else {}
 
 
-def write_saved(ctx, case: Case, model, saved: Any, workdir: Path) -> float:
-    """Write what the path saved, as a trainer would; returns the seconds it took."""
+_CHECKPOINT_GROUPS: dict[int, Any] = {}
+
+
+def checkpoint_group(ctx):
+    """A gloo group of the pool's ranks for ``dcp.async_save`` alone, created once per
+    process group (a collective: every rank calls it on its first async save). The write's
+    collectives run in a background thread; on the training group they meet the next
+    step's FSDP all-gathers and a rank aborts (SIGABRT in gloo, seen on torch 2.13), so
+    trainers give async checkpointing a group of its own (torchtitan's CheckpointManager
+    does)."""
+    import torch.distributed as dist
+
+    key = id(ctx.group)
+    if key not in _CHECKPOINT_GROUPS:
+        ranks = dist.get_process_group_ranks(ctx.group)
+        _CHECKPOINT_GROUPS[key] = dist.new_group(ranks=ranks, backend="gloo")
+    return _CHECKPOINT_GROUPS[key]
+
+
+WRITE_TIMEOUT_S = 60.0
+"""How long the save side waits on ``dcp.async_save``'s Future (a write that never finishes
+is an error naming it, not a hang until the pool's timeout)."""
+
+
+def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, racing=None) -> float:
+    """Write what the path saved, as a trainer would; returns the seconds it took.
+    ``Case.async_save``: ``dcp.async_save``, then ``racing()`` (the trainer's next step)
+    while the write may still run, then the wait on its Future."""
     import torch.distributed as dist
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -200,8 +228,15 @@ def write_saved(ctx, case: Case, model, saved: Any, workdir: Path) -> float:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        dcp.save({"model": get_model_state_dict(model), "optim": saved},
-                 checkpoint_id=str(workdir / DCP_DIR), process_group=ctx.group)
+        state = {"model": get_model_state_dict(model), "optim": saved}
+        if case.async_save:
+            future = dcp.async_save(state, checkpoint_id=str(workdir / DCP_DIR),
+                                    process_group=checkpoint_group(ctx))
+            if racing is not None:
+                racing()
+            future.result(timeout=WRITE_TIMEOUT_S)
+        else:
+            dcp.save(state, checkpoint_id=str(workdir / DCP_DIR), process_group=ctx.group)
     dist.barrier(group=ctx.group)
     return time.perf_counter() - t0
 
@@ -220,13 +255,8 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     timings = {"save": t_save}
     saved_devices = sorted(devices_of(saved))
     record = _record(case, saved, optim, keys)
-    if not is_error(saved):
-        timings["write"] = write_saved(ctx, case, run, saved, workdir)
-    if ctx.rank == 0:
-        atomic_save(params, workdir / MODEL_FILE)
-        if sched is not None:
-            atomic_save(sched.state_dict(), workdir / SCHED_FILE)
-    # P9: the same save with the flag flipped.
+    # P9: the same save with the flag flipped (before the write: an async write races the
+    # next step, which changes the state)
     all_ranks = offloaded = offloaded_devices = None
     if case.api == "fsdp2.full":
         flipped, _ = guarded(save_path, case, run, optim, cpu_offload=False)
@@ -235,6 +265,20 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
         off, _ = guarded(save_path, case, run, optim, cpu_offload=True)
         offloaded_devices = sorted(devices_of(off))
         offloaded = _record(case, off, optim, keys)
+    racing = None
+    if case.async_save:  # the records alias the live state on CPU: keep the save's values
+        local, record, offloaded = copy.deepcopy((local, record, offloaded))
+
+        def racing():  # the trainer's next step, timed into the record ("race")
+            t0 = time.perf_counter()
+            train(ctx, case, run, optim, 1, start_step=case.steps)
+            timings["race"] = time.perf_counter() - t0
+    if not is_error(saved):
+        timings["write"] = write_saved(ctx, case, run, saved, workdir, racing=racing)
+    if ctx.rank == 0:
+        atomic_save(params, workdir / MODEL_FILE)
+        if sched is not None:
+            atomic_save(sched.state_dict(), workdir / SCHED_FILE)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
                       mesh_shape=mesh, timings=timings, saved=record,
                       saved_devices=saved_devices, params=params if ctx.rank == 0 else None,

@@ -169,6 +169,32 @@ def test_float32_state_for_bfloat16_params_is_in_both_tiers_on_every_path():
                 4 if matrix.resizable(api) else 3), api
 
 
+def test_async_save_writes_the_state_at_the_save_while_training_goes_on(rank_pool, tmp_path):
+    """``async_save``: fsdp2.sharded writes with dcp.async_save on a checkpoint group of its
+    own and takes the next optimizer step before waiting on the Future. The step ran (the
+    record times it), and the checkpoint holds the state at the save, not the state one
+    step later (so P8's read-back comparison can tell them apart); in both tiers."""
+    from fsdp_conformance.properties.baseline import local_run
+    from fsdp_conformance.properties.roundtrip import _read_dcp
+    from fsdp_conformance.sut.fsdp2_paths import DCP_DIR, save_side
+
+    full = matrix.full(["fsdp2.sharded"])
+    assert [c.optimizer for c in QUICK if c.async_save] == ["adam", "sgd_momentum"]
+    assert {c.optimizer for c in full if c.async_save} == set(OPTIMIZERS)
+    case = Case(api="fsdp2.sharded", optimizer="adam", world_size=2, load_world_size=3,
+                async_save=True)
+    save = rank_pool(2).run(save_side, case, str(tmp_path), seed=case.seed)
+    assert all(o.timings["race"] > 0 for o in save)
+    written = _read_dcp(tmp_path / DCP_DIR)["state"]
+    at_save = local_run(case).optim_at_save["state"]
+    later = local_run(dataclasses.replace(case, resume_steps=1)).optim_at_end["state"]
+    for fqn, st in written.items():
+        assert torch.allclose(st["exp_avg"], at_save[fqn]["exp_avg"], rtol=1e-9, atol=1e-12)
+        assert not torch.allclose(st["exp_avg"], later[fqn]["exp_avg"], rtol=1e-6), fqn
+    with pytest.raises(ValueError, match="applies to the fsdp2.sharded round trips"):
+        Case(api="fsdp2.full", async_save=True)
+
+
 def _post_forward_mesh_sizes(ctx, case):
     """Per FSDP2 unit of the case's wrapped model: the shard size params are resharded to
     after forward (None: kept unsharded)."""
