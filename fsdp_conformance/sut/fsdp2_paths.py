@@ -265,14 +265,14 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
         off, _ = guarded(save_path, case, run, optim, cpu_offload=True)
         offloaded_devices = sorted(devices_of(off))
         offloaded = _record(case, off, optim, keys)
-    racing = None
+    def race():  # the trainer's next step while an async write runs, timed ("race")
+        t0 = time.perf_counter()
+        train(ctx, case, run, optim, 1, start_step=case.steps)
+        timings["race"] = time.perf_counter() - t0
+
+    racing = race if case.async_save else None
     if case.async_save:  # the records alias the live state on CPU: keep the save's values
         local, record, offloaded = copy.deepcopy((local, record, offloaded))
-
-        def racing():  # the trainer's next step, timed into the record ("race")
-            t0 = time.perf_counter()
-            train(ctx, case, run, optim, 1, start_step=case.steps)
-            timings["race"] = time.perf_counter() - t0
     if not is_error(saved):
         timings["write"] = write_saved(ctx, case, run, saved, workdir, racing=racing)
     if ctx.rank == 0:
