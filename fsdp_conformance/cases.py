@@ -100,6 +100,11 @@ class Case:
     # optimizer before it waits on the returned Future (a trainer goes on training while the
     # checkpoint is written); the checkpoint must hold the state at the save.
     async_save: bool = False
+    # fsdp2.sharded only: the checkpoint is a DCP ``Stateful`` app state (model, optimizer,
+    # LR scheduler, step; sut/app_state.py) saved and loaded under one key, as trainers do:
+    # ``get_state_dict`` / ``set_state_dict`` of model and optimizer together, the
+    # scheduler restored from the checkpoint.
+    app_state: bool = False
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -130,11 +135,15 @@ class Case:
             raise ValueError(f"mixed_precision={self.mixed_precision!r} computes in bfloat16 "
                              f"with float32 params and state: dtype must be 'fp32', got "
                              f"{self.dtype!r}")
-        if self.async_save and (self.api != "fsdp2.sharded" or self.bounds or self.golden):
-            raise ValueError(f"async_save applies to the fsdp2.sharded round trips (dcp.save "
-                             f"-> dcp.async_save), not api={self.api!r}"
-                             + (" with bounds=True" if self.bounds else "")
-                             + (" of a golden fixture" if self.golden else ""))
+        for axis, value in (("async_save", self.async_save), ("app_state", self.app_state)):
+            if value and (self.api != "fsdp2.sharded" or self.bounds or self.golden):
+                raise ValueError(f"{axis} applies to the fsdp2.sharded round trips (its DCP "
+                                 f"write), not api={self.api!r}"
+                                 + (" with bounds=True" if self.bounds else "")
+                                 + (" of a golden fixture" if self.golden else ""))
+        if self.app_state and self.scheduler_after_load:
+            raise ValueError("app_state restores the LR scheduler with the optimizer; "
+                             "scheduler_after_load builds it after the load: pick one")
         if self.cpu_offload not in CPU_OFFLOAD:
             raise ValueError(f"cpu_offload must be one of {CPU_OFFLOAD[1:]} (or empty), got "
                              f"{self.cpu_offload!r}")
@@ -243,7 +252,8 @@ class Case:
                 + ("/flat_osd" if self.flatten_optimizer_state_dict else "")
                 + (f"/offload:{self.cpu_offload}" if self.cpu_offload else "")
                 + (f"/mp:{self.mixed_precision}" if self.mixed_precision else "")
-                + ("/async_save" if self.async_save else ""))
+                + ("/async_save" if self.async_save else "")
+                + ("/app_state" if self.app_state else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

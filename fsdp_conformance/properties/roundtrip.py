@@ -83,15 +83,17 @@ def p0_both(refs: FamilyRefs, save_obs, load_obs, ordered: bool) -> Verdict:
     return passed(f"save side {s.detail}; load side {ld.detail}")
 
 
-def _read_dcp(path: Path) -> dict | None:
-    """A DCP directory's optimizer state as one full dict, read without a process group."""
+def _read_dcp(path: Path, app_state: bool = False) -> dict | None:
+    """A DCP directory's optimizer state as one full dict, read without a process group
+    (``app_state``: the ``optim`` part of the app state saved under ``APP_KEY``)."""
     import torch
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     out = path.parent / "dcp_full.pt"
     try:
         dcp_to_torch_save(str(path), str(out))
-        return torch.load(out, weights_only=False)["optim"]
+        d = torch.load(out, weights_only=False)
+        return d["app"]["optim"] if app_state else d["optim"]
     except Exception:  # noqa: BLE001  (P8 reports it as an error)
         return None
 
@@ -147,7 +149,8 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         load_error = next((e for e in map(error_of, (o.loaded for o in load_obs)) if e), None)
         v["P7"] = (rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan)
                    if load_error is None else error("load failed: " + load_error))
-        dcp_full = _read_dcp(workdir / DCP_DIR) if api_path(api).writes == "dcp" else None
+        dcp_full = _read_dcp(workdir / DCP_DIR, case.app_state) \
+            if api_path(api).writes == "dcp" else None
         if dcp_full is not None and case.flatten_optimizer_state_dict:
             dcp_full = _nested(dcp_full, full)
         v["P8"] = rp.p8_serialise(api, save_obs, load_obs, full, dcp_full)

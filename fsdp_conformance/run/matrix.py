@@ -90,7 +90,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         else:
             cases += (fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api) + flattened(api)
                       + offloaded(api) + mixed_precision(api)
-                      + async_saved(api, ("adam", "sgd_momentum")))
+                      + dcp_writes(api, ("adam",)))
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
         # the LR scheduler built after the load (3 -> 2: fsdp1.dsd_sharded loads there)
@@ -148,7 +148,7 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         if family_of(api) == "fsdp2":
             cases += (fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
                       + flattened(api, OPTS) + offloaded(api, OPTS)
-                      + mixed_precision(api, OPTS) + async_saved(api, OPTS))
+                      + mixed_precision(api, OPTS) + dcp_writes(api, OPTS))
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
 
@@ -221,14 +221,22 @@ def state_dtype(api: str, pairs: Sequence[tuple[int, int]]) -> list[Case]:
     return out
 
 
-def async_saved(api: str, optimizers: Sequence[str]) -> list[Case]:
-    """fsdp2.sharded written with ``dcp.async_save`` while the next optimizer step runs
-    (Case.async_save): saved at 2 and loaded at 3, per optimizer; none for fsdp2.full (it
-    writes one torch.save file)."""
+def dcp_writes(api: str, optimizers: Sequence[str]) -> list[Case]:
+    """fsdp2.sharded's DCP write as trainers do it, saved at 2 and loaded at 3, per
+    optimizer: ``dcp.async_save`` while the next optimizer step runs (Case.async_save), and
+    a ``Stateful`` app state of model, optimizer, LR scheduler (two param groups) and step
+    (Case.app_state), written with ``dcp.save`` and with ``dcp.async_save``; none for
+    fsdp2.full (it writes one torch.save file)."""
     if api != "fsdp2.sharded":
         return []
-    return [Case(api=api, optimizer=opt, world_size=2, load_world_size=3, async_save=True)
-            for opt in optimizers]
+    out = []
+    for opt in optimizers:
+        out.append(Case(api=api, optimizer=opt, world_size=2, load_world_size=3,
+                        async_save=True))
+        for asynchronous in (False, True):
+            out.append(Case(api=api, optimizer=opt, groups=2, scheduler=True, world_size=2,
+                            load_world_size=3, app_state=True, async_save=asynchronous))
+    return out
 
 
 def mixed_precision(api: str, optimizers: Sequence[str] = ("adamw", "adagrad")) -> list[Case]:

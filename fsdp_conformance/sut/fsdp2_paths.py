@@ -51,6 +51,7 @@ from ..zoo import build_optimizer, build_scheduler, freeze_at_save
 from .fsdp1 import named_local, optimizer_keys, train
 from .fsdp2 import local_to_cpu, is_dtensor, mesh_shape, param_layout, wrap_fsdp2
 from .common import guarded, is_error, timed
+from .app_state import APP_KEY, AppState
 from .records import LoadRecord, SaveRecord
 from .paths import (DCP_DIR, FULL_FILE, MODEL_FILE, SCHED_FILE, atomic_save, devices_of,
                     is_full_path, rank_file, read_saved, resizable)
@@ -154,6 +155,10 @@ def save_path(case: Case, model, optim, *, cpu_offload: bool | None = None) -> A
     if case.api == "fsdp2.full":
         return get_optimizer_state_dict(
             model, optim, options=_options(case, full_state_dict=True, cpu_offload=cpu_offload))
+    if case.app_state:  # what the app state's state_dict() holds (sut/app_state.py)
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        return get_state_dict(model, optim, options=_options(case, cpu_offload=cpu_offload))[1]
     return get_optimizer_state_dict(model, optim, options=_options(case, cpu_offload=cpu_offload))
 
 
@@ -213,10 +218,12 @@ WRITE_TIMEOUT_S = 60.0
 is an error naming it, not a hang until the pool's timeout)."""
 
 
-def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, racing=None) -> float:
+def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, racing=None,
+                app=None) -> float:
     """Write what the path saved, as a trainer would; returns the seconds it took.
     ``Case.async_save``: ``dcp.async_save``, then ``racing()`` (the trainer's next step)
-    while the write may still run, then the wait on its Future."""
+    while the write may still run, then the wait on its Future. ``Case.app_state``: DCP
+    writes ``app`` (an ``AppState``) under ``APP_KEY`` instead of the saved dict."""
     import torch.distributed as dist
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -228,7 +235,8 @@ def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, racing=None) 
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        state = {"model": get_model_state_dict(model), "optim": saved}
+        state = ({APP_KEY: app} if case.app_state
+                 else {"model": get_model_state_dict(model), "optim": saved})
         if case.async_save:
             future = dcp.async_save(state, checkpoint_id=str(workdir / DCP_DIR),
                                     process_group=checkpoint_group(ctx))
@@ -273,8 +281,10 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     racing = race if case.async_save else None
     if case.async_save:  # the records alias the live state on CPU: keep the save's values
         local, record, offloaded = copy.deepcopy((local, record, offloaded))
+    app = AppState(run, optim, sched, step=case.steps, options=_options(case)) \
+        if case.app_state else None
     if not is_error(saved):
-        timings["write"] = write_saved(ctx, case, run, saved, workdir, racing=racing)
+        timings["write"] = write_saved(ctx, case, run, saved, workdir, racing=racing, app=app)
     if ctx.rank == 0:
         atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
@@ -286,8 +296,10 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
                       offloaded_devices=offloaded_devices, device=str(ctx.device))
 
 
-def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:
-    """The path's load call on this rank (it ends in ``optim.load_state_dict``)."""
+def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path, sched=None) -> None:
+    """The path's load call on this rank (it ends in ``optim.load_state_dict``);
+    ``Case.app_state``: ``dcp.load`` of an ``AppState`` (it restores ``sched`` too, and the
+    step, which must be the save's)."""
     from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
                                                          set_optimizer_state_dict)
 
@@ -299,13 +311,21 @@ def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:
         return
     import torch.distributed.checkpoint as dcp
 
+    if case.app_state:
+        app = AppState(model, optim, sched, options=_options(case))
+        dcp.load({APP_KEY: app}, checkpoint_id=str(workdir / DCP_DIR), process_group=ctx.group)
+        if app.step != case.steps:
+            raise ValueError(f"the app state's step after dcp.load is {app.step}, the save's "
+                             f"was {case.steps}")
+        return
     template = get_optimizer_state_dict(model, optim, options=_options(case))
     dcp.load({"optim": template}, checkpoint_id=str(workdir / DCP_DIR),
              process_group=ctx.group)
     set_optimizer_state_dict(model, optim, template, options=_options(case))
 
 
-def _load_guarded(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> tuple[Any, float]:
+def _load_guarded(ctx, case: Case, model, optim, saved: Any, workdir: Path,
+                  sched=None) -> tuple[Any, float]:
     """The guarded load call. A rank whose call raised returns its error only once every rank
     has returned from the call (each drops a marker file in the work directory); if some have
     not within ``STRAND_WAIT_S`` (they wait in a collective the failed rank never joins:
@@ -319,7 +339,7 @@ def _load_guarded(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> t
     def marker(r: int) -> Path:
         return workdir / f".load_returned_{box[0]}_rank{r}"
 
-    res, took = guarded(load_path, ctx, case, model, optim, saved, workdir)
+    res, took = guarded(load_path, ctx, case, model, optim, saved, workdir, sched=sched)
     marker(ctx.rank).touch()
     if not is_error(res) or ctx.world_size == 1:
         return res, took
@@ -362,12 +382,12 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
         _, timings["load"] = timed(load_path, ctx, case, run, optim, saved, workdir)
         return LoadRecord(**head, loaded=local_state(optim, keys))
-    res, timings["load"] = _load_guarded(ctx, case, run, optim, saved, workdir)
+    res, timings["load"] = _load_guarded(ctx, case, run, optim, saved, workdir, sched=sched)
     if is_error(res):
         return LoadRecord(**head, loaded=res)
     if case.scheduler_after_load:  # built now, on the loaded optimizer (Case)
         sched = build_scheduler(optim, case.model)
-    if sched is not None:
+    if sched is not None and not case.app_state:  # the app state restored it from DCP
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     loaded = local_state(optim, keys)
     resaved, timings["resave"] = guarded(save_path, case, run, optim)

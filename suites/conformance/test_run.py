@@ -179,7 +179,8 @@ def test_async_save_writes_the_state_at_the_save_while_training_goes_on(rank_poo
     from fsdp_conformance.sut.fsdp2_paths import DCP_DIR, save_side
 
     full = matrix.full(["fsdp2.sharded"])
-    assert [c.optimizer for c in QUICK if c.async_save] == ["adam", "sgd_momentum"]
+    assert [(c.optimizer, c.app_state) for c in QUICK if c.async_save] == [
+        ("adam", False), ("adam", True)]
     assert {c.optimizer for c in full if c.async_save} == set(OPTIMIZERS)
     case = Case(api="fsdp2.sharded", optimizer="adam", world_size=2, load_world_size=3,
                 async_save=True)
@@ -193,6 +194,33 @@ def test_async_save_writes_the_state_at_the_save_while_training_goes_on(rank_poo
         assert not torch.allclose(st["exp_avg"], later[fqn]["exp_avg"], rtol=1e-6), fqn
     with pytest.raises(ValueError, match="applies to the fsdp2.sharded round trips"):
         Case(api="fsdp2.full", async_save=True)
+
+
+def test_an_app_state_checkpoint_holds_model_optimizer_scheduler_and_step(rank_pool,
+                                                                          tmp_path):
+    """``app_state``: fsdp2.sharded writes one DCP ``Stateful`` (sut/app_state.py) under
+    "app": the model, the optimizer (what ``get_state_dict`` returns), the LR scheduler's
+    state and the step, each as at the save; in both tiers, with dcp.save and with
+    dcp.async_save. A load that restores another step than the save's is an error."""
+    from fsdp_conformance.properties.baseline import local_run
+    from fsdp_conformance.sut.fsdp2_paths import DCP_DIR, save_side
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    full = matrix.full(["fsdp2.sharded"])
+    assert {(c.optimizer, c.async_save) for c in QUICK if c.app_state} == {
+        ("adam", False), ("adam", True)}
+    assert {c.optimizer for c in full if c.app_state} == set(OPTIMIZERS)
+    case = Case(api="fsdp2.sharded", optimizer="adam", groups=2, scheduler=True,
+                world_size=2, load_world_size=3, app_state=True)
+    rank_pool(2).run(save_side, case, str(tmp_path), seed=case.seed)
+    dcp_to_torch_save(str(tmp_path / DCP_DIR), str(tmp_path / "app.pt"))
+    app = torch.load(tmp_path / "app.pt", weights_only=False)["app"]
+    assert sorted(app) == ["model", "optim", "sched", "step"]
+    assert app["step"] == case.steps
+    assert app["sched"] == local_run(case).sched_at_save
+    assert set(app["optim"]["state"]) == set(local_run(case).optim_at_save["state"])
+    with pytest.raises(ValueError, match="pick one"):
+        Case(api="fsdp2.sharded", scheduler=True, scheduler_after_load=True, app_state=True)
 
 
 def _post_forward_mesh_sizes(ctx, case):
