@@ -105,6 +105,10 @@ class Case:
     # ``get_state_dict`` / ``set_state_dict`` of model and optimizer together, the
     # scheduler restored from the checkpoint.
     app_state: bool = False
+    # FSDP2 round trips only: the load passes ``StateDictOptions(strict=False)`` (a trainer
+    # loading a checkpoint whose params do not all have state, e.g. ones that never had a
+    # gradient); the save is unchanged.
+    nonstrict: bool = False
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -150,7 +154,8 @@ class Case:
         for axis, value in (("compiled", self.compiled), ("cpu_offload", self.cpu_offload),
                             ("reshard_after_forward", self.reshard_after_forward),
                             ("flatten_optimizer_state_dict", self.flatten_optimizer_state_dict),
-                            ("mixed_precision", self.mixed_precision)):
+                            ("mixed_precision", self.mixed_precision),
+                            ("nonstrict", self.nonstrict)):
             if value:
                 self._only_fsdp2_round_trips(f"{axis}={value!r}")
         if self.reshard_after_forward:
@@ -253,7 +258,8 @@ class Case:
                 + (f"/offload:{self.cpu_offload}" if self.cpu_offload else "")
                 + (f"/mp:{self.mixed_precision}" if self.mixed_precision else "")
                 + ("/async_save" if self.async_save else "")
-                + ("/app_state" if self.app_state else ""))
+                + ("/app_state" if self.app_state else "")
+                + ("/nonstrict" if self.nonstrict else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

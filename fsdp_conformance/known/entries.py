@@ -315,9 +315,11 @@ KNOWN: tuple[KnownLimitation, ...] = (
                message=r"^Missing optimizer state for parameter 'unused\.(weight|bias)' in checkpoint",
                alongside=("StrandedRanksError",))),
     KnownLimitation(
-        "dsd-nonstrict-dummy-state", ("P3:set_full_nonstrict", "P3:set_full_broadcast_nonstrict"),
-        lambda c: c.api == "fsdp2" and c.model == "unused" and c.optimizer not in ("sgd", "adagrad"),
-        "2.13",
+        "dsd-nonstrict-dummy-state",
+        ("P3:set_full_nonstrict", "P3:set_full_broadcast_nonstrict", "P3"),
+        lambda c: c.model == "unused" and c.optimizer not in ("sgd", "adagrad") and (
+            c.api == "fsdp2" or (c.api == "fsdp2.full" and c.nonstrict)),
+        "2.13, 2.15 (the run's nonstrict cases)",
         "With strict=False the full-dict load succeeds but leaves state the checkpoint does not "
         "have: _init_optim_state's zero-grad, lr=0 step (state_dict.py:629-668, called at :1093) "
         "creates state for every trainable param without one (Adam: step=1 and zero moments; "
@@ -327,6 +329,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "step=1 instead of none (step-2 bias correction on its first real update).",
         "not yet reported upstream (dummy-step class: "
         "https://github.com/pytorch/pytorch/issues/133415, pytorch/torchtitan#4382)",
+        also=("P6", "P7", "P10"),  # the run (fsdp2.full, Case.nonstrict): resumed from it
         model=Effect(what="every trainable param without state in the loaded dict has the state "
                      "one zero-gradient, lr=0 step creates (Adam: step 1 and its moments of a "
                      "zero gradient)",

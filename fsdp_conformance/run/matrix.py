@@ -90,7 +90,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         else:
             cases += (fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api) + flattened(api)
                       + offloaded(api) + mixed_precision(api)
-                      + dcp_writes(api, ("adam",)))
+                      + dcp_writes(api, ("adam",)) + nonstrict(api))
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
         # the LR scheduler built after the load (3 -> 2: fsdp1.dsd_sharded loads there)
@@ -148,7 +148,8 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         if family_of(api) == "fsdp2":
             cases += (fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
                       + flattened(api, OPTS) + offloaded(api, OPTS)
-                      + mixed_precision(api, OPTS) + dcp_writes(api, OPTS))
+                      + mixed_precision(api, OPTS) + dcp_writes(api, OPTS)
+                      + nonstrict(api, OPTS))
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
 
@@ -219,6 +220,13 @@ def state_dtype(api: str, pairs: Sequence[tuple[int, int]]) -> list[Case]:
                             load_world_size=m if resizable(api) else None,
                             use_orig_params=family_of(api) == "fsdp1" and bool(i % 2)))
     return out
+
+
+def nonstrict(api: str, optimizers: Sequence[str] = ("adam", "sgd")) -> list[Case]:
+    """FSDP2 loads with ``strict=False``, saved at 2 and loaded at 3, per optimizer: on the
+    ``unused`` model (a param that never gets a gradient has no state) and on the mlp."""
+    return [Case(api=api, optimizer=opt, model=model, world_size=2, load_world_size=3,
+                 nonstrict=True) for opt in optimizers for model in ("unused", "mlp")]
 
 
 def dcp_writes(api: str, optimizers: Sequence[str]) -> list[Case]:

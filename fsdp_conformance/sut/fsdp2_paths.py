@@ -80,6 +80,13 @@ def _options(case: Case | None = None, **kw):
     return StateDictOptions(**kw)
 
 
+def _load_options(case: Case, **kw):
+    """``_options`` of a load: ``strict=False`` where the case says (``Case.nonstrict``)."""
+    if case.nonstrict:
+        kw["strict"] = False
+    return _options(case, **kw)
+
+
 def _group_fqns(optim, keys: list[str]) -> list[list[str]]:
     """The optimizer's param groups as FQN lists (``keys``: the FQNs in the optimizer's
     order)."""
@@ -307,12 +314,12 @@ def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path, sched=No
     if case.api == "fsdp2.full":
         set_optimizer_state_dict(
             model, optim, saved if ctx.rank == 0 else {},
-            options=_options(case, full_state_dict=True, broadcast_from_rank0=True))
+            options=_load_options(case, full_state_dict=True, broadcast_from_rank0=True))
         return
     import torch.distributed.checkpoint as dcp
 
     if case.app_state:
-        app = AppState(model, optim, sched, options=_options(case))
+        app = AppState(model, optim, sched, options=_load_options(case))
         dcp.load({APP_KEY: app}, checkpoint_id=str(workdir / DCP_DIR), process_group=ctx.group)
         if app.step != case.steps:
             raise ValueError(f"the app state's step after dcp.load is {app.step}, the save's "
@@ -321,7 +328,7 @@ def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path, sched=No
     template = get_optimizer_state_dict(model, optim, options=_options(case))
     dcp.load({"optim": template}, checkpoint_id=str(workdir / DCP_DIR),
              process_group=ctx.group)
-    set_optimizer_state_dict(model, optim, template, options=_options(case))
+    set_optimizer_state_dict(model, optim, template, options=_load_options(case))
 
 
 def _load_guarded(ctx, case: Case, model, optim, saved: Any, workdir: Path,

@@ -492,3 +492,28 @@ def test_the_state_dtype_entry_covers_exactly_the_zoos_float32_state_optimizers(
         fresh = build_optimizer(name, list(model.named_parameters()))
         fresh.load_state_dict(optim.state_dict())  # torch's own cast, the entry's mechanism
         assert {v.dtype for st in fresh.state.values() for v in st.values()} == {_torch.bfloat16}
+
+
+def test_a_second_bug_behind_the_nonstrict_dummy_state_in_the_run_fails(rank_pool, tmp_path):
+    """fsdp2.full loaded with strict=False (Case.nonstrict), Adam on the ``unused`` model,
+    2 -> 3: the params without state in the checkpoint load with a dummy step's state
+    (dsd-nonstrict-dummy-state), known by that effect exactly on P3 and its consequences.
+    The same load with strict=True refuses the checkpoint instead (the option reaches
+    set_optimizer_state_dict). A dummy state with step 2 is not that effect: P3 fails naming
+    the rank, the param and the entry."""
+    from fsdp_conformance.sut.fsdp2_paths import _load_options
+
+    assert _load_options(Case(api="fsdp2.full", nonstrict=True)).strict is False
+    assert _load_options(Case(api="fsdp2.full")).strict is True
+    case = Case(api="fsdp2.full", optimizer="adam", model="unused", world_size=2,
+                load_world_size=3, nonstrict=True)
+    load, judged = _live(rank_pool, case, tmp_path)
+    entry = "dsd-nonstrict-dummy-state"
+    clean = judged()
+    assert (clean["P3"].status, clean["P3"].known) == ("known", entry), clean["P3"].detail
+    st = load[1].loaded["state"]["unused.weight"]
+    assert float(st["step"]) == 1.0
+    st["step"] = st["step"] + 1
+    v = judged()["P3"]
+    assert v.status == "fail", v.detail
+    assert "rank 1" in v.detail and "unused.weight" in v.detail and entry in v.detail, v.detail

@@ -223,6 +223,19 @@ def test_an_app_state_checkpoint_holds_model_optimizer_scheduler_and_step(rank_p
         Case(api="fsdp2.sharded", scheduler=True, scheduler_after_load=True, app_state=True)
 
 
+def test_nonstrict_loads_are_in_both_tiers_on_the_fsdp2_round_trips():
+    """``nonstrict``: FSDP2 loads with strict=False on the ``unused`` model and the mlp (quick:
+    Adam and plain SGD; full: every optimizer), on both FSDP2 round trips only."""
+    full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
+    for api in ("fsdp2.full", "fsdp2.sharded"):
+        assert {(c.optimizer, c.model) for c in QUICK if c.api == api and c.nonstrict} == {
+            ("adam", "unused"), ("adam", "mlp"), ("sgd", "unused"), ("sgd", "mlp")}
+        assert {c.optimizer for c in full if c.api == api and c.nonstrict} == set(OPTIMIZERS)
+    assert Case(api="fsdp2.full", nonstrict=True).id.endswith("/nonstrict")
+    with pytest.raises(ValueError, match="applies to the FSDP2 round trips"):
+        Case(api="fsdp1.full", nonstrict=True)
+
+
 def _post_forward_mesh_sizes(ctx, case):
     """Per FSDP2 unit of the case's wrapped model: the shard size params are resharded to
     after forward (None: kept unsharded)."""
