@@ -109,6 +109,10 @@ class Case:
     # loading a checkpoint whose params do not all have state, e.g. ones that never had a
     # gradient); the save is unchanged.
     nonstrict: bool = False
+    # FSDP2 round trips only: every state-dict call of both sides passes
+    # ``StateDictOptions(ignore_frozen_params=True)`` (the model's frozen params are left out
+    # of its state dict; the optimizer's dict is documented as unchanged).
+    ignore_frozen_params: bool = False
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -155,7 +159,8 @@ class Case:
                             ("reshard_after_forward", self.reshard_after_forward),
                             ("flatten_optimizer_state_dict", self.flatten_optimizer_state_dict),
                             ("mixed_precision", self.mixed_precision),
-                            ("nonstrict", self.nonstrict)):
+                            ("nonstrict", self.nonstrict),
+                            ("ignore_frozen_params", self.ignore_frozen_params)):
             if value:
                 self._only_fsdp2_round_trips(f"{axis}={value!r}")
         if self.reshard_after_forward:
@@ -259,7 +264,8 @@ class Case:
                 + (f"/mp:{self.mixed_precision}" if self.mixed_precision else "")
                 + ("/async_save" if self.async_save else "")
                 + ("/app_state" if self.app_state else "")
-                + ("/nonstrict" if self.nonstrict else ""))
+                + ("/nonstrict" if self.nonstrict else "")
+                + ("/ignore_frozen" if self.ignore_frozen_params else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -107,7 +107,8 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
                    "use_orig_params": False, "plan": "root", "compiled": "",
                    "reshard_after_forward": 0, "flatten_optimizer_state_dict": False,
                    "cpu_offload": "", "scheduler_after_load": False, "async_save": False,
-                   "app_state": False, "nonstrict": False})
+                   "app_state": False, "nonstrict": False,
+                   "ignore_frozen_params": False})
     if base != case:
         return _local_run(base, exp)
     model, optim, sched, names = fresh_training(case)

@@ -90,7 +90,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         else:
             cases += (fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api) + flattened(api)
                       + offloaded(api) + mixed_precision(api)
-                      + dcp_writes(api, ("adam",)) + nonstrict(api))
+                      + dcp_writes(api, ("adam",)) + nonstrict(api) + frozen_left_out(api))
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
         # the LR scheduler built after the load (3 -> 2: fsdp1.dsd_sharded loads there)
@@ -149,7 +149,7 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
             cases += (fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
                       + flattened(api, OPTS) + offloaded(api, OPTS)
                       + mixed_precision(api, OPTS) + dcp_writes(api, OPTS)
-                      + nonstrict(api, OPTS))
+                      + nonstrict(api, OPTS) + frozen_left_out(api, OPTS))
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
 
@@ -227,6 +227,23 @@ def nonstrict(api: str, optimizers: Sequence[str] = ("adam", "sgd")) -> list[Cas
     ``unused`` model (a param that never gets a gradient has no state) and on the mlp."""
     return [Case(api=api, optimizer=opt, model=model, world_size=2, load_world_size=3,
                  nonstrict=True) for opt in optimizers for model in ("unused", "mlp")]
+
+
+def frozen_left_out(api: str, optimizers: Sequence[str] = ("adam",)) -> list[Case]:
+    """FSDP2 with ``ignore_frozen_params=True`` on every state-dict call, saved at 2 and
+    loaded at 3, per optimizer, on the zoo's frozen models (``late_frozen``: trained, then
+    frozen before the save; ``frozen``: frozen when built): the optimizer round trip, and on
+    fsdp2.sharded the app state (the model goes through set_state_dict with it), strict and
+    with ``strict=False``."""
+    out = []
+    for opt in optimizers:
+        out.append(Case(api=api, optimizer=opt, model="late_frozen", world_size=2,
+                        load_world_size=3, ignore_frozen_params=True))
+        if api == "fsdp2.sharded":
+            out += [Case(api=api, optimizer=opt, model=m, world_size=2, load_world_size=3,
+                         ignore_frozen_params=True, app_state=True, nonstrict=ns)
+                    for m in ("frozen", "late_frozen") for ns in (False, True)]
+    return out
 
 
 def dcp_writes(api: str, optimizers: Sequence[str]) -> list[Case]:

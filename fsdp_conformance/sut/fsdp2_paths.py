@@ -71,12 +71,14 @@ def _check(api: str) -> None:
 
 
 def _options(case: Case | None = None, **kw):
-    """``StateDictOptions(**kw)``, flattened where the case says
-    (``Case.flatten_optimizer_state_dict``)."""
+    """``StateDictOptions(**kw)``, flattened and without the model's frozen params where the
+    case says (``Case.flatten_optimizer_state_dict``, ``Case.ignore_frozen_params``)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
     if case is not None and case.flatten_optimizer_state_dict:
         kw["flatten_optimizer_state_dict"] = True
+    if case is not None and case.ignore_frozen_params:
+        kw["ignore_frozen_params"] = True
     return StateDictOptions(**kw)
 
 
@@ -243,7 +245,8 @@ def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, racing=None,
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         state = ({APP_KEY: app} if case.app_state
-                 else {"model": get_model_state_dict(model), "optim": saved})
+                 else {"model": get_model_state_dict(model, options=_options(case)),
+                       "optim": saved})
         if case.async_save:
             future = dcp.async_save(state, checkpoint_id=str(workdir / DCP_DIR),
                                     process_group=checkpoint_group(ctx))

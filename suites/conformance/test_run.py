@@ -236,6 +236,33 @@ def test_nonstrict_loads_are_in_both_tiers_on_the_fsdp2_round_trips():
         Case(api="fsdp1.full", nonstrict=True)
 
 
+def test_ignore_frozen_params_is_in_both_tiers_and_leaves_frozen_params_out(rank_pool,
+                                                                            tmp_path):
+    """``ignore_frozen_params``: every FSDP2 state-dict call passes it (quick: Adam, full:
+    every optimizer; the optimizer round trip on ``late_frozen``, and on fsdp2.sharded the
+    app state of both frozen models, strict and not); the model part of the checkpoint
+    then has no frozen param, the optimizer part still has their state."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from fsdp_conformance.sut.fsdp2_paths import DCP_DIR, save_side
+
+    full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
+    want = {("fsdp2.full", "late_frozen", False, False)} | {
+        ("fsdp2.sharded", m, app, ns) for m, app, ns in (
+            ("late_frozen", False, False), ("frozen", True, False), ("frozen", True, True),
+            ("late_frozen", True, False), ("late_frozen", True, True))}
+    assert {(c.api, c.model, c.app_state, c.nonstrict) for c in QUICK
+            if c.ignore_frozen_params} == want
+    assert {c.optimizer for c in full if c.ignore_frozen_params} == set(OPTIMIZERS)
+    case = Case(api="fsdp2.sharded", optimizer="adam", model="late_frozen", world_size=2,
+                load_world_size=3, ignore_frozen_params=True, app_state=True)
+    rank_pool(2).run(save_side, case, str(tmp_path), seed=case.seed)
+    dcp_to_torch_save(str(tmp_path / DCP_DIR), str(tmp_path / "app.pt"))
+    app = torch.load(tmp_path / "app.pt", weights_only=False)["app"]
+    assert not any(k.startswith("inp.") for k in app["model"]), sorted(app["model"])
+    assert {"inp.weight", "inp.bias"} <= set(app["optim"]["state"])
+
+
 def _post_forward_mesh_sizes(ctx, case):
     """Per FSDP2 unit of the case's wrapped model: the shard size params are resharded to
     after forward (None: kept unsharded)."""
