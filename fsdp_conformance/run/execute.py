@@ -18,6 +18,9 @@ Rules
   otherwise a third idle (ws-1 cases, the controller judging, gloo's round trips, ranks
   waiting for a stranded peer), measured on 2 cores: the 548-case quick tier took 262 s on
   one lane and 179 s on two, with the same verdicts.
+- Round trips that differ only in how they load share one save (run/saves.py): the cases
+  are grouped by save, a lane takes a whole group, and its kept save serves the group's
+  other cases.
 - Results are kept and returned in the order the cases were given; ``on_result`` sees each
   result as it lands, on the calling thread.
 - An interrupted run (Ctrl-C, SIGTERM, the CI job's time limit) keeps what it decided:
@@ -40,6 +43,7 @@ from typing import Callable, Sequence
 from ..cases import Case
 from .kinds import kind_of
 from .lifecycle import CaseEnv, execute
+from .saves import SaveCache, by_save
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +59,9 @@ class Run:
     """Why the run stopped before every case was decided ("" = it did not)."""
     planned: int = 0
     """How many cases the run was given."""
+    shared_saves: int = 0
+    """Round trips that loaded from a save an earlier case of their lane ran (run/saves.py)
+    instead of saving again."""
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -63,12 +70,15 @@ class RunInterrupted(KeyboardInterrupt):
 
 def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
              fault_timeout: float = 30.0,
-             calibration: str | os.PathLike | None = None, lane: int = 0):
-    """One case's ``CaseResult`` (run/lifecycle.py ``execute``) on the pools of ``lane``;
-    never raises for a torch, rank or suite failure."""
+             calibration: str | os.PathLike | None = None, lane: int = 0,
+             saves: SaveCache | None = None):
+    """One case's ``CaseResult`` (run/lifecycle.py ``execute``) on the pools of ``lane``
+    (``saves``: the lane's kept save, run/saves.py); never raises for a torch, rank or
+    suite failure."""
     env = CaseEnv(rundir=Path(rundir), backend=backend, timeout=timeout,
                   fault_timeout=fault_timeout,
-                  calibration=None if calibration is None else str(calibration), lane=lane)
+                  calibration=None if calibration is None else str(calibration), lane=lane,
+                  saves=saves)
     return execute(case, env, kind_of(case))
 
 
@@ -80,31 +90,36 @@ def default_lanes(backend: str | None) -> int:
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
-def _run_lanes(todo: Sequence[tuple[int, Case]], lanes: int, decide: Callable,
+def _run_lanes(groups: Sequence[Sequence[tuple[int, Case]]], lanes: int, decide: Callable,
                land: Callable[[int, object], None]) -> None:
-    """``decide(case, lane)`` for every ``(index, case)`` of ``todo`` on ``lanes`` threads;
+    """``decide(case, lane)`` for every ``(index, case)`` of ``groups`` on ``lanes``
+    threads, a lane taking a whole group at a time (run/saves.py: its cases share a save);
     ``land(index, result)`` on this thread as each result lands. An interruption (or any
     exception here) kills every pool's ranks, so no lane stays inside a call, and
     propagates."""
     from ..harness import close_pools
 
     work: queue.SimpleQueue = queue.SimpleQueue()
-    for item in todo:
-        work.put(item)
+    for group in groups:
+        work.put(list(group))
+    todo = [item for group in groups for item in group]
     done: queue.SimpleQueue = queue.SimpleQueue()
     stop = threading.Event()
 
     def lane(n: int) -> None:
         while not stop.is_set():
             try:
-                i, case = work.get_nowait()
+                group = work.get_nowait()
             except queue.Empty:
                 return
-            try:
-                done.put((i, decide(case, n), None))
-            except BaseException as exc:  # noqa: BLE001  (handed to the calling thread)
-                done.put((i, None, exc))
-                return
+            for i, case in group:
+                if stop.is_set():
+                    return
+                try:
+                    done.put((i, decide(case, n), None))
+                except BaseException as exc:  # noqa: BLE001  (handed to the calling thread)
+                    done.put((i, None, exc))
+                    return
 
     threads = [threading.Thread(target=lane, args=(n,), name=f"fsdpc-lane{n}", daemon=True)
                for n in range(lanes)]
@@ -166,9 +181,12 @@ def run_all(cases: Sequence[Case], *, backend: str | None = None, timeout: float
     rundir = Path(tempfile.mkdtemp(prefix="fsdpc-run-"))
     interrupted = ""
 
+    caches = {n: SaveCache(rundir / f"saves-lane{n}") for n in range(lanes)}
+
     def decide(case: Case, lane: int = 0):
         return run_case(case, rundir, backend=backend, timeout=timeout,
-                        fault_timeout=fault_timeout, calibration=calibration, lane=lane)
+                        fault_timeout=fault_timeout, calibration=calibration, lane=lane,
+                        saves=caches[lane])
 
     def land(i: int, r) -> None:
         decided[i] = r
@@ -179,9 +197,9 @@ def run_all(cases: Sequence[Case], *, backend: str | None = None, timeout: float
     alone = [(i, c) for i, c in enumerate(cases) if c.bounds]
     try:
         if lanes > 1 and len(side) > 1:
-            _run_lanes(side, lanes, decide, land)
+            _run_lanes(by_save(side), lanes, decide, land)
         else:
-            alone = sorted(side + alone)
+            alone = [item for group in by_save(side) for item in group] + alone
         for i, case in alone:
             land(i, decide(case))
         for i, r in list(decided.items()):  # failing bounds cases: once more, later (rules)
@@ -199,7 +217,8 @@ def run_all(cases: Sequence[Case], *, backend: str | None = None, timeout: float
     block = scaling_of(results, calibration)
     if block:
         results = apply_scaling(results, block)
-    return Run(results=results, scaling=block, interrupted=interrupted, planned=len(cases))
+    return Run(results=results, scaling=block, interrupted=interrupted, planned=len(cases),
+               shared_saves=sum(c.shared for c in caches.values()))
 
 
 def run_cases(cases: Sequence[Case], *, backend: str | None = None, timeout: float = 120.0,

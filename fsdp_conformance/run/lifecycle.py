@@ -52,6 +52,9 @@ class CaseEnv:
     lane: int = 0
     """Which lane of the run executes the case: each lane has pools of its own
     (harness/registry.py), so cases on different lanes run side by side."""
+    saves: Any = None
+    """The lane's ``run.saves.SaveCache`` (round trips that differ only in how they load
+    share a save); None: every case saves on its own."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,16 +93,18 @@ class Step:
     """Seconds by step ("save", "load"); the lifecycle adds "total"."""
 
     def on_pool(self, step: str, world_size: int, fn: Callable[..., Any], *,
-                timeout: float | None = None, before: tuple = (), after: tuple = ()) -> list:
+                timeout: float | None = None, before: tuple = (), after: tuple = (),
+                workdir: Path | None = None) -> list:
         """``fn(ctx, *before, case, workdir, *after)`` on every rank of a pool of
-        ``world_size`` ranks; the ranks' results in rank order. A rank that raised, died or
-        hung -> ``StepFailed``."""
+        ``world_size`` ranks (``workdir``: the case's own unless given); the ranks' results
+        in rank order. A rank that raised, died or hung -> ``StepFailed``."""
         from ..harness import get_pool
         from ..harness.errors import RankError, RankTimeout
 
         try:
             return get_pool(world_size, self.env.backend, lane=self.env.lane).run(
-                fn, *before, self.case, str(self.workdir), *after, seed=self.case.seed,
+                fn, *before, self.case, str(workdir or self.workdir), *after,
+                seed=self.case.seed,
                 timeout=self.env.timeout if timeout is None else timeout)
         except RankError as exc:
             raise StepFailed(step, exc, hung=isinstance(exc, RankTimeout)) from exc

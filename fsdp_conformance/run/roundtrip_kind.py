@@ -7,6 +7,9 @@ Rules
   property the case decides is "error" naming the rank and torch's traceback, and the load
   is not attempted.
 - Otherwise every property is judged on the controller (properties/roundtrip.py).
+- Cases that differ only in how they load share one save on a lane (run/saves.py): the
+  save side runs for the first, the others load from its directory and are judged on its
+  records.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from ..properties.verdict import Verdict, error, na
 from ..sut.records import error_of
 from ..sut.registry import api_path
 from .lifecycle import Outcome, Step, all_props
+from .saves import save_key
 
 
 def _rekeys(case: Case) -> bool:
@@ -41,7 +45,15 @@ class RoundTripKind:
 
     def run(self, step: Step) -> Outcome:
         case, path = step.case, api_path(step.case.api)
-        save_obs = step.on_pool("save side", case.world_size, path.save_side)
+        cache, key = step.env.saves, save_key(step.case)
+        kept = cache.get(key) if cache is not None else None
+        if kept is not None:  # the same save, run for an earlier case of the lane (run/saves)
+            save_obs, savedir = kept
+        else:
+            savedir = cache.fresh_dir() if cache is not None and key is not None \
+                else step.workdir
+            save_obs = step.on_pool("save side", case.world_size, path.save_side,
+                                    workdir=savedir)
         step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
         failed = [o for o in save_obs if error_of(o.saved)]
         if failed:  # nothing was written: there is nothing to load
@@ -49,10 +61,13 @@ class RoundTripKind:
                 f"torch raised in the {case.api} save call on rank {failed[0].rank}, so "
                 f"nothing could be loaded:\n{error_of(failed[0].saved)}"),
                 self.decides(case)))
-        load_obs = step.on_pool("load side", case.dst_world_size, path.load_side)
+        if kept is None and cache is not None and key is not None:
+            cache.put(key, save_obs, savedir)
+        load_obs = step.on_pool("load side", case.dst_world_size, path.load_side,
+                                workdir=savedir)
         step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
         def judge() -> dict[str, Verdict]:
-            v = round_trip_verdicts(case, save_obs, load_obs, step.workdir)
+            v = round_trip_verdicts(case, save_obs, load_obs, savedir)
             return {p: v[p] for p in self.decides(case)}
 
         verdicts = judge()

@@ -1,0 +1,89 @@
+"""Shared save sides: round-trip cases that differ only in how they load share one save.
+
+Rules
+- ``save_key(case)``: the case with every field only its load side reads reset (the load
+  world size and plan, ``scheduler_after_load``, ``nonstrict``); None for a case that must
+  save alone (a user's own path: its save side may read any field).
+- A lane keeps the last save it ran (``SaveCache``: one entry, the save ranks' records and
+  the directory they wrote, under the run directory). A round-trip case whose key matches
+  loads from that directory and is judged on those records instead of saving again. The
+  save side is deterministic (same case, same seed -> same bits), so they are the records
+  the case's own save gives, and the loads only read the directory. A save that raised on
+  a rank is never kept.
+- ``by_save``: the run's cases in groups, one per save key (a case without one alone), in
+  the order of each group's first case; a lane takes a whole group, so the group's saves
+  after the first are shared.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..cases import PATHS, Case
+
+LOAD_ONLY = {"load_world_size": None, "load_plan": None, "scheduler_after_load": False,
+             "nonstrict": False}
+"""The fields only a load side reads, and their reset values (module rules)."""
+
+
+def save_key(case: Case) -> Case | None:
+    """The case as its save side sees it (module rules); None: it saves alone."""
+    if case.api not in PATHS or case.golden or case.bounds or case.fault:
+        return None
+    return dataclasses.replace(case, **LOAD_ONLY)
+
+
+def by_save(cases: Sequence[tuple[int, Case]]) -> list[list[tuple[int, Case]]]:
+    """``(index, case)`` pairs grouped by ``save_key`` (module rules)."""
+    groups: dict[object, list[tuple[int, Case]]] = {}
+    for i, case in cases:
+        key = save_key(case)
+        groups.setdefault(key if key is not None else ("alone", i), []).append((i, case))
+    return list(groups.values())
+
+
+@dataclass
+class SaveCache:
+    """One lane's last save (module rules). Used by one lane's thread only."""
+
+    root: Path
+    """Where the lane's save directories go (under the run directory)."""
+    key: Case | None = None
+    """The kept save's key (None: nothing kept)."""
+    records: list | None = None
+    """Its save ranks' records, in rank order."""
+    directory: Path | None = None
+    """The directory its ranks wrote."""
+    made: int = 0
+    """Save directories made so far (names them)."""
+    shared: int = 0
+    """Cases that loaded from a kept save instead of saving again."""
+
+    def get(self, key: Case | None) -> tuple[list, Path] | None:
+        """The kept records and directory if ``key`` is the kept save's, else None."""
+        if key is None or key != self.key or self.directory is None:
+            return None
+        self.shared += 1
+        return self.records, self.directory
+
+    def fresh_dir(self) -> Path:
+        """A new empty directory for the next save (the kept one is dropped first)."""
+        self.drop()
+        self.made += 1
+        d = self.root / f"save-{self.made}"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        return d
+
+    def put(self, key: Case, records: list, directory: Path) -> None:
+        """Keep this save (records and directory) for the cases of the same key."""
+        self.key, self.records, self.directory = key, list(records), directory
+
+    def drop(self) -> None:
+        """Forget the kept save and remove its directory."""
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        self.key = self.records = self.directory = None
