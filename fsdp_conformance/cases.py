@@ -174,6 +174,11 @@ class Case:
                                  f"got {raf}")
         if self.scheduler_after_load and not self.scheduler:
             raise ValueError("scheduler_after_load needs scheduler=True")
+        if self.scheduler_after_load and (self.api not in PATHS or self.golden or self.bounds):
+            raise ValueError(f"scheduler_after_load applies to the round trips of the "
+                             f"built-in paths (their load sides build the scheduler), not "
+                             f"api={self.api!r}" + (" of a golden fixture" if self.golden else "")
+                             + (" with bounds=True" if self.bounds else ""))
         if self.inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
         if self.inject and not self.bounds:

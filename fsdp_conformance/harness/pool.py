@@ -48,6 +48,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from datetime import timedelta
 from multiprocessing.connection import wait as mp_wait
@@ -74,6 +75,8 @@ packages, ``torch._dynamo`` (imported lazily by the first optimizer step or DTen
 Together they were 1.7 s of the first call on every started or rebuilt pool."""
 
 
+_CONTEXT_LOCK = threading.Lock()
+
 RANK_HASH_SEED = "0"
 """``PYTHONHASHSEED`` of the forkserver, and so of every rank: same case, same bits and the
 same text, every run."""
@@ -83,13 +86,14 @@ def _context():
     """The forkserver context, preloaded with the worker module (and so with torch) and with
     what every conformance case imports on its first call (``RANK_PRELOAD``), its server
     started with ``PYTHONHASHSEED=RANK_HASH_SEED`` (the controller's own environment is left
-    as it was)."""
+    as it was), checked on every call: a forkserver that died is started again, seeded."""
     global _mp_context
-    if _mp_context is None:
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["fsdp_conformance.harness.worker", *RANK_PRELOAD])
-        _start_forkserver_seeded()
-        _mp_context = ctx
+    with _CONTEXT_LOCK:  # two lanes start their first pools at once
+        if _mp_context is None:
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload(["fsdp_conformance.harness.worker", *RANK_PRELOAD])
+            _mp_context = ctx
+        _start_forkserver_seeded()  # every pool start: a forkserver that died restarts seeded
     return _mp_context
 
 

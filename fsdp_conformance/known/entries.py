@@ -356,7 +356,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "optim-load-casts-state-to-param-dtype", ("P3", "P7"),
         # the zoo's optimizers with float32 state (zoo.optimizers.STATE_DTYPE_OPTIMIZERS;
         # named here so that reading the entries does not import torch)
-        lambda c: c.optimizer in ("sgd_momentum_fp32state",),
+        lambda c: c.optimizer in ("sgd_momentum_fp32state",) and c.dtype != "fp32",
         "2.13, 2.15",
         "torch.optim.Optimizer.load_state_dict casts every floating-point state tensor but "
         "'step' to its param's dtype (_process_value_according_to_param_policy, "
@@ -395,7 +395,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "dsd-load-drops-group-keys-the-optimizer-lacks", ("P11",),
         lambda c: (c.api in ("fsdp2.full", "fsdp2.sharded", "fsdp1.dsd_sharded")
-                   and c.scheduler_after_load),
+                   and c.scheduler_after_load and c.steps > 0  # else lr == initial_lr
+                   and (c.api != "fsdp2.full" or c.dst_world_size > 1)),  # rank 0 keeps it
         "2.13, 2.15 (the full tier's cases; the reproducer also on 2.8)",
         "set_optimizer_state_dict loads a param-group key only where the rank's fresh "
         "optimizer already has it, so the LR scheduler's initial_lr, in the checkpoint but not "

@@ -89,7 +89,8 @@ def p3_loaded(dst, full: dict, load_obs: Sequence[LoadRecord],
             problems.append(f"rank {r} after loading differs from reference.fsdp2_shard:\n"
                             + format_diff(diffs))
         if own is not None:
-            mine = _state(own_expected(dst, own, r, ref.fsdp2_gather, ref.fsdp2_shard))
+            with expect.on_rank(r):
+                mine = _state(own_expected(dst, own, r, ref.fsdp2_gather, ref.fsdp2_shard))
             theirs = _state(o.loaded)
             if r != 0:
                 mine, theirs = drop_plain(mine, dst), drop_plain(theirs, dst)

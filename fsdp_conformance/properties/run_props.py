@@ -230,8 +230,9 @@ def p3_loaded(dst_layout, full: dict, load_obs: Sequence[LoadRecord],
             problems.append(f"rank {r} after loading differs from reference.shard_full:\n"
                             + format_diff(diffs))
         if own is not None:
-            mine, theirs = comparable(own_expected(dst_layout, own, r, ref.gather_full,
-                                                    ref.shard_full), o.loaded, dst_layout, r)
+            with expect.on_rank(r):
+                mine = own_expected(dst_layout, own, r, ref.gather_full, ref.shard_full)
+            mine, theirs = comparable(mine, o.loaded, dst_layout, r)
             diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst_layout))
             if diffs:
                 problems.append(f"rank {r} after loading differs from its own state before "

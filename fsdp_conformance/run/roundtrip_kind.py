@@ -13,6 +13,8 @@ Rules
 """
 from __future__ import annotations
 
+import shutil
+
 from ..cases import Case
 from ..properties.catalogue import NO_REKEY, ONLY_BOUNDS, ONLY_FAULT, ONLY_GOLDEN, PROPS
 from ..known.apply import rejudge
@@ -54,9 +56,12 @@ class RoundTripKind:
                 else step.workdir
             save_obs = step.on_pool("save side", case.world_size, path.save_side,
                                     workdir=savedir)
-        step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
+        if kept is None:  # a shared save's time is its first case's
+            step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
         failed = [o for o in save_obs if error_of(o.saved)]
         if failed:  # nothing was written: there is nothing to load
+            if savedir != step.workdir:
+                shutil.rmtree(savedir, ignore_errors=True)
             return Outcome(verdicts=all_props(error(
                 f"torch raised in the {case.api} save call on rank {failed[0].rank}, so "
                 f"nothing could be loaded:\n{error_of(failed[0].saved)}"),

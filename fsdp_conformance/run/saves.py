@@ -8,8 +8,9 @@ Rules
   the directory they wrote, under the run directory). A round-trip case whose key matches
   loads from that directory and is judged on those records instead of saving again. The
   save side is deterministic (same case, same seed -> same bits), so they are the records
-  the case's own save gives, and the loads only read the directory. A save that raised on
-  a rank is never kept.
+  the case's own save gives; a load reads the directory's checkpoint and writes nothing
+  another load reads (its own marker files; the judge's DCP read-back file, rewritten each
+  time). A save that raised on a rank is never kept, and its directory is removed.
 - ``by_save``: the run's cases in groups, one per save key (a case without one alone), in
   the order of each group's first case; a lane takes a whole group, so the group's saves
   after the first are shared.

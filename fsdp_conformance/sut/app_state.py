@@ -22,7 +22,9 @@ APP_KEY = "app"
 class AppState:
     """A DCP ``Stateful`` of one rank's training state (module rules)."""
 
-    def __init__(self, model, optim, sched=None, step: int = 0, options=None):
+    def __init__(self, model, optim, sched=None, step: int = -1, options=None):
+        """``step``: the save side's current step; a load side leaves it -1 (none restored
+        yet), so a load that does not restore it is seen."""
         self.model, self.optim, self.sched, self.step = model, optim, sched, step
         self.options = options
 

@@ -37,7 +37,7 @@ Rules
 """
 from __future__ import annotations
 
-import copy
+import concurrent.futures
 
 import time
 import uuid
@@ -252,7 +252,15 @@ def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, racing=None,
                                     process_group=checkpoint_group(ctx))
             if racing is not None:
                 racing()
-            future.result(timeout=WRITE_TIMEOUT_S)
+            try:
+                future.result(timeout=WRITE_TIMEOUT_S)
+            except concurrent.futures.TimeoutError:
+                # its writer thread may still hold the checkpoint group: never reuse it
+                group = _CHECKPOINT_GROUPS.pop(id(ctx.group), None)
+                if group is not None:
+                    dist.destroy_process_group(group)
+                raise RuntimeError(f"dcp.async_save did not finish within {WRITE_TIMEOUT_S:.0f} "
+                                   f"s on rank {ctx.rank} ({workdir / DCP_DIR})") from None
         else:
             dcp.save(state, checkpoint_id=str(workdir / DCP_DIR), process_group=ctx.group)
     dist.barrier(group=ctx.group)
@@ -288,9 +296,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
         train(ctx, case, run, optim, 1, start_step=case.steps)
         timings["race"] = time.perf_counter() - t0
 
-    racing = race if case.async_save else None
-    if case.async_save:  # the records alias the live state on CPU: keep the save's values
-        local, record, offloaded = copy.deepcopy((local, record, offloaded))
+    racing = race if case.async_save else None  # the records are copies (local_to_cpu)
     app = AppState(run, optim, sched, step=case.steps, options=_options(case)) \
         if case.app_state else None
     if not is_error(saved):
@@ -322,7 +328,7 @@ def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path, sched=No
     import torch.distributed.checkpoint as dcp
 
     if case.app_state:
-        app = AppState(model, optim, sched, options=_load_options(case))
+        app = AppState(model, optim, sched, step=-1, options=_load_options(case))
         dcp.load({APP_KEY: app}, checkpoint_id=str(workdir / DCP_DIR), process_group=ctx.group)
         if app.step != case.steps:
             raise ValueError(f"the app state's step after dcp.load is {app.step}, the save's "

@@ -110,6 +110,9 @@ def build_optimizer(name: str, named_params: Iterable[tuple[str, torch.nn.Parame
         known = sorted(OPTIMIZERS) + sorted(STATE_DTYPE_OPTIMIZERS)
         raise ValueError(f"unknown optimizer {name!r}; known: {known}{extra}") from None
     kw = dict(kw)
+    if name in STATE_DTYPE_OPTIMIZERS and (impl != "default" or foreach is not None):
+        raise ValueError(f"optimizer {name!r} has one implementation: impl must be 'default' "
+                         f"and foreach unset, got impl={impl!r}, foreach={foreach!r}")
     if foreach is not None:
         kw["foreach"] = foreach
     kw.update(impl_kwargs(name, impl))

@@ -426,8 +426,11 @@ def test_a_second_bug_behind_the_dropped_initial_lr_fails(rank_pool, tmp_path):
     and the entry; so does another wrong group key on a rank the effect covers."""
     case = Case(api="fsdp2.full", optimizer="sgd_momentum", groups=2, scheduler=True,
                 scheduler_after_load=True, world_size=2, load_world_size=3)
-    load, judged = _live(rank_pool, case, tmp_path)
     entry = "dsd-load-drops-group-keys-the-optimizer-lacks"
+    for unseen in (dataclasses.replace(case, load_world_size=1),  # rank 0 alone keeps it
+                   dataclasses.replace(case, steps=0)):  # lr is still initial_lr
+        assert entry not in [e.key for e in known_all(unseen, "P11")]
+    load, judged = _live(rank_pool, case, tmp_path)
     clean = judged()
     assert (clean["P11"].status, clean["P11"].known) == ("known", entry), clean["P11"].detail
     groups = {o.rank: o.loaded["param_groups"] for o in load}
@@ -482,6 +485,10 @@ def test_the_state_dtype_entry_covers_exactly_the_zoos_float32_state_optimizers(
     covered = {o for o in [*OPTIMIZERS, *STATE_DTYPE_OPTIMIZERS]
                if entry.applies(Case(api="fsdp2.full", optimizer=o, dtype="bf16"))}
     assert covered == set(STATE_DTYPE_OPTIMIZERS)
+    for name in STATE_DTYPE_OPTIMIZERS:  # float32 params: the state is their dtype already
+        assert not entry.applies(Case(api="fsdp2.full", optimizer=name, dtype="fp32"))
+        with pytest.raises(ValueError, match="one implementation"):
+            build_optimizer(name, [("w", _torch.nn.Parameter(_torch.zeros(2)))], impl="fused")
     for name in STATE_DTYPE_OPTIMIZERS:
         model = build_model("mlp", 0, _torch.bfloat16)
         optim = build_optimizer(name, list(model.named_parameters()))
