@@ -6,7 +6,7 @@ Importing this module does not import torch (``Case`` is part of the light publi
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .sut.registry import FAMILIES, PATH_NAMES, custom_family, family_of
 
@@ -38,6 +38,11 @@ FSDP2_ROUND_TRIPS = ("fsdp2.full", "fsdp2.sharded")
 # FSDP2's CPUOffloadPolicy on both sides: pin_memory=True (torch's default) or False.
 CPU_OFFLOAD = ("", "pinned", "unpinned")
 MIXED_PRECISION = ("", "bf16")
+# The fields only a round trip's load side reads, and their reset values: a case with them
+# reset is what its save side sees (run/saves.py shares saves by it) and what the
+# single-process baseline trains (properties/baseline.py).
+LOAD_ONLY = {"load_world_size": None, "load_plan": None, "scheduler_after_load": False,
+             "nonstrict": False}
 
 
 @dataclass(frozen=True)
@@ -144,11 +149,9 @@ class Case:
                              f"with float32 params and state: dtype must be 'fp32', got "
                              f"{self.dtype!r}")
         for axis, value in (("async_save", self.async_save), ("app_state", self.app_state)):
-            if value and (self.api != "fsdp2.sharded" or self.bounds or self.golden):
-                raise ValueError(f"{axis} applies to the fsdp2.sharded round trips (its DCP "
-                                 f"write), not api={self.api!r}"
-                                 + (" with bounds=True" if self.bounds else "")
-                                 + (" of a golden fixture" if self.golden else ""))
+            if value:
+                self._only_round_trips(f"{axis}={value!r}", ("fsdp2.sharded",),
+                                       "the fsdp2.sharded round trips (its DCP write)")
         if self.app_state and self.scheduler_after_load:
             raise ValueError("app_state restores the LR scheduler with the optimizer; "
                              "scheduler_after_load builds it after the load: pick one")
@@ -174,11 +177,10 @@ class Case:
                                  f"got {raf}")
         if self.scheduler_after_load and not self.scheduler:
             raise ValueError("scheduler_after_load needs scheduler=True")
-        if self.scheduler_after_load and (self.api not in PATHS or self.golden or self.bounds):
-            raise ValueError(f"scheduler_after_load applies to the round trips of the "
-                             f"built-in paths (their load sides build the scheduler), not "
-                             f"api={self.api!r}" + (" of a golden fixture" if self.golden else "")
-                             + (" with bounds=True" if self.bounds else ""))
+        if self.scheduler_after_load:
+            self._only_round_trips("scheduler_after_load=True", PATHS,
+                                   "the round trips of the built-in paths (their load sides "
+                                   "build the scheduler)")
         if self.inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
         if self.inject and not self.bounds:
@@ -199,9 +201,14 @@ class Case:
     def _only_fsdp2_round_trips(self, what: str) -> None:
         """Refuse ``what`` (an FSDP2-only axis set on this case) unless the case is an FSDP2
         round trip: fsdp2.full or fsdp2.sharded, no bounds case, no golden fixture."""
-        if self.api not in FSDP2_ROUND_TRIPS or self.bounds or self.golden:
-            raise ValueError(f"{what} applies to the FSDP2 round trips "
-                             f"({', '.join(FSDP2_ROUND_TRIPS)}), not api={self.api!r}"
+        self._only_round_trips(what, FSDP2_ROUND_TRIPS,
+                               f"the FSDP2 round trips ({', '.join(FSDP2_ROUND_TRIPS)})")
+
+    def _only_round_trips(self, what: str, apis: Sequence[str], which: str) -> None:
+        """Refuse ``what`` (an axis set on this case) unless the case is a round trip of one
+        of ``apis`` (no bounds case, no golden fixture); ``which`` names them in the error."""
+        if self.api not in apis or self.bounds or self.golden:
+            raise ValueError(f"{what} applies to {which}, not api={self.api!r}"
                              + (" with bounds=True" if self.bounds else "")
                              + (" of a golden fixture" if self.golden else ""))
 

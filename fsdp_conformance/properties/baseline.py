@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..cases import Case
+from ..cases import LOAD_ONLY, Case
 from . import expectation as expect
 from ..zoo import (build_model, build_optimizer, build_scheduler, freeze_at_save, make_batch,
                    scheduler_state, train_step)
@@ -102,13 +102,11 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
     # one run per training: every axis that does not change the single-process steps is
     # reset (mixed precision does; it lives on the FSDP2 round trips)
     api = "fsdp2.full" if case.mixed_precision else "fsdp1"
-    base = Case(**{**case.to_dict(), "world_size": 1, "load_world_size": None,
-                   "load_plan": None, "api": api, "fault": "", "strategy": "FULL_SHARD",
-                   "use_orig_params": False, "plan": "root", "compiled": "",
-                   "reshard_after_forward": 0, "flatten_optimizer_state_dict": False,
-                   "cpu_offload": "", "scheduler_after_load": False, "async_save": False,
-                   "app_state": False, "nonstrict": False,
-                   "ignore_frozen_params": False})
+    base = Case(**{**case.to_dict(), **LOAD_ONLY, "world_size": 1, "api": api, "fault": "",
+                   "strategy": "FULL_SHARD", "use_orig_params": False, "plan": "root",
+                   "compiled": "", "reshard_after_forward": 0,
+                   "flatten_optimizer_state_dict": False, "cpu_offload": "",
+                   "async_save": False, "app_state": False, "ignore_frozen_params": False})
     if base != case:
         return _local_run(base, exp)
     model, optim, sched, names = fresh_training(case)

@@ -92,8 +92,10 @@ def _read_dcp(path: Path, app_state: bool = False) -> dict | None:
     out = path.parent / "dcp_full.pt"
     try:
         dcp_to_torch_save(str(path), str(out))
+        from ..sut.app_state import APP_KEY
+
         d = torch.load(out, weights_only=False)
-        return d["app"]["optim"] if app_state else d["optim"]
+        return d[APP_KEY]["optim"] if app_state else d["optim"]
     except Exception:  # noqa: BLE001  (P8 reports it as an error)
         return None
 

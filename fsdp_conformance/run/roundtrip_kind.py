@@ -48,26 +48,25 @@ class RoundTripKind:
     def run(self, step: Step) -> Outcome:
         case, path = step.case, api_path(step.case.api)
         cache, key = step.env.saves, save_key(step.case)
-        kept = cache.get(key) if cache is not None else None
+        keeps = cache is not None and key is not None
+        kept = cache.get(key) if keeps else None
         if kept is not None:  # the same save, run for an earlier case of the lane (run/saves)
-            save_obs, savedir = kept
+            save_obs, savedir = kept  # its time is its first case's
         else:
-            savedir = cache.fresh_dir() if cache is not None and key is not None \
-                else step.workdir
+            savedir = cache.fresh_dir() if keeps else step.workdir
             save_obs = step.on_pool("save side", case.world_size, path.save_side,
                                     workdir=savedir)
-        if kept is None:  # a shared save's time is its first case's
             step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
-        failed = [o for o in save_obs if error_of(o.saved)]
-        if failed:  # nothing was written: there is nothing to load
-            if savedir != step.workdir:
-                shutil.rmtree(savedir, ignore_errors=True)
-            return Outcome(verdicts=all_props(error(
-                f"torch raised in the {case.api} save call on rank {failed[0].rank}, so "
-                f"nothing could be loaded:\n{error_of(failed[0].saved)}"),
-                self.decides(case)))
-        if kept is None and cache is not None and key is not None:
-            cache.put(key, save_obs, savedir)
+            failed = [o for o in save_obs if error_of(o.saved)]
+            if failed:  # nothing was written: there is nothing to load
+                if keeps:
+                    shutil.rmtree(savedir, ignore_errors=True)
+                return Outcome(verdicts=all_props(error(
+                    f"torch raised in the {case.api} save call on rank {failed[0].rank}, so "
+                    f"nothing could be loaded:\n{error_of(failed[0].saved)}"),
+                    self.decides(case)))
+            if keeps:
+                cache.put(key, save_obs, savedir)
         load_obs = step.on_pool("load side", case.dst_world_size, path.load_side,
                                 workdir=savedir)
         step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)

@@ -1,8 +1,9 @@
 """Shared save sides: round-trip cases that differ only in how they load share one save.
 
 Rules
-- ``save_key(case)``: the case with every field only its load side reads reset (the load
-  world size and plan, ``scheduler_after_load``, ``nonstrict``); None for a case that must
+- ``save_key(case)``: the case with every field only its load side reads reset
+  (``cases.LOAD_ONLY``: the load world size and plan, ``scheduler_after_load``,
+  ``nonstrict``); None for a case that must
   save alone (a user's own path: its save side may read any field).
 - A lane keeps the last save it ran (``SaveCache``: one entry, the save ranks' records and
   the directory they wrote, under the run directory). A round-trip case whose key matches
@@ -23,11 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..cases import PATHS, Case
-
-LOAD_ONLY = {"load_world_size": None, "load_plan": None, "scheduler_after_load": False,
-             "nonstrict": False}
-"""The fields only a load side reads, and their reset values (module rules)."""
+from ..cases import LOAD_ONLY, PATHS, Case
 
 
 def save_key(case: Case) -> Case | None:
@@ -63,9 +60,9 @@ class SaveCache:
     shared: int = 0
     """Cases that loaded from a kept save instead of saving again."""
 
-    def get(self, key: Case | None) -> tuple[list, Path] | None:
+    def get(self, key: Case) -> tuple[list, Path] | None:
         """The kept records and directory if ``key`` is the kept save's, else None."""
-        if key is None or key != self.key or self.directory is None:
+        if key != self.key or self.directory is None:
             return None
         self.shared += 1
         return self.records, self.directory

@@ -38,7 +38,6 @@ Rules
 from __future__ import annotations
 
 import concurrent.futures
-
 import time
 import uuid
 from pathlib import Path
@@ -291,6 +290,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
         off, _ = guarded(save_path, case, run, optim, cpu_offload=True)
         offloaded_devices = sorted(devices_of(off))
         offloaded = _record(case, off, optim, keys)
+
     def race():  # the trainer's next step while an async write runs, timed ("race")
         t0 = time.perf_counter()
         train(ctx, case, run, optim, 1, start_step=case.steps)

@@ -21,7 +21,6 @@ OPTIMIZERS = {
 }
 
 
-
 class SGDMomentumFP32State(torch.optim.Optimizer):
     """SGD with momentum whose momentum buffer is float32 whatever the param's dtype, as
     mixed-precision training keeps optimizer state (fairseq's FP16 optimizer, torchao's
