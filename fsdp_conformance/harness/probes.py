@@ -35,6 +35,13 @@ def string_hash(ctx, text: str) -> tuple[int, str | None]:
     return hash(text), os.environ.get("PYTHONHASHSEED")
 
 
+def threads(ctx) -> tuple[int, str | None]:
+    """(``torch.get_num_threads()``, the rank's ``OMP_NUM_THREADS``): its intra-op threads."""
+    import torch
+
+    return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+
+
 def random_bits(ctx, n: int = 8):
     """Draws from python, numpy and torch after the call's seeding."""
     import random

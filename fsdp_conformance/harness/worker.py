@@ -37,6 +37,7 @@ from . import outcome
 from .context import RankContext
 from .seeding import seed_everything
 
+RANK_THREADS_ENV = "OMP_NUM_THREADS"
 STACK_FILE = "stacks.txt"
 LOG_FILE = "rank.log"
 RANK_SETUP_ENV = "FSDPC_RANK_SETUP"
@@ -54,6 +55,23 @@ def run_rank_setup() -> None:
     mod = importlib.import_module(module)
     if func:
         getattr(mod, func)()
+
+
+def set_rank_threads() -> int:
+    """Give this rank the intra-op threads torchrun gives each of several ranks on one node:
+    ``$OMP_NUM_THREADS`` where the controller's environment sets it, else 1 (torchrun's
+    default, torch/distributed/run.py, "to avoid your system being overloaded"); the variable
+    is set to match, for user code that reads it. Returns the thread count.
+
+    Why not torch's own default (one thread per core): a pool's ranks, and two lanes' pools,
+    share the cores already, and an idle OpenMP worker busy-waits after every parallel
+    region. That spin is CPU time of the rank's process: it made the "work" P13 measures
+    (``bounds/timing.py``) of a 1-rank ``fsdp1.dsd_full`` load 8 ms in one measurement and
+    4 ms in the next, on the same process, for the same call."""
+    threads = int(os.environ.get(RANK_THREADS_ENV) or 1)
+    os.environ[RANK_THREADS_ENV] = str(threads)
+    torch.set_num_threads(threads)
+    return threads
 
 
 def _watch_lifeline(lifeline) -> None:
@@ -114,6 +132,7 @@ def main(conn, lifeline, rank: int, world_size: int, backend: str, store_host: s
     stack_file = open(scratch_dir / STACK_FILE, "a", buffering=1)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
 
+    set_rank_threads()
     device = _device_for(backend, rank)
     os.environ.update(torchrun_env(rank, world_size, store_host, store_port))
     store = dist.PrefixStore(prefix, dist.TCPStore(store_host, store_port, is_master=False,

@@ -1,6 +1,7 @@
 """RankPool: basics at world sizes 1-4, seeding, and every failure mode."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import textwrap
@@ -65,6 +66,18 @@ def test_every_rank_hashes_strings_with_the_fixed_seed(rank_pool):
                           env={**env_for_subprocess(), "PYTHONHASHSEED": RANK_HASH_SEED})
     out = rank_pool(2).run(probes.string_hash, text)
     assert out == [(int(want.stdout), RANK_HASH_SEED)] * 2
+
+
+def test_every_rank_computes_on_the_threads_torchrun_gives_it(rank_pool):
+    """Several ranks share the cores: each gets 1 intra-op thread, as torchrun gives it,
+    unless the controller's environment sets ``OMP_NUM_THREADS`` (then that). The
+    controller itself keeps torch's default."""
+    import torch
+
+    want = int(os.environ.get("OMP_NUM_THREADS") or 1)
+    assert rank_pool(2).run(probes.threads) == [(want, str(want))] * 2
+    if "OMP_NUM_THREADS" not in os.environ and (os.cpu_count() or 1) > 1:
+        assert torch.get_num_threads() > 1, "the controller's own threads must be left alone"
 
 
 def test_exception_on_one_rank_names_it_and_pool_stays_usable(rank_pool):
