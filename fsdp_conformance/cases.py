@@ -42,7 +42,7 @@ MIXED_PRECISION = ("", "bf16")
 # reset is what its save side sees (run/saves.py shares saves by it) and what the
 # single-process baseline trains (properties/baseline.py).
 LOAD_ONLY = {"load_world_size": None, "load_plan": None, "scheduler_after_load": False,
-             "nonstrict": False}
+             "nonstrict": False, "load_tensor_parallel": None}
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,13 @@ class Case:
     # ``StateDictOptions(ignore_frozen_params=True)`` (the model's frozen params are left out
     # of its state dict; the optimizer's dict is documented as unchanged).
     ignore_frozen_params: bool = False
+    # FSDP2 round trips only: tensor parallelism under ``fully_shard`` on the save side: a
+    # ``(world_size // tensor_parallel, tensor_parallel)`` mesh named ("dp", "tp"), the zoo
+    # model's ``tp_plan`` applied by ``parallelize_module`` on "tp", then ``fully_shard`` on
+    # "dp" (torchtitan's order). 0 = no tensor parallelism.
+    tensor_parallel: int = 0
+    # The load side's tensor-parallel degree (0: none); None = the save side's.
+    load_tensor_parallel: int | None = None
 
     def __post_init__(self) -> None:
         if self.api not in APIS and custom_family(self.api) is None:
@@ -166,6 +173,8 @@ class Case:
                             ("ignore_frozen_params", self.ignore_frozen_params)):
             if value:
                 self._only_fsdp2_round_trips(f"{axis}={value!r}")
+        if self.tensor_parallel or self.load_tensor_parallel:
+            self._check_tensor_parallel()
         if self.reshard_after_forward:
             raf = self.reshard_after_forward
             if self.strategy != "FULL_SHARD":
@@ -197,6 +206,22 @@ class Case:
                 raise ValueError(f"a bounds case loads where it saves: got world size "
                                  f"{self.world_size}->{self.dst_world_size}, plan "
                                  f"{self.plan!r}->{self.dst_plan!r}")
+
+    def _check_tensor_parallel(self) -> None:
+        """Tensor parallelism: an FSDP2 round trip on the 1-D strategy's mesh, each side's
+        degree 0 or at least 2 and a factor of its world size."""
+        tp, dst = self.tensor_parallel, self.dst_tensor_parallel
+        self._only_fsdp2_round_trips(f"tensor_parallel={tp}, load_tensor_parallel="
+                                     f"{self.load_tensor_parallel}")
+        if self.strategy != "FULL_SHARD" or self.reshard_after_forward:
+            raise ValueError(f"tensor parallelism builds its own (dp, tp) mesh: strategy must be "
+                             f"FULL_SHARD and reshard_after_forward unset, got strategy="
+                             f"{self.strategy!r}, reshard_after_forward="
+                             f"{self.reshard_after_forward}")
+        for side, degree, ws in (("save", tp, self.world_size), ("load", dst, self.dst_world_size)):
+            if degree == 1 or degree < 0 or (degree and ws % degree):
+                raise ValueError(f"the {side} side's tensor-parallel degree must be 0 (none) or a "
+                                 f"factor (at least 2) of its world size {ws}, got {degree}")
 
     def _only_fsdp2_round_trips(self, what: str) -> None:
         """Refuse ``what`` (an FSDP2-only axis set on this case) unless the case is an FSDP2
@@ -241,6 +266,18 @@ class Case:
         return self.load_plan or self.plan
 
     @property
+    def loads_where_saved(self) -> bool:
+        """The load side's layout is the save side's: same world size, plan and
+        tensor-parallel degree (so each rank gets its own state back: P3)."""
+        return (self.dst_world_size == self.world_size and self.dst_plan == self.plan
+                and self.dst_tensor_parallel == self.tensor_parallel)
+
+    @property
+    def dst_tensor_parallel(self) -> int:
+        """The load side's tensor-parallel degree (0: none)."""
+        return self.tensor_parallel if self.load_tensor_parallel is None else self.load_tensor_parallel
+
+    @property
     def shard_world_size(self) -> int:
         """HYBRID_SHARD shards inside groups of 2 ranks (2x2 on 4 ranks); others: everyone."""
         return 2 if self.strategy == "HYBRID_SHARD" and self.world_size >= 2 else self.world_size
@@ -263,6 +300,10 @@ class Case:
         strat = "" if self.strategy == "FULL_SHARD" else f"/{self.strategy.lower()}"
         if self.reshard_after_forward:
             strat += f"/raf{self.reshard_after_forward}"
+        if self.tensor_parallel or self.dst_tensor_parallel:
+            strat += f"/tp{self.tensor_parallel}" + (
+                f"->{self.dst_tensor_parallel}"
+                if self.dst_tensor_parallel != self.tensor_parallel else "")
         steps = "" if (self.steps, self.resume_steps) == (2, 2) else f"/steps{self.steps}+{self.resume_steps}"
         return (f"{self.api}/{opt}/{self.model}.{self.plan}/{orig}{strat}/{ws}/{self.dtype}"
                 + steps + (f"/seed{self.seed}" if self.seed else "")

@@ -190,7 +190,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "adagrad-eager-state-empty-piece", ("P3",),
         lambda c: _fsdp1(c) and c.use_orig_params and c.optimizer == "adagrad" and _sharded(c)
-        and c.dst_world_size == c.world_size and c.dst_plan == c.plan,  # P3's own-state check
+        and c.loads_where_saved,  # P3's own-state check
         "2.13",
         "Adagrad creates state eagerly for every param, so with use_orig_params=True a rank "
         "holding none of a param still has {'step': 0, 'sum': empty} for it; the sharded dict "

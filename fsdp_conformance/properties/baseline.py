@@ -106,7 +106,8 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
                    "strategy": "FULL_SHARD", "use_orig_params": False, "plan": "root",
                    "compiled": "", "reshard_after_forward": 0,
                    "flatten_optimizer_state_dict": False, "cpu_offload": "",
-                   "async_save": False, "app_state": False, "ignore_frozen_params": False})
+                   "async_save": False, "app_state": False, "ignore_frozen_params": False,
+                   "tensor_parallel": 0})
     if base != case:
         return _local_run(base, exp)
     model, optim, sched, names = fresh_training(case)

@@ -51,22 +51,18 @@ def _with_own_plain(want: dict, local: dict, layout) -> dict:
     return {**want, "state": state}
 
 
-def _want_placements(mesh_shape: Sequence[int]) -> list[tuple]:
-    return [("shard", 0)] if len(mesh_shape) == 1 else [("replicate",), ("shard", 0)]
-
-
 def p0_layout(layout, observations: Sequence[dict]) -> Verdict:
     """FSDP2's real per-parameter layout on every rank equals the reference's: the optimizer's
     key order, which params are DTensors (all but ignored ones), their global and local
-    shapes, placements (``Shard(0)``; HSDP ``(Replicate(), Shard(0))``) and the dim-0 offset
-    of the rank's rows."""
+    shapes, placements (``Fsdp2Param.placements``) and the global offset of the rank's
+    piece."""
     problems = []
     for obs in observations:
         r = obs["rank"]
         if list(obs["keys"]) != layout.optimizer_keys():
             problems.append(f"rank {r}: optimizer keys {obs['keys']} != reference "
                             f"{layout.optimizer_keys()}")
-        want_pl = _want_placements(obs.get("mesh_shape") or (layout.world_size,))
+        mesh_ndim = len(obs.get("mesh_shape") or (layout.world_size,))
         if [m["fqn"] for m in obs["meta"]] != layout.optimizer_keys():
             problems.append(f"rank {r}: params {[m['fqn'] for m in obs['meta']]} != reference "
                             f"{layout.optimizer_keys()}")
@@ -76,10 +72,10 @@ def p0_layout(layout, observations: Sequence[dict]) -> Verdict:
             got = {"sharded": m["dtensor"], "shape": tuple(m["shape"])}
             want = {"sharded": p.sharded, "shape": p.shape}
             if m["dtensor"]:
-                got.update(local_shape=tuple(m["local_shape"]), row_offset=m["offset"][0],
+                got.update(local_shape=tuple(m["local_shape"]), offset=tuple(m["offset"]),
                            placements=[tuple(x) for x in m["placements"]])
-                want.update(local_shape=p.local_shape(r), row_offset=p.rows(r)[0],
-                            placements=want_pl)
+                want.update(local_shape=p.local_shape(r), offset=p.offset(r),
+                            placements=p.placements(mesh_ndim))
             for k, w in want.items():
                 if got[k] != w:
                     problems.append(f"rank {r}, {m['fqn']}: {k} = {got[k]}, reference says {w}")
@@ -262,7 +258,6 @@ def p4_sharded(layout, observations: Sequence[dict], path: str = "sharded") -> V
             return v
         local = obs["local"]
         shape_mesh = tuple(obs.get("mesh_shape") or (layout.world_size,))
-        want_pl = _want_placements(shape_mesh)
         plain_view = {"state": {}, "param_groups": got["param_groups"]}
         for fqn, st in got["state"].items():
             conv = {}
@@ -273,12 +268,12 @@ def p4_sharded(layout, observations: Sequence[dict], path: str = "sharded") -> V
                                         "says the param is not sharded")
                         continue
                     p = layout.param(fqn)
-                    a, _ = p.rows(r)
-                    want_off = (a, *([0] * (len(p.shape) - 1)))
+                    want_off = p.offset(r)
                     checks = {
                         "global shape": (p.shape, tuple(val["global_shape"])),
-                        "placements": (want_pl, [tuple(x) for x in val["placements"]]),
-                        "mesh shape": (shape_mesh, tuple(val["mesh_shape"])),
+                        "placements": (p.placements(len(p.mesh_shape(shape_mesh))),
+                                       [tuple(x) for x in val["placements"]]),
+                        "mesh shape": (p.mesh_shape(shape_mesh), tuple(val["mesh_shape"])),
                         "torch's global offset": (want_off, tuple(val["torch_offset"])),
                         "local shape": (p.local_shape(r), tuple(val["local"].shape)),
                     }

@@ -22,13 +22,18 @@ def reference_layout(case: Case, *, load_side: bool = False):
 
 
 def fsdp2_reference_layout(case: Case, load_side: bool = False):
-    """``Fsdp2Layout`` of the case under ``fully_shard`` (save side, or its load world size).
-    The wrapping plan does not change FSDP2's layout: every param is sharded on its own."""
+    """``Fsdp2Layout`` of the case under ``fully_shard`` (save side, or its load world size
+    and tensor-parallel degree). The wrapping plan does not change FSDP2's layout: every
+    param is sharded on its own."""
     from ..sut.fsdp2 import shard_group_size
 
     case = expect.runs_as(case)
     spec = model_spec(case.model)
     ws = case.dst_world_size if load_side else case.world_size
+    tp = case.dst_tensor_parallel if load_side else case.tensor_parallel
     model = build_model(case.model, case.seed, case.torch_dtype)
+    if tp:
+        return ref.fsdp2_layout(model, ws, ignored=spec.ignored, tp_size=tp,
+                                tp_plan=dict(spec.tp_plan))
     return ref.fsdp2_layout(model, ws, ignored=spec.ignored,
                             shard_world_size=shard_group_size(case, ws))

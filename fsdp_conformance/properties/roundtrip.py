@@ -140,7 +140,7 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
                f"the rank's own rows, and they feed every other param's gradient, so no "
                f"single-process run can match") if ignored else ""
         v["P2"] = na(why) if why else rp.p2_vs_local(layout, full, local, case.compute_dtype)
-        same = case.dst_world_size == case.world_size and case.dst_plan == case.plan
+        same = case.loads_where_saved
         v["P3"] = p3_loaded(dst, full, load_obs, own=save_obs if same else None)
         v["P4"] = rp.p4_flatten(dst, load_obs, api)
         v["P6"] = na(why) if why else rp.p6_resume(

@@ -17,9 +17,11 @@ SHARDED, converted to the forms below), each ``{"state": {fqn: {name: value}},
   of mesh dims (FSDP: ``(Shard(0),)``; HSDP: ``(Replicate(), Shard(0))``). Mesh dims
   are applied in order, each ``Shard(d)`` taking chunk ``coordinate[i]`` of the current
   extent of dim ``d`` with ``torch.chunk`` semantics (chunk ``ceil(L / n)``, trailing
-  chunks short or empty); the local tensor must have the resulting shape. Strided
-  shards (``_StridedShard``), ``Partial`` and unknown placements raise
-  ``NotImplementedError``;
+  chunks short or empty); the local tensor must have the resulting shape. A strided
+  shard (``_StridedShard(d, split_factor=f)``, FSDP2's dp placement over a tensor-parallel
+  split of dim ``d``) is applied after the later mesh dims that shard ``d`` (sizes
+  multiplying to ``f``): FSDP2 chunks the tp-local tensor. ``Partial`` and unknown
+  placements raise ``NotImplementedError``;
 * a plain tensor (the whole state) or a scalar (0-dim tensor / non-tensor; must
   agree across the dicts that carry it).
 
@@ -104,11 +106,10 @@ def dtensor_box(shape: Sequence[int], mesh: Any,
         raise ShapeMismatch("DTensor placements do not match its mesh", expected=mesh_shape,
                             got=f"{len(placements)} placements, coordinate {tuple(coord)}")
     offsets, local = [0] * len(shape), list(shape)
-    for i, p in enumerate(placements):
+    for i in _application_order(placements, mesh_shape, len(shape)):
+        p = placements[i]
         if p.is_replicate():
             continue
-        if not p.is_shard() or hasattr(p, "split_factor"):
-            raise NotImplementedError(f"unsupported DTensor placement {p!r}")
         d = int(p.dim) % max(1, len(shape))
         n, k, cur = mesh_shape[i], int(coord[i]), local[d]
         chunk = -(-cur // n) if cur else 0
@@ -116,6 +117,40 @@ def dtensor_box(shape: Sequence[int], mesh: Any,
         offsets[d] += start
         local[d] = min(cur, start + chunk) - start
     return tuple(offsets), tuple(local)
+
+
+def _application_order(placements: Sequence[Any], mesh_shape: Sequence[int],
+                       ndim: int) -> list[int]:
+    """The order the mesh dims split the tensor in: mesh order, except that a strided shard
+    (``_StridedShard(d, split_factor=f)``) comes after the later mesh dims that shard dim
+    ``d``, whose sizes must multiply to ``f``: FSDP2 over tensor parallelism chunks the
+    tp-local tensor (module docstring). Anything else but ``Shard`` / ``Replicate`` raises
+    ``NotImplementedError``."""
+    order: list[int] = []
+    deferred: dict[int, list[int]] = {}  # mesh dim -> strided dims applied right after it
+    def plain_shard(q: Any) -> bool:
+        return q.is_shard() and not hasattr(q, "split_factor")
+
+    for i, p in enumerate(placements):
+        if p.is_replicate():
+            order.append(i)
+            continue
+        if plain_shard(p):
+            order.append(i)
+            order += deferred.pop(i, [])
+            continue
+        if not hasattr(p, "split_factor"):  # torch 2.13's _StridedShard is no is_shard()
+            raise NotImplementedError(f"unsupported DTensor placement {p!r}")
+        d = int(p.dim) % max(1, ndim)
+        later = [j for j in range(i + 1, len(placements)) if plain_shard(placements[j])
+                 and int(placements[j].dim) % max(1, ndim) == d]
+        if not later or math.prod(mesh_shape[j] for j in later) != int(p.split_factor):
+            raise NotImplementedError(f"unsupported DTensor placement {p!r}: no later mesh dims "
+                                      f"shard dim {d} into {p.split_factor} pieces")
+        deferred.setdefault(later[-1], []).append(i)
+    if deferred:
+        raise NotImplementedError(f"strided placements without the shard they follow: {placements}")
+    return order
 
 
 def to_pieces(v: Any) -> list[tuple[tuple[int, ...], int, torch.Tensor]] | None:

@@ -2,10 +2,10 @@
 
 Rules
 -----
-* Per-element state (a positive-dim tensor) of a sharded param ``p`` on rank ``r`` is
-  ``state[a:b]`` along dim 0 with ``(a, b) = Fsdp2Param.rows(r)``, shape
-  ``(b - a, *rest)`` -- possibly 0 rows -- as the local tensor of a ``Shard(0)`` DTensor
-  (HSDP: rows of the rank's shard rank, the same on every replica).
+* Per-element state (a positive-dim tensor) of a sharded param ``p`` on rank ``r`` is the
+  box ``Fsdp2Param.box(r)`` of it: rows ``[a, b)`` along dim 0 (possibly 0 rows) as the
+  local tensor of a ``Shard(0)`` DTensor (HSDP: rows of the rank's shard rank, the same on
+  every replica); over tensor parallelism the dp rows of its tp chunk (fsdp2_layout.py).
 * Scalar state (0-dim tensors such as ``step``, non-tensor values) is replicated
   unchanged on every rank.
 * Params outside FSDP2 (``Fsdp2Param.sharded`` False: ignored params) are plain
@@ -15,8 +15,9 @@ Rules
   sharded param's state on every rank of the first replica or on none.
 * Local dicts here are the plain local tensors keyed by FQN (what ``DTensor.to_local()``
   gives), ``param_groups`` keyed by FQN too (the neutral local form of
-  ``optim.state_dict()``). Gathering concatenates the first replica's rows in shard-rank
-  order; scalars must agree. ``param_groups`` are copied unchanged.
+  ``optim.state_dict()``). Gathering places the first replica's pieces at their boxes
+  (they must cover the param; the tp ranks' copies of a param replicated over ``tp`` must
+  agree); scalars must agree. ``param_groups`` are copied unchanged.
 """
 
 from __future__ import annotations
@@ -42,19 +43,42 @@ def fsdp2_shard(layout: Fsdp2Layout, full: Mapping, rank: int) -> dict:
         if not layout.has(fqn):
             raise UnknownKeyError("state names a param the layout does not have", param=fqn)
         p = layout.param(fqn)
-        a, b = p.rows(rank)
+        box = p.slices(rank)
         res = {}
         for n, v in st.items():
             if _is_elem(v):
                 if tuple(v.shape) != p.shape:
                     raise ShapeMismatch("state tensor does not have its param's shape", param=fqn, key=n,
                                         expected=p.shape, got=tuple(v.shape))
-                res[n] = v.detach().clone() if not p.sharded else v.detach()[a:b].clone()
+                res[n] = v.detach()[box].clone()
             else:
                 res[n] = clone_value(v)
         state[fqn] = res
     groups = [{k: clone_value(v) for k, v in g.items()} for g in full.get("param_groups", [])]
     return {"state": state, "param_groups": groups}
+
+
+def _assemble(p, pieces: Sequence[tuple[int, torch.Tensor]], key: str) -> torch.Tensor:
+    """The full state tensor of ``p`` from ``(rank, local piece)`` pairs, each placed at its
+    rank's box; ranks whose box another rank placed already (a param replicated over the
+    tp ranks) must hold the same values; every element must be covered."""
+    first = pieces[0][1]
+    full = torch.empty(p.shape, dtype=first.dtype, device=first.device)
+    covered = torch.zeros(p.shape, dtype=torch.bool)
+    placed: dict[tuple, tuple[int, torch.Tensor]] = {}
+    for r, v in pieces:
+        box = p.box(r)
+        if box in placed:
+            r0, v0 = placed[box]
+            agree_on([(r0, v0), (r, v)], param=p.fqn, key=key)
+            continue
+        placed[box] = (r, v)
+        full[p.slices(r)] = v.detach().to(first.device)
+        covered[p.slices(r)] = True
+    if not bool(covered.all()):
+        raise ShapeMismatch("the ranks' pieces do not cover the param", param=p.fqn, key=key,
+                            expected="every element", got=f"{int((~covered).sum())} uncovered")
+    return full
 
 
 def fsdp2_gather(layout: Fsdp2Layout, local_dicts: Sequence[Mapping]) -> dict:
@@ -99,7 +123,7 @@ def fsdp2_gather(layout: Fsdp2Layout, local_dicts: Sequence[Mapping]) -> dict:
                         raise ShapeMismatch("local shard has the wrong shape", param=p.fqn, key=n, rank=r,
                                             expected=p.local_shape(r),
                                             got=tuple(v.shape) if isinstance(v, torch.Tensor) else type(v))
-                res[n] = torch.cat([v.detach().to(vals[0].device) for v in vals], dim=0)
+                res[n] = _assemble(p, list(zip(ranks, vals)), n)
             else:
                 res[n] = clone_value(agree_on(list(zip(ranks, vals)), param=p.fqn, key=n))
         state[p.fqn] = order_state(res)

@@ -90,7 +90,8 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         else:
             cases += (fsdp2_meshes(api, QUICK_HSDP_PAIRS) + compiled(api) + flattened(api)
                       + offloaded(api) + mixed_precision(api)
-                      + dcp_writes(api, ("adam",)) + nonstrict(api) + frozen_left_out(api))
+                      + dcp_writes(api, ("adam",)) + nonstrict(api) + frozen_left_out(api)
+                      + tensor_parallel(api))
         cases.append(Case(api=api, optimizer="adam", groups=2, scheduler=True, world_size=2,
                           load_world_size=3 if resizable(api) else None, use_orig_params=True))
         # the LR scheduler built after the load (3 -> 2: fsdp1.dsd_sharded loads there)
@@ -149,7 +150,8 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
             cases += (fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
                       + flattened(api, OPTS) + offloaded(api, OPTS)
                       + mixed_precision(api, OPTS) + dcp_writes(api, OPTS)
-                      + nonstrict(api, OPTS) + frozen_left_out(api, OPTS))
+                      + nonstrict(api, OPTS) + frozen_left_out(api, OPTS)
+                      + tensor_parallel(api, OPTS))
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
 
@@ -261,6 +263,25 @@ def dcp_writes(api: str, optimizers: Sequence[str]) -> list[Case]:
         for asynchronous in (False, True):
             out.append(Case(api=api, optimizer=opt, groups=2, scheduler=True, world_size=2,
                             load_world_size=3, app_state=True, async_save=asynchronous))
+    return out
+
+
+# FSDP2 over tensor parallelism, (save world size, tp degree, load world size, tp degree):
+# 2x2 -> 2x2, 2x2 -> 1x2 (tp only), 2x2 -> 2 without tp and back, 2x2 -> 4 without tp.
+TP_PAIRS = ((4, 2, 4, 2), (4, 2, 2, 2), (4, 2, 2, 0), (2, 0, 4, 2), (4, 2, 4, 0))
+
+
+def tensor_parallel(api: str, optimizers: Sequence[str] = ("adam", "sgd_momentum", "adagrad",
+                                                           "adamw", "adadelta")) -> list[Case]:
+    """FSDP2 over tensor parallelism (the zoo's ``tp_ffn``: colwise ``fc1``, rowwise ``fc2``)
+    at each of ``TP_PAIRS``, the optimizers in turn (every one of ``optimizers`` per pair
+    when it has more than five)."""
+    out = []
+    for i, (n, t, m, u) in enumerate(TP_PAIRS):
+        opts = optimizers if len(optimizers) > 5 else (optimizers[i % len(optimizers)],)
+        out += [Case(api=api, model="tp_ffn", optimizer=opt, world_size=n, tensor_parallel=t,
+                     load_world_size=m, load_tensor_parallel=None if u == t else u)
+                for opt in opts]
     return out
 
 

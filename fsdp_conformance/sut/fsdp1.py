@@ -97,16 +97,20 @@ def named_local(osd: dict, keys: list[str]) -> dict:
 
 
 def train(ctx, case: Case, fsdp: nn.Module, optim: torch.optim.Optimizer, steps: int,
-          start_step: int = 0, sched=None) -> list[float]:
+          start_step: int = 0, sched=None, tensor_parallel: int = 0) -> list[float]:
     """``steps`` steps on the global batches; rank r takes rows r::world_size (an LR
     scheduler, if given, steps after each optimizer step). Returns the global losses
-    (all-reduced mean) so a single-process run can be compared."""
+    (all-reduced mean) so a single-process run can be compared. ``tensor_parallel`` T (a
+    ``(dp, tp)`` mesh): the T ranks of a tp group take the same rows, those of dp rank
+    ``r // T`` of ``world_size // T``; their losses are equal, so the mean stays the global
+    one."""
     import torch.distributed as dist
 
+    tp = tensor_parallel or 1
     losses = []
     for step in range(start_step, start_step + steps):
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
-        local = x[ctx.rank::ctx.world_size].to(ctx.device)
+        local = x[ctx.rank // tp::ctx.world_size // tp].to(ctx.device)
         loss = train_step(fsdp, optim, local, sched)
         t = loss.detach().to(torch.float64).reshape(1).clone()
         dist.all_reduce(t, group=ctx.group)

@@ -7,16 +7,19 @@ Rules
   is sharded before any ancestor; equal depth in plan order), then on the root, all on one
   CPU/CUDA ``DeviceMesh`` over the pool's ranks: 1-D ``(ws,)``; HYBRID_SHARD: 2-D
   ``(ws // S, S)`` (HSDP, ``S = shard_group_size``); NO_SHARD: ``(ws, 1)``;
-  SHARD_GRAD_OP: ``reshard_after_forward=False``. Params of the zoo's ignored modules are
+  SHARD_GRAD_OP: ``reshard_after_forward=False``. Tensor parallelism (degree T): the zoo
+  model's ``tp_plan`` by ``parallelize_module`` on the "tp" dim of a ``(ws // T, T)`` mesh,
+  then ``fully_shard`` as above on its "dp" dim. Params of the zoo's ignored modules are
   passed as ``ignored_params`` (they stay plain tensors). A user model registered with a
   ``shard_fn(model, mesh)`` is sharded by it instead (the mesh as above; the plan unused).
 - Keys: ``model.named_parameters()`` names (``fully_shard`` adds no prefix); the int ids
   of ``optim.state_dict()`` are mapped by the optimizer's own param order.
 - DTensor values: in local dicts, their ``to_local()`` tensor; in the sharded dict, a
   record ``{"global_shape", "dtensor": True, "local", "placements", "mesh_shape",
-  "coordinate", "torch_offset"}`` (placements as ``("shard", dim)`` / ``("replicate",)`` /
-  ``repr``; ``torch_offset``: torch's own global offset of the local piece), plus
-  ``"pieces"``: the reference's reading of the live DTensor (``reference.to_pieces``).
+  "coordinate", "torch_offset"}`` (placements as ``("shard", dim)`` / ``("strided_shard",
+  dim, split_factor)`` / ``("replicate",)`` / ``repr``; ``torch_offset``: torch's own
+  global offset of the local piece), plus ``"pieces"``: the reference's reading of the
+  live DTensor (``reference.to_pieces``).
 - Each API path runs in its own try block: a path that raises is reported as
   ``{"error": traceback}`` for that path, and the other paths still run. A path that is
   skipped on purpose says why in ``{"n/a": reason}``. A load path that could leave ranks
@@ -56,7 +59,11 @@ def local_to_cpu(x: Any) -> Any:
 
 
 def _placement(p) -> tuple:
-    if p.is_shard() and not hasattr(p, "split_factor"):
+    """``("shard", dim)``, ``("strided_shard", dim, split_factor)``, ``("replicate",)``, or
+    ``(repr,)`` for anything else."""
+    if hasattr(p, "split_factor"):
+        return ("strided_shard", int(p.dim), int(p.split_factor))
+    if p.is_shard():
         return ("shard", int(p.dim))
     if p.is_replicate():
         return ("replicate",)
@@ -112,25 +119,43 @@ def shard_group_size(case: Case, world_size: int) -> int:
     return world_size
 
 
-def _mesh(ctx, case: Case):
-    """The pool's DeviceMesh for the case (cached on the rank: a 2-D mesh creates groups)."""
+def _mesh(ctx, case: Case, tensor_parallel: int = 0):
+    """The pool's DeviceMesh for the case (cached on the rank: a 2-D mesh creates groups);
+    ``tensor_parallel`` T: the ``(ws // T, T)`` mesh named ("dp", "tp")."""
     from torch.distributed.device_mesh import init_device_mesh
 
     ws = ctx.world_size
-    s = shard_group_size(case, ws)
-    two_d = case.strategy in ("HYBRID_SHARD", "NO_SHARD")
-    shape = (ws // s, s) if two_d else (ws,)
-    key = ("fsdp2-mesh", ctx.device.type, shape)
+    if tensor_parallel:
+        shape, names = (ws // tensor_parallel, tensor_parallel), ("dp", "tp")
+    else:
+        s = shard_group_size(case, ws)
+        two_d = case.strategy in ("HYBRID_SHARD", "NO_SHARD")
+        shape = (ws // s, s) if two_d else (ws,)
+        names = ("replicate", "shard") if two_d else ("shard",)
+    key = ("fsdp2-mesh", ctx.device.type, shape, names)
     mesh = ctx.cache.get(key)
     if mesh is None:
-        names = ("replicate", "shard") if two_d else ("shard",)
         mesh = init_device_mesh(ctx.device.type, shape, mesh_dim_names=names)
         ctx.cache[key] = mesh
     return mesh
 
 
-def mesh_shape(ctx, case: Case) -> tuple[int, ...]:
-    return tuple(_mesh(ctx, case).shape)
+def mesh_shape(ctx, case: Case, tensor_parallel: int = 0) -> tuple[int, ...]:
+    return tuple(_mesh(ctx, case, tensor_parallel).shape)
+
+
+def tensor_parallelize(model: nn.Module, name: str, tp_mesh) -> None:
+    """``parallelize_module`` of the zoo model ``name``'s ``tp_plan`` on ``tp_mesh``
+    (``ColwiseParallel`` / ``RowwiseParallel`` with torch's defaults)."""
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    plan = model_spec(name).tp_plan
+    if not plan:
+        raise ValueError(f"zoo model {name!r} has no tensor-parallel plan (ModelSpec.tp_plan); "
+                         "models with one: zoo.TP_MODELS")
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    parallelize_module(model, tp_mesh, {fqn: styles[style]() for fqn, style in plan})
 
 
 def shard_order(model: nn.Module, plan_fqns) -> list[str]:
@@ -144,13 +169,20 @@ def shard_order(model: nn.Module, plan_fqns) -> list[str]:
     return sorted(fqns, key=lambda f: -f.count("."))
 
 
-def wrap_fsdp2(ctx, case: Case, plan: str | None = None) -> nn.Module:
-    """Build the zoo model and ``fully_shard`` it as the case says (module docstring)."""
+def wrap_fsdp2(ctx, case: Case, plan: str | None = None,
+               tensor_parallel: int | None = None) -> nn.Module:
+    """Build the zoo model and ``fully_shard`` it as the case says (module docstring);
+    ``tensor_parallel`` (default the save side's, ``case.tensor_parallel``): first
+    ``parallelize_module`` on the mesh's "tp" dim, then ``fully_shard`` on its "dp" dim."""
     from torch.distributed.fsdp import fully_shard
 
+    tp = case.tensor_parallel if tensor_parallel is None else tensor_parallel
     spec = model_spec(case.model)
     model = build_model(case.model, case.seed, case.torch_dtype).to(ctx.device)
-    mesh = _mesh(ctx, case)
+    mesh = _mesh(ctx, case, tp)
+    if tp:
+        tensor_parallelize(model, case.model, mesh["tp"])
+        mesh = mesh["dp"]
     ignored = {p for f in spec.ignored for p in model.get_submodule(f).parameters()}
     kw: dict[str, Any] = {"mesh": mesh}
     if case.strategy == "SHARD_GRAD_OP":

@@ -15,8 +15,9 @@ Paths (``Case.api``)
                    by ``dcp.load({"optim": template})``, then ``set_optimizer_state_dict``
 
 Rules
-- Model and wrapping: ``sut.fsdp2.wrap_fsdp2`` (the case's plan on the save side, its load
-  plan on the load side; ``use_orig_params`` means nothing to FSDP2 and is ignored). The
+- Model and wrapping: ``sut.fsdp2.wrap_fsdp2`` (the case's plan and tensor-parallel degree
+  on the save side, its load plan and load degree on the load side; ``use_orig_params``
+  means nothing to FSDP2 and is ignored). The
   optimizer is the zoo's, with the case's groups and implementation; keys are
   ``named_parameters()`` names in the optimizer's order.
 - The load side loads the model's params from the full file the save side wrote, with
@@ -109,8 +110,14 @@ def nested(case: Case, saved: Any, optim, keys: list[str]) -> Any:
     return unflatten_osd(saved, _group_fqns(optim, keys))
 
 
+def side_tp(case: Case, load_side: bool) -> int:
+    """The tensor-parallel degree of the save or the load side (``Case``)."""
+    return case.dst_tensor_parallel if load_side else case.tensor_parallel
+
+
 def _build(ctx, case: Case, load_side: bool):
-    model = wrap_fsdp2(ctx, case, plan=case.dst_plan if load_side else case.plan)
+    model = wrap_fsdp2(ctx, case, plan=case.dst_plan if load_side else case.plan,
+                       tensor_parallel=side_tp(case, load_side))
     if load_side:  # a model frozen at the save is loaded frozen (zoo ModelSpec)
         freeze_at_save(model, case.model)
     optim = build_optimizer(case.optimizer, list(model.named_parameters()), case.groups,
@@ -145,10 +152,27 @@ def full_params(model) -> dict[str, torch.Tensor]:
     return out
 
 
-def load_params(model, params: dict[str, torch.Tensor]) -> None:
-    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+def load_params(ctx, model, params: dict[str, torch.Tensor]) -> None:
+    """The saved params into the load side's model (not under test; every rank holds
+    ``params``): each rank copies its own piece of every param the file has, at torch's
+    offset and shape of that piece (``compute_local_shape_and_global_offset``, which P0
+    checks against the reference); plain (ignored) params whole. No state-dict API: torch
+    2.13 and 2.15 raise a bare AssertionError loading a full model state dict on every
+    rank into FSDP2 over tensor parallelism with uneven dp rows, and 2.8 fails the same
+    load with ``broadcast_from_rank0`` (notes/repro/tp_uneven_full_load.py)."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    set_model_state_dict(model, params, options=_options(full_state_dict=True, strict=False))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n not in params:
+                continue
+            full = params[n]
+            if is_dtensor(p):
+                shape, off = compute_local_shape_and_global_offset(p.shape, p.device_mesh,
+                                                                   p.placements)
+                full = full[tuple(slice(o, o + d) for o, d in zip(off, shape))]
+                p = p.to_local()
+            p.copy_(full)
 
 
 def save_path(case: Case, model, optim, *, cpu_offload: bool | None = None) -> Any:
@@ -272,9 +296,10 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=False)
     run = compiled_for(case, model, load_side=False)
-    losses = train(ctx, case, run, optim, case.steps, sched=sched)
+    tp = case.tensor_parallel
+    losses = train(ctx, case, run, optim, case.steps, sched=sched, tensor_parallel=tp)
     freeze_at_save(model, case.model)  # trained, then frozen before the save (zoo ModelSpec)
-    mesh, meta, local = mesh_shape(ctx, case), param_layout(model), local_state(optim, keys)
+    mesh, meta, local = mesh_shape(ctx, case, tp), param_layout(model), local_state(optim, keys)
     params = full_params(model)
     saved, t_save = guarded(save_path, case, run, optim)
     timings = {"save": t_save}
@@ -293,7 +318,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
 
     def race():  # the trainer's next step while an async write runs, timed ("race")
         t0 = time.perf_counter()
-        train(ctx, case, run, optim, 1, start_step=case.steps)
+        train(ctx, case, run, optim, 1, start_step=case.steps, tensor_parallel=tp)
         timings["race"] = time.perf_counter() - t0
 
     racing = race if case.async_save else None  # the records are copies (local_to_cpu)
@@ -384,8 +409,9 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=True)
     run = compiled_for(case, model, load_side=True)
-    load_params(model, torch.load(workdir / MODEL_FILE, weights_only=True))  # not under test
-    head = dict(rank=ctx.rank, keys=keys, mesh_shape=mesh_shape(ctx, case),
+    load_params(ctx, model, torch.load(workdir / MODEL_FILE, weights_only=True))  # not under test
+    tp = case.dst_tensor_parallel
+    head = dict(rank=ctx.rank, keys=keys, mesh_shape=mesh_shape(ctx, case, tp),
                 meta=param_layout(model))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -409,7 +435,7 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     resaved, timings["resave"] = guarded(save_path, case, run, optim)
     resaved = _record(case, resaved, optim, keys)
     losses = train(ctx, case, run, optim, case.resume_steps, start_step=case.steps,
-                   sched=sched)
+                   sched=sched, tensor_parallel=tp)
     final_local = local_state(optim, keys)
     params = full_params(model)
     return LoadRecord(**head, loaded=loaded, resaved=resaved, losses=losses,

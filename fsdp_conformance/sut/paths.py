@@ -118,7 +118,9 @@ def full_params(model) -> dict[str, torch.Tensor]:
                 for n, p in model.named_parameters()}
 
 
-def load_params(model, params: dict[str, torch.Tensor]) -> None:
+def load_params(ctx, model, params: dict[str, torch.Tensor]) -> None:
+    """The saved params into the load side's FSDP1 model (not under test): every rank
+    copies the whole of them in under ``summon_full_params``."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
     with FSDP.summon_full_params(model, writeback=True), torch.no_grad():
@@ -370,7 +372,7 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     """Fresh model and optimizer at the load world size and plan; load, save again, resume."""
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=True)
-    load_params(model, torch.load(workdir / MODEL_FILE, weights_only=True))
+    load_params(ctx, model, torch.load(workdir / MODEL_FILE, weights_only=True))
     head = dict(rank=ctx.rank, keys=keys, meta=fsdp1.flat_metadata(model))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()

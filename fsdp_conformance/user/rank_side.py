@@ -66,7 +66,7 @@ class Family:
     full_params: Callable
     """``full_params(model) -> {fqn: tensor}`` (a collective)."""
     load_params: Callable
-    """``load_params(model, params)``."""
+    """``load_params(ctx, model, params)``: every rank holds ``params``."""
     mesh_shape: Callable
     """``mesh_shape(ctx, case) -> tuple | None``: the device mesh's shape (None: FSDP1)."""
 
@@ -175,7 +175,7 @@ def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
     """A fresh training state at the load world size/plan with the saved params, then the
     user's load."""
     state, keys = _build(ctx, case, load_side=True)
-    _family(case).load_params(state.model, params)
+    _family(case).load_params(ctx, state.model, params)
     _call(custom.load.resolve(), custom, state, ckpt)
     return state, keys
 

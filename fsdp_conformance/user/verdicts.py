@@ -274,7 +274,7 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
             for p in ("P3", "P6", "P7", "P10", "P11"):
                 v[p] = fail(detail)
             return {p: v[p] for p in PROPS}
-    same = case.dst_world_size == case.world_size and case.dst_plan == case.plan
+    same = case.loads_where_saved
     # what a save would have written: the state at the save (under a modelled bug, as that
     # bug's save writes it; the identity otherwise)
     written = expect.saved(full)

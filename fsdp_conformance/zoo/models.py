@@ -109,6 +109,38 @@ class ConvNet(nn.Module):
         return self.head(h.flatten(1))
 
 
+class FeedForward(nn.Module):
+    """A pre-norm transformer block's feed-forward half with its residual: ``norm``, ``fc1``,
+    ``fc2``."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return x + self.fc2(torch.relu(self.fc1(self.norm(x))))
+
+
+class TPFeedForward(nn.Module):
+    """Two feed-forward blocks and a head: the tensor-parallel cases' model. Its ``tp_plan``
+    shards each ``fc1`` column-wise and each ``fc2`` row-wise (torchtitan's plan for a
+    feed-forward); norms and head stay replicated over ``tp``. The hidden width 10 splits
+    evenly over 2 tp ranks and unevenly (3 + 2 rows) over the 2 dp ranks after them: the
+    uneven strided sharding torch gets wrong in places (notes/repro/tp_uneven_full_load.py)."""
+
+    def __init__(self, dim: int = 6, hidden: int = 10):
+        super().__init__()
+        self.layers = nn.ModuleList([FeedForward(dim, hidden) for _ in range(2)])
+        self.head = nn.Linear(dim, 3)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -133,6 +165,10 @@ class ModelSpec:
     # (``optimizers.build_scheduler``).
     shard_fn: Callable | None = None
     scheduler_fn: Callable | None = None
+    # Tensor parallelism (``Case.tensor_parallel``): ``(nn.Linear FQN, "colwise" |
+    # "rowwise")`` pairs, applied with ``parallelize_module`` before ``fully_shard``
+    # (reference/fsdp2_layout.py ``TP_STYLES``). Empty: the model has no tensor-parallel plan.
+    tp_plan: tuple = ()
 
 
 def _floats(shape):
@@ -163,6 +199,15 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+# Models with a tensor-parallel plan (``ModelSpec.tp_plan``): the tensor-parallel axis's
+# (run/matrix.py), buildable by name, not among the models every other axis goes through.
+TP_MODELS: dict[str, ModelSpec] = {
+    "tp_ffn": ModelSpec("tp_ffn", TPFeedForward, _floats((6,)),
+                        {"root": (), "nested": ("layers.0", "layers.1")},
+                        tp_plan=tuple((f"layers.{i}.{fc}", style) for i in range(2)
+                                      for fc, style in (("fc1", "colwise"), ("fc2", "rowwise")))),
+}
+
 # Models a known limitation's model trains as (known/model.py ``Effect.runs_as``): buildable
 # by name, never in a tier's matrix.
 VARIANTS: dict[str, ModelSpec] = {
@@ -187,7 +232,7 @@ def register_model(name: str, factory: Callable[[], nn.Module], input_fn=None,
     anything else under a taken name (a zoo name included) is a ValueError."""
     if (input_fn is None) == (batch_fn is None):
         raise ValueError("register_model needs exactly one of input_fn or batch_fn")
-    if name in MODELS:
+    if name in MODELS or name in TP_MODELS:
         raise ValueError(f"{name!r} is a zoo model; pick another name")
     plans = {"root": (), **{k: tuple(v) for k, v in (plans or {}).items()}}
     spec = ModelSpec(name, factory, input_fn, plans, tuple(ignored), batch_fn, loss_fn,
@@ -244,10 +289,11 @@ def _scaled_spec(name: str) -> ModelSpec | None:
 
 
 def model_spec(name: str) -> ModelSpec:
-    spec = MODELS.get(name) or REGISTERED.get(name) or VARIANTS.get(name) or _scaled_spec(name)
+    spec = (MODELS.get(name) or TP_MODELS.get(name) or REGISTERED.get(name)
+            or VARIANTS.get(name) or _scaled_spec(name))
     if spec is None:
         extra = f"; registered: {sorted(REGISTERED)}" if REGISTERED else ""
-        raise ValueError(f"unknown zoo model {name!r}; known: {sorted(MODELS)}, "
+        raise ValueError(f"unknown zoo model {name!r}; known: {sorted({**MODELS, **TP_MODELS})}, "
                          f"{SCALED_PREFIX}<n params>{extra}")
     return spec
 

@@ -306,6 +306,64 @@ def test_reshard_after_forward_as_an_int_is_in_both_tiers_and_reaches_fully_shar
         Case(api="fsdp1.full", reshard_after_forward=2, world_size=4)
 
 
+def _tp_placements(ctx, case):
+    """The wrapped model's mesh shape and each param's placements, as the run records them."""
+    from fsdp_conformance.sut.fsdp2 import mesh_shape, param_layout, wrap_fsdp2
+
+    model = wrap_fsdp2(ctx, case)
+    return (mesh_shape(ctx, case, case.tensor_parallel),
+            {m["fqn"]: m["placements"] for m in param_layout(model)})
+
+
+def _nudge_row_wise_state(sd):  # element [0, 7] of fc2: tp rank 1's columns, dp rank 0's rows
+    sd["state"]["layers.0.fc2.weight"]["exp_avg_sq"][0, 7] += 1e-3
+
+
+def test_fsdp2_over_tensor_parallel_is_in_both_tiers_and_shards_by_the_plan(rank_pool,
+                                                                            tmp_path):
+    """FSDP2 over a (dp, tp) mesh: the quick tier has every pair of ``TP_PAIRS`` per FSDP2
+    path (2x2 -> 2x2, -> 1x2, -> 2 and 4 without tp, 2 -> 2x2), the full tier every
+    optimizer there. The wrapped model is what the plan says (column-wise fc1 strided over
+    dp, row-wise fc2 on both dims, the rest on dp alone); a state element planted wrong in
+    the checkpoint is found on the one rank whose box holds it; other paths, strategies and
+    world sizes are refused."""
+    full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
+    for api in ("fsdp2.full", "fsdp2.sharded"):
+        tp = {(c.world_size, c.tensor_parallel, c.dst_world_size, c.dst_tensor_parallel)
+              for c in QUICK if c.api == api and c.model == "tp_ffn"}
+        assert tp == set(matrix.TP_PAIRS), (api, tp)
+        assert {c.optimizer for c in full if c.api == api and c.model == "tp_ffn"} == \
+            set(OPTIMIZERS)
+    case = Case(api="fsdp2.full", model="tp_ffn", optimizer="adam", world_size=4,
+                tensor_parallel=2)
+    assert "/tp2/" in case.id and "/tp2->0/" in dataclasses.replace(
+        case, load_tensor_parallel=0).id
+    mesh, placements = rank_pool(4).run(_tp_placements, case)[3]
+    assert mesh == (2, 2)
+    assert placements["layers.0.fc1.weight"] == [("strided_shard", 0, 2), ("shard", 0)]
+    assert placements["layers.0.fc2.weight"] == [("shard", 0), ("shard", 1)]
+    assert placements["layers.0.fc2.bias"] == [("shard", 0), ("replicate",)]
+    assert placements["head.weight"] == placements["layers.1.norm.bias"] == [("shard", 0)]
+    save = rank_pool(4).run(fsdp2_paths.save_side, case, str(tmp_path), seed=0)
+    f = tmp_path / fsdp2_paths.FULL_FILE
+    sd = torch.load(f, weights_only=True)
+    _nudge_row_wise_state(sd)
+    torch.save(sd, f)
+    load = rank_pool(4).run(fsdp2_paths.load_side, case, str(tmp_path), seed=0)
+    p3 = evaluate(case, save, load, tmp_path)["P3"]
+    assert p3.status == "fail", p3.detail
+    assert "rank 1 after loading differs" in p3.detail, p3.detail
+    assert not any(f"rank {r} after loading" in p3.detail for r in (0, 2, 3)), p3.detail
+    with pytest.raises(ValueError, match="applies to the FSDP2 round trips"):
+        Case(api="fsdp1.full", model="tp_ffn", world_size=4, tensor_parallel=2)
+    with pytest.raises(ValueError, match="strategy must be FULL_SHARD"):
+        Case(api="fsdp2.full", model="tp_ffn", world_size=4, tensor_parallel=2,
+             strategy="HYBRID_SHARD")
+    with pytest.raises(ValueError, match="factor"):
+        Case(api="fsdp2.full", model="tp_ffn", world_size=4, tensor_parallel=2,
+             load_world_size=3)
+
+
 def test_flattened_optimizer_state_dicts_are_in_both_tiers_and_are_what_is_written(rank_pool,
                                                                                    tmp_path):
     """``flatten_optimizer_state_dict=True`` on both FSDP2 paths (quick: 2 cases each, full:

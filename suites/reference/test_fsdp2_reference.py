@@ -80,11 +80,77 @@ def test_dtensor_box_hsdp_and_nested_shards():
     assert got == [((0,), (2,)), ((2,), (1,)), ((3,), (1,)), ((4,), (1,))]
 
 
-def test_dtensor_box_rejects_strided_and_mismatched():
-    with pytest.raises(NotImplementedError):
-        dtensor_box((4,), Mesh((2,), (0,)), [StridedShard(0)])
+class StridedShard213(StridedShard):
+    """torch 2.13's ``_StridedShard``: ``is_shard()`` is False."""
+
+    def is_shard(self):
+        return False
+
+
+def test_dtensor_box_rejects_a_strided_shard_without_the_shard_it_follows_and_mismatches():
+    for strided in (StridedShard, StridedShard213):
+        with pytest.raises(NotImplementedError, match="no later mesh dims"):
+            dtensor_box((4,), Mesh((2,), (0,)), [strided(0)])
+        with pytest.raises(NotImplementedError, match="no later mesh dims"):  # 2 != 3 pieces
+            dtensor_box((6,), Mesh((2, 3), (0, 0)), [strided(0), Shard(0)])
     with pytest.raises(ShapeMismatch):
         dtensor_box((4,), Mesh((2, 2), (0, 1)), [Shard(0)])
+
+
+TP_SHAPES = [("norm.weight", (6,)), ("fc1.weight", (10, 6)), ("fc1.bias", (10,)),
+             ("fc2.weight", (6, 10)), ("fc2.bias", (6,)), ("head.weight", (3, 6))]
+TP_PLAN = {"fc1": "colwise", "fc2": "rowwise"}
+
+
+def test_fsdp2_layout_over_tensor_parallel_boxes_by_hand():
+    """(dp, tp) = (2, 2): rank g at (g // 2, g % 2). Colwise fc1: tp halves of its 10 rows
+    (0-5, 5-10), each chunked over dp (3 + 2 rows). Rowwise fc2: tp halves of its 10
+    columns, dp chunks of its 6 rows. The norm: dp chunks only, the same on both tp ranks,
+    on the dp mesh alone (outside the plan); the row-wise bias on both dims, replicated."""
+    L = fsdp2_layout(TP_SHAPES, 4, tp_size=2, tp_plan=TP_PLAN)
+    fc1, fc2, bias2, norm, head = (L.param(f) for f in ("fc1.weight", "fc2.weight", "fc2.bias",
+                                                         "norm.weight", "head.weight"))
+    assert [fc1.box(g) for g in range(4)] == [((0, 3), (0, 6)), ((5, 8), (0, 6)),
+                                              ((3, 5), (0, 6)), ((8, 10), (0, 6))]
+    assert [fc2.box(g) for g in range(4)] == [((0, 3), (0, 5)), ((0, 3), (5, 10)),
+                                              ((3, 6), (0, 5)), ((3, 6), (5, 10))]
+    assert [norm.box(g) for g in range(4)] == [((0, 3),), ((0, 3),), ((3, 6),), ((3, 6),)]
+    assert fc1.placements(2) == [("strided_shard", 0, 2), ("shard", 0)]
+    assert fc2.placements(2) == [("shard", 0), ("shard", 1)]
+    assert bias2.placements(2) == [("shard", 0), ("replicate",)]
+    assert head.placements(2) == [("shard", 0)] and head.mesh_shape((2, 2)) == (2,)
+    assert bias2.mesh_shape((2, 2)) == (2, 2)
+    assert fc1.padded_local_shape(1) == (3, 6) and fc2.padded_local_shape(3) == (3, 5)
+    assert [fc2.owner(i) for i in (0, 5, 10, 19, 59)] == [0, 1, 0, 1, 3]
+    assert list(L.first_replica()) == [0, 1, 2, 3]
+    # the reference's reading of torch's placements gives the same boxes
+    for g in range(4):
+        coord = (g // 2, g % 2)
+        for p, pls in ((fc1, [StridedShard(0), Shard(0)]), (fc1, [StridedShard213(0), Shard(0)]),
+                       (fc2, [Shard(0), Shard(1)]), (norm, [Shard(0), Replicate()])):
+            off, shape = dtensor_box(p.shape, Mesh((2, 2), coord), pls)
+            assert (off, shape) == (p.offset(g), p.local_shape(g)), (p.fqn, g)
+
+
+def test_fsdp2_shard_gather_round_trip_over_tensor_parallel_and_bad_plans():
+    L = fsdp2_layout(TP_SHAPES, 4, tp_size=2, tp_plan=TP_PLAN)
+    g = torch.Generator().manual_seed(3)
+    full = {"state": {f: {"m": torch.randn(s, generator=g), "step": torch.tensor(2.0)}
+                      for f, s in TP_SHAPES},
+            "param_groups": [{"lr": 0.5, "params": [f for f, _ in TP_SHAPES]}]}
+    locals_ = [fsdp2_shard(L, full, r) for r in range(4)]
+    assert torch.equal(locals_[3]["state"]["fc2.weight"]["m"],
+                       full["state"]["fc2.weight"]["m"][3:6, 5:10])
+    assert_state_dicts_equal(full, fsdp2_gather(L, locals_))
+    with pytest.raises(LayoutError, match="not both"):
+        fsdp2_layout(TP_SHAPES, 4, tp_size=2, tp_plan=TP_PLAN, shard_world_size=2)
+    with pytest.raises(LayoutError, match="style"):
+        fsdp2_layout(TP_SHAPES, 4, tp_size=2, tp_plan={"fc1": "sequence"})
+    with pytest.raises(LayoutError, match="divide"):
+        fsdp2_layout(TP_SHAPES, 6, tp_size=4, tp_plan=TP_PLAN)
+    with pytest.raises(LayoutError, match="not an nn.Linear"):
+        fsdp2_layout(torch.nn.Sequential(torch.nn.LayerNorm(4)), 2, tp_size=2,
+                     tp_plan={"0": "colwise"})
 
 
 def test_to_pieces_column_shard_splits_into_runs():
