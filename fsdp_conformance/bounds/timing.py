@@ -26,7 +26,14 @@ Rules
   (self-raising) mmap threshold in the heap, where a later call reuses them without the
   resident size moving: so before measuring, the threshold is pinned at 64 KiB
   (``mallopt``), and every block that size or larger is mapped on allocation and returned
-  on free; the peak then counts the call's own large allocations. On a CUDA device the allocator's peak
+  on free. That alone is not enough where the heap already holds large free chunks (the
+  rank served other calls before the threshold was pinned, when glibc's own threshold had
+  risen to megabytes): malloc serves a large block from a free chunk before it maps new
+  memory, and a free chunk's pages are still resident, so a held 1 MB copy read as a peak of
+  0 on one rank process (its self-test failed 2 of about 13 runs in a pytest session). So
+  the heaps are also trimmed before every measured call (``malloc_trim(0)``: free pages go
+  back to the kernel), and reusing them faults pages in, which the peak counts. The peak
+  then counts the call's own large allocations. On a CUDA device the allocator's peak
   (``torch.cuda.max_memory_allocated``, reset before the call) is reported beside it.
 """
 from __future__ import annotations
@@ -119,9 +126,22 @@ def pin_malloc() -> bool:
     return _pinned[0]
 
 
+def trim_malloc() -> bool:
+    """Give every free page of glibc's heaps back to the kernel (``malloc_trim(0)``); False
+    where there is no glibc. A later allocation carved from a free heap chunk then faults
+    its pages in again and shows in the resident size (module docstring)."""
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
 def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, PeakMemory]:
     """Run ``fn(*args, **kwargs)`` once and return its result and its :class:`PeakMemory`."""
     pin_malloc()
+    trim_malloc()
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     if cuda:
         torch.cuda.synchronize()
