@@ -277,6 +277,10 @@ class Case:
         """The load side's tensor-parallel degree (0: none)."""
         return self.tensor_parallel if self.load_tensor_parallel is None else self.load_tensor_parallel
 
+    def tensor_parallel_of(self, load_side: bool) -> int:
+        """The tensor-parallel degree of the save side, or of the load side (0: none)."""
+        return self.dst_tensor_parallel if load_side else self.tensor_parallel
+
     @property
     def shard_world_size(self) -> int:
         """HYBRID_SHARD shards inside groups of 2 ranks (2x2 on 4 ranks); others: everyone."""

@@ -30,7 +30,7 @@ def fsdp2_reference_layout(case: Case, load_side: bool = False):
     case = expect.runs_as(case)
     spec = model_spec(case.model)
     ws = case.dst_world_size if load_side else case.world_size
-    tp = case.dst_tensor_parallel if load_side else case.tensor_parallel
+    tp = case.tensor_parallel_of(load_side)
     model = build_model(case.model, case.seed, case.torch_dtype)
     if tp:
         return ref.fsdp2_layout(model, ws, ignored=spec.ignored, tp_size=tp,

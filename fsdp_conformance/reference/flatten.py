@@ -44,6 +44,7 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from .errors import MissingKeyError, ShapeMismatch, StateDictMismatch
+from .fsdp2_layout import chunk_range
 from .keys import category, values_equal
 from .layout import ModelLayout
 from .shard import check_full, shard_full
@@ -111,11 +112,9 @@ def dtensor_box(shape: Sequence[int], mesh: Any,
         if p.is_replicate():
             continue
         d = int(p.dim) % max(1, len(shape))
-        n, k, cur = mesh_shape[i], int(coord[i]), local[d]
-        chunk = -(-cur // n) if cur else 0
-        start = min(k * chunk, cur)
+        start, stop = chunk_range(local[d], mesh_shape[i], int(coord[i]))
         offsets[d] += start
-        local[d] = min(cur, start + chunk) - start
+        local[d] = stop - start
     return tuple(offsets), tuple(local)
 
 
@@ -128,6 +127,7 @@ def _application_order(placements: Sequence[Any], mesh_shape: Sequence[int],
     ``NotImplementedError``."""
     order: list[int] = []
     deferred: dict[int, list[int]] = {}  # mesh dim -> strided dims applied right after it
+
     def plain_shard(q: Any) -> bool:
         return q.is_shard() and not hasattr(q, "split_factor")
 
@@ -147,9 +147,7 @@ def _application_order(placements: Sequence[Any], mesh_shape: Sequence[int],
         if not later or math.prod(mesh_shape[j] for j in later) != int(p.split_factor):
             raise NotImplementedError(f"unsupported DTensor placement {p!r}: no later mesh dims "
                                       f"shard dim {d} into {p.split_factor} pieces")
-        deferred.setdefault(later[-1], []).append(i)
-    if deferred:
-        raise NotImplementedError(f"strided placements without the shard they follow: {placements}")
+        deferred.setdefault(later[-1], []).append(i)  # later[-1] > i: popped when reached
     return order
 
 

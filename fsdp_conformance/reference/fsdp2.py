@@ -73,8 +73,9 @@ def _assemble(p, pieces: Sequence[tuple[int, torch.Tensor]], key: str) -> torch.
             agree_on([(r0, v0), (r, v)], param=p.fqn, key=key)
             continue
         placed[box] = (r, v)
-        full[p.slices(r)] = v.detach().to(first.device)
-        covered[p.slices(r)] = True
+        where = tuple(slice(a, b) for a, b in box)
+        full[where] = v.detach().to(first.device)
+        covered[where] = True
     if not bool(covered.all()):
         raise ShapeMismatch("the ranks' pieces do not cover the param", param=p.fqn, key=key,
                             expected="every element", got=f"{int((~covered).sum())} uncovered")

@@ -42,7 +42,7 @@ TP_STYLES = {"colwise": {"weight": 0, "bias": 0}, "rowwise": {"weight": 1, "bias
 as torch's ``ColwiseParallel`` / ``RowwiseParallel`` do."""
 
 
-def _chunk(extent: int, n: int, k: int) -> tuple[int, int]:
+def chunk_range(extent: int, n: int, k: int) -> tuple[int, int]:
     """``[start, stop)`` of chunk ``k`` of ``n`` over ``extent`` (``torch.chunk``: chunks of
     ``ceil(extent / n)``, trailing ones short or empty)."""
     size = -(-extent // n) if extent else 0
@@ -109,20 +109,25 @@ class Fsdp2Param:
         self._check_rank(rank)
         return rank % self.tp_size
 
+    def _tp_box(self, rank: int) -> list[tuple[int, int]]:
+        """Per dim, ``[start, stop)`` of what ``fully_shard`` shards on ``rank``: the whole
+        param, or its tp chunk of ``tp_dim``."""
+        self._check_rank(rank)
+        box = [(0, d) for d in self.shape]
+        if self.sharded and self.tp_dim is not None and self.tp_size > 1:
+            box[self.tp_dim] = chunk_range(self.shape[self.tp_dim], self.tp_size,
+                                           self.tp_rank(rank))
+        return box
+
     def box(self, rank: int) -> tuple[tuple[int, int], ...]:
         """Per dim, ``[start, stop)`` of the piece ``rank`` holds (module docstring): the
         whole param when unsharded; the tp chunk of ``tp_dim``, then the dp chunk of what is
         left of dim 0."""
-        self._check_rank(rank)
-        box = [(0, d) for d in self.shape]
-        if not self.sharded:
-            return tuple(box)
-        if self.tp_dim is not None and self.tp_size > 1:
-            a, b = _chunk(self.shape[self.tp_dim], self.tp_size, self.tp_rank(rank))
-            box[self.tp_dim] = (a, b)
-        a0, b0 = box[0]
-        a, b = _chunk(b0 - a0, self.shard_world_size, self.shard_rank(rank))
-        box[0] = (a0 + a, a0 + b)
+        box = self._tp_box(rank)
+        if self.sharded:
+            a0, b0 = box[0]
+            a, b = chunk_range(b0 - a0, self.shard_world_size, self.shard_rank(rank))
+            box[0] = (a0 + a, a0 + b)
         return tuple(box)
 
     def offset(self, rank: int) -> tuple[int, ...]:
@@ -165,11 +170,7 @@ class Fsdp2Param:
 
     def tp_local_shape(self, rank: int) -> tuple[int, ...]:
         """The shape of what ``fully_shard`` shards on ``rank``: the param, or its tp chunk."""
-        shape = list(self.shape)
-        if self.sharded and self.tp_dim is not None and self.tp_size > 1:
-            a, b = _chunk(shape[self.tp_dim], self.tp_size, self.tp_rank(rank))
-            shape[self.tp_dim] = b - a
-        return tuple(shape)
+        return tuple(b - a for a, b in self._tp_box(rank))
 
     def padded_local_shape(self, rank: int = 0) -> tuple[int, ...]:
         """FSDP2's ``padded_sharded_param_size`` on ``rank``: chunk 0's shape of the tensor it

@@ -70,17 +70,24 @@ def _placement(p) -> tuple:
     return (repr(p),)
 
 
-def dtensor_record(v) -> dict:
-    """A live DTensor as plain data (module docstring)."""
+def torch_piece(v) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(local shape, global offset) of this rank's piece of the DTensor ``v``, as torch itself
+    computes them (``compute_local_shape_and_global_offset``)."""
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    _, offset = compute_local_shape_and_global_offset(v.shape, v.device_mesh, v.placements)
+    shape, offset = compute_local_shape_and_global_offset(v.shape, v.device_mesh, v.placements)
+    return tuple(int(d) for d in shape), tuple(int(o) for o in offset)
+
+
+def dtensor_record(v) -> dict:
+    """A live DTensor as plain data (module docstring)."""
+    _, offset = torch_piece(v)
     pieces = guard(ref.to_pieces, v)
     return {"global_shape": tuple(v.shape), "dtensor": True, "local": local_to_cpu(v.to_local()),
             "placements": [_placement(p) for p in v.placements],
             "mesh_shape": tuple(v.device_mesh.shape),
             "coordinate": tuple(v.device_mesh.get_coordinate()),
-            "torch_offset": tuple(int(o) for o in offset),
+            "torch_offset": offset,
             "pieces": local_to_cpu(pieces)}
 
 
@@ -88,14 +95,11 @@ def param_layout(model: nn.Module) -> list[dict]:
     """FSDP2's actual per-parameter layout on this rank (what P0 compares with the reference):
     for each ``named_parameters()`` entry its global shape and, for a DTensor, its local
     shape, placements and torch's global offset of the local piece."""
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
     out = []
     for n, p in model.named_parameters():
         row = {"fqn": n, "shape": tuple(p.shape), "dtensor": is_dtensor(p)}
         if row["dtensor"]:
-            _, off = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
-            row.update(local_shape=tuple(p.to_local().shape), offset=tuple(int(o) for o in off),
+            row.update(local_shape=tuple(p.to_local().shape), offset=torch_piece(p)[1],
                        placements=[_placement(x) for x in p.placements])
         out.append(row)
     return out

@@ -49,7 +49,7 @@ import torch
 from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler, freeze_at_save
 from .fsdp1 import named_local, optimizer_keys, train
-from .fsdp2 import local_to_cpu, is_dtensor, mesh_shape, param_layout, wrap_fsdp2
+from .fsdp2 import local_to_cpu, is_dtensor, mesh_shape, param_layout, torch_piece, wrap_fsdp2
 from .common import guarded, is_error, timed
 from .app_state import APP_KEY, AppState
 from .records import LoadRecord, SaveRecord
@@ -110,14 +110,9 @@ def nested(case: Case, saved: Any, optim, keys: list[str]) -> Any:
     return unflatten_osd(saved, _group_fqns(optim, keys))
 
 
-def side_tp(case: Case, load_side: bool) -> int:
-    """The tensor-parallel degree of the save or the load side (``Case``)."""
-    return case.dst_tensor_parallel if load_side else case.tensor_parallel
-
-
 def _build(ctx, case: Case, load_side: bool):
     model = wrap_fsdp2(ctx, case, plan=case.dst_plan if load_side else case.plan,
-                       tensor_parallel=side_tp(case, load_side))
+                       tensor_parallel=case.tensor_parallel_of(load_side))
     if load_side:  # a model frozen at the save is loaded frozen (zoo ModelSpec)
         freeze_at_save(model, case.model)
     optim = build_optimizer(case.optimizer, list(model.named_parameters()), case.groups,
@@ -155,21 +150,18 @@ def full_params(model) -> dict[str, torch.Tensor]:
 def load_params(ctx, model, params: dict[str, torch.Tensor]) -> None:
     """The saved params into the load side's model (not under test; every rank holds
     ``params``): each rank copies its own piece of every param the file has, at torch's
-    offset and shape of that piece (``compute_local_shape_and_global_offset``, which P0
-    checks against the reference); plain (ignored) params whole. No state-dict API: torch
+    offset and shape of that piece (``sut.fsdp2.torch_piece``, which P0 checks against the
+    reference); plain (ignored) params whole. No state-dict API: torch
     2.13 and 2.15 raise a bare AssertionError loading a full model state dict on every
     rank into FSDP2 over tensor parallelism with uneven dp rows, and 2.8 fails the same
     load with ``broadcast_from_rank0`` (notes/repro/tp_uneven_full_load.py)."""
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n not in params:
                 continue
             full = params[n]
             if is_dtensor(p):
-                shape, off = compute_local_shape_and_global_offset(p.shape, p.device_mesh,
-                                                                   p.placements)
+                shape, off = torch_piece(p)
                 full = full[tuple(slice(o, o + d) for o, d in zip(off, shape))]
                 p = p.to_local()
             p.copy_(full)
@@ -197,18 +189,13 @@ def save_path(case: Case, model, optim, *, cpu_offload: bool | None = None) -> A
 def sharded_to_neutral(sharded: dict) -> dict:
     """DTensor values -> ``{"global_shape", "local", "offsets"}`` (torch's global offset of
     the local piece); everything else CPU clones."""
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
     state = {}
     for fqn, st in sharded.get("state", {}).items():
         conv = {}
         for n, v in st.items():
             if is_dtensor(v):
-                _, off = compute_local_shape_and_global_offset(v.shape, v.device_mesh,
-                                                               v.placements)
                 conv[n] = {"global_shape": tuple(v.shape), "dtensor": True,
-                           "local": local_to_cpu(v.to_local()),
-                           "offsets": tuple(int(o) for o in off)}
+                           "local": local_to_cpu(v.to_local()), "offsets": torch_piece(v)[1]}
             else:
                 conv[n] = local_to_cpu(v)
         state[fqn] = conv
@@ -296,7 +283,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     workdir = Path(workdir)
     model, optim, sched, keys = _build(ctx, case, load_side=False)
     run = compiled_for(case, model, load_side=False)
-    tp = case.tensor_parallel
+    tp = case.tensor_parallel_of(load_side=False)
     losses = train(ctx, case, run, optim, case.steps, sched=sched, tensor_parallel=tp)
     freeze_at_save(model, case.model)  # trained, then frozen before the save (zoo ModelSpec)
     mesh, meta, local = mesh_shape(ctx, case, tp), param_layout(model), local_state(optim, keys)
@@ -410,7 +397,7 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     model, optim, sched, keys = _build(ctx, case, load_side=True)
     run = compiled_for(case, model, load_side=True)
     load_params(ctx, model, torch.load(workdir / MODEL_FILE, weights_only=True))  # not under test
-    tp = case.dst_tensor_parallel
+    tp = case.tensor_parallel_of(load_side=True)
     head = dict(rank=ctx.rank, keys=keys, mesh_shape=mesh_shape(ctx, case, tp),
                 meta=param_layout(model))
     timings: dict[str, float] = {}
