@@ -32,12 +32,18 @@ Rules
   memory, and a free chunk's pages are still resident, so a held 1 MB copy read as a peak of
   0 on one rank process (its self-test failed 2 of about 13 runs in a pytest session). So
   the heaps are also trimmed before every measured call (``malloc_trim(0)``: free pages go
-  back to the kernel), and reusing them faults pages in, which the peak counts. The peak
-  then counts the call's own large allocations. On a CUDA device the allocator's peak
+  back to the kernel), and reusing them faults pages in, which the peak counts. Before the
+  trim, the cyclic garbage of earlier work is collected (``gc.collect()``): a collection
+  that the interpreter starts during the call would otherwise free memory that the resident
+  size read before the call includes, and the call's own allocations would refill it unseen
+  (a held 4 MB copy read as a 2 MB peak, under the clean path's own, in one CI run whose
+  rank processes had served a whole pytest session). The peak then counts the call's own
+  large allocations. On a CUDA device the allocator's peak
   (``torch.cuda.max_memory_allocated``, reset before the call) is reported beside it.
 """
 from __future__ import annotations
 
+import gc
 import math
 import threading
 import time
@@ -141,6 +147,7 @@ def trim_malloc() -> bool:
 def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, PeakMemory]:
     """Run ``fn(*args, **kwargs)`` once and return its result and its :class:`PeakMemory`."""
     pin_malloc()
+    gc.collect()
     trim_malloc()
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     if cuda:

@@ -42,6 +42,14 @@ def threads(ctx) -> tuple[int, str | None]:
     return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
 
 
+def collector(ctx) -> tuple[int, int]:
+    """(objects in the collector's permanent generation, objects a full collection
+    traverses now)."""
+    import gc
+
+    return gc.get_freeze_count(), len(gc.get_objects())
+
+
 def random_bits(ctx, n: int = 8):
     """Draws from python, numpy and torch after the call's seeding."""
     import random

@@ -17,10 +17,17 @@ the function called) on every rank after the process group is up and before the 
 any call: a patch of torch under test, such as a candidate fix, or the self-test's removal of
 the legacy FSDP1 functions (suites/conformance/removed_api.py). A set-up that raises stops the
 rank before it is ready, so the pool fails to start with the traceback in the rank's log.
+
+Garbage collection: what is alive when the rank is ready (torch's modules, the process
+group: about 290,000 objects) is moved to the collector's permanent generation
+(``gc.freeze``), so a full collection traverses only what calls create: 0.01 ms instead of
+about 190 ms. The peak measurement collects before every measured call (bounds/timing.py),
+and the interpreter's own full collections cost the same.
 """
 from __future__ import annotations
 
 import faulthandler
+import gc
 import os
 import signal
 import sys
@@ -143,6 +150,8 @@ def main(conn, lifeline, rank: int, world_size: int, backend: str, store_host: s
                       device=device, group=dist.group.WORLD, scratch=scratch_dir,
                       generation=generation)
     run_rank_setup()
+    gc.collect()
+    gc.freeze()
     conn.send(("ready", os.getpid()))
     serve(conn, ctx)
     os._exit(0)

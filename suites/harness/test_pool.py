@@ -80,6 +80,14 @@ def test_every_rank_computes_on_the_threads_torchrun_gives_it(rank_pool):
         assert torch.get_num_threads() > 1, "the controller's own threads must be left alone"
 
 
+def test_a_ranks_start_up_objects_are_frozen_out_of_garbage_collection(rank_pool):
+    """torch's modules and the process group are moved to the permanent generation when the
+    rank is ready, so the full collection before every peak measurement is cheap: the
+    collector traverses what calls made, not the ~290,000 objects of the imports."""
+    for frozen, tracked in rank_pool(2).run(probes.collector):
+        assert frozen > 100_000 and tracked < 20_000, (frozen, tracked)
+
+
 def test_exception_on_one_rank_names_it_and_pool_stays_usable(rank_pool):
     pool = rank_pool(3)
     pids = pool.pids
