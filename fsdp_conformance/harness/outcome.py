@@ -39,6 +39,11 @@ def mark_failed(exc: BaseException, detail: str) -> None:
     _marks.append(FailureMark(exc_type=type(exc).__name__, detail=detail))
 
 
+def failed() -> bool:
+    """Whether the running call has marked a failure so far."""
+    return bool(_marks)
+
+
 def take_marks() -> tuple[FailureMark, ...]:
     """The marks of the call that just ended, in the order they were made; clears them."""
     out = tuple(_marks)

@@ -149,7 +149,9 @@ def main(args: argparse.Namespace) -> int:
     write_run_report(report, args.json, md)
     # a log (CI) is not a terminal: rich would wrap the matrix at 80 columns
     render_table(report, Console() if sys.stdout.isatty() else Console(width=200))
-    shared = f" ({run.shared_saves} loaded a shared save)" if run.shared_saves else ""
+    reuse = [f"{run.shared_saves} loaded a shared save"] if run.shared_saves else []
+    reuse += [f"{run.reused_trainings} saved a shared training"] if run.reused_trainings else []
+    shared = f" ({', '.join(reuse)})" if reuse else ""
     print(f"{len(run.results)} cases in {wall:.0f} s{shared}; report: {args.json}, {md}")
     if run.interrupted:
         print(f"INCOMPLETE: {run.interrupted}; the report holds the cases decided so far",

@@ -62,6 +62,9 @@ class Run:
     shared_saves: int = 0
     """Round trips that loaded from a save an earlier case of their lane ran (run/saves.py)
     instead of saving again."""
+    reused_trainings: int = 0
+    """Round trips whose save side took the model and optimizer a case of another path
+    trained alike on their lane (sut/trained.py) instead of training."""
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -218,7 +221,8 @@ def run_all(cases: Sequence[Case], *, backend: str | None = None, timeout: float
     if block:
         results = apply_scaling(results, block)
     return Run(results=results, scaling=block, interrupted=interrupted, planned=len(cases),
-               shared_saves=sum(c.shared for c in caches.values()))
+               shared_saves=sum(c.shared for c in caches.values()),
+               reused_trainings=sum(c.reused_trainings for c in caches.values()))
 
 
 def run_cases(cases: Sequence[Case], *, backend: str | None = None, timeout: float = 120.0,

@@ -57,6 +57,8 @@ class RoundTripKind:
             save_obs = step.on_pool("save side", case.world_size, path.save_side,
                                     workdir=savedir)
             step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
+            if cache is not None and all(o.reused_training for o in save_obs):
+                cache.reused_trainings += 1
             failed = [o for o in save_obs if error_of(o.saved)]
             if failed:  # nothing was written: there is nothing to load
                 if keeps:

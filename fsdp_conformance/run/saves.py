@@ -12,9 +12,12 @@ Rules
   the case's own save gives; a load reads the directory's checkpoint and writes nothing
   another load reads (its own marker files; the judge's DCP read-back file, rewritten each
   time). A save that raised on a rank is never kept, and its directory is removed.
-- ``by_save``: the run's cases in groups, one per save key (a case without one alone), in
-  the order of each group's first case; a lane takes a whole group, so the group's saves
-  after the first are shared.
+- ``by_save``: the run's cases in groups, one per training key (``sut.trained``: the
+  paths of one rank module that train alike; a case without one goes by its save key, and
+  a case without either alone), in the order of each group's first case; inside a group
+  the cases of one save key run one after another. A lane takes a whole group, so the
+  group's saves after the first of a key are shared, and its save sides after the first
+  take the state the first trained (the ranks keep it: sut/trained.py).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..cases import LOAD_ONLY, PATHS, Case
+from ..sut.trained import training_key
 
 
 def save_key(case: Case) -> Case | None:
@@ -35,12 +39,20 @@ def save_key(case: Case) -> Case | None:
 
 
 def by_save(cases: Sequence[tuple[int, Case]]) -> list[list[tuple[int, Case]]]:
-    """``(index, case)`` pairs grouped by ``save_key`` (module rules)."""
+    """``(index, case)`` pairs grouped by training key, then save key (module rules)."""
     groups: dict[object, list[tuple[int, Case]]] = {}
     for i, case in cases:
-        key = save_key(case)
-        groups.setdefault(key if key is not None else ("alone", i), []).append((i, case))
-    return list(groups.values())
+        tkey, skey = training_key(case), save_key(case)
+        key = (("train", tkey) if tkey is not None else ("save", skey) if skey is not None
+               else ("alone", i))
+        groups.setdefault(key, []).append((i, case))
+    out = []
+    for group in groups.values():
+        first: dict[object, int] = {}
+        for i, case in group:
+            first.setdefault(save_key(case), i)
+        out.append(sorted(group, key=lambda ic: first[save_key(ic[1])]))  # stable
+    return out
 
 
 @dataclass
@@ -59,6 +71,9 @@ class SaveCache:
     """Save directories made so far (names them)."""
     shared: int = 0
     """Cases that loaded from a kept save instead of saving again."""
+    reused_trainings: int = 0
+    """Cases whose save side took the state a case of another path trained alike
+    (sut/trained.py) instead of training."""
 
     def get(self, key: Case) -> tuple[list, Path] | None:
         """The kept records and directory if ``key`` is the kept save's, else None."""

@@ -20,10 +20,11 @@ Rules
   means nothing to FSDP2 and is ignored). The
   optimizer is the zoo's, with the case's groups and implementation; keys are
   ``named_parameters()`` names in the optimizer's order.
-- The load side loads the model's params from the full file the save side wrote, with
-  ``set_model_state_dict(full_state_dict=True, strict=False)`` (not under test: buffers are
-  not in the file), then the optimizer state through the path (timed), saves again (P7) and
-  trains ``case.resume_steps`` more steps (P6).
+- The load side loads the model's params from the full file the save side wrote, each
+  rank copying its own piece in (``load_params``; not under test: buffers are not in the
+  file), then the optimizer state through the path (timed), saves again (P7) and trains
+  ``case.resume_steps`` more steps (P6); for a golden case (P12 alone: golden/kind.py) it
+  stops after recording the loaded state.
 - P9: fsdp2.full also saves with ``cpu_offload=False`` (every rank gets the full dict, on its
   device) into ``SaveRecord.all_ranks``; fsdp2.sharded also saves with ``cpu_offload=True``
   into ``SaveRecord.offloaded`` (with ``offloaded_devices``).
@@ -52,6 +53,7 @@ from .fsdp1 import named_local, optimizer_keys, train
 from .fsdp2 import local_to_cpu, is_dtensor, mesh_shape, param_layout, torch_piece, wrap_fsdp2
 from .common import guarded, is_error, timed
 from .app_state import APP_KEY, AppState
+from .trained import keep, trained
 from .records import LoadRecord, SaveRecord
 from .paths import (DCP_DIR, FULL_FILE, MODEL_FILE, SCHED_FILE, atomic_save, devices_of,
                     is_full_path, rank_file, read_saved, resizable)
@@ -281,11 +283,17 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     """Train, save through the path, write it; record everything the properties need."""
     _check(case.api)
     workdir = Path(workdir)
-    model, optim, sched, keys = _build(ctx, case, load_side=False)
-    run = compiled_for(case, model, load_side=False)
     tp = case.tensor_parallel_of(load_side=False)
-    losses = train(ctx, case, run, optim, case.steps, sched=sched, tensor_parallel=tp)
-    freeze_at_save(model, case.model)  # trained, then frozen before the save (zoo ModelSpec)
+
+    def train_then_freeze(model, optim, sched) -> list[float]:
+        losses = train(ctx, case, compiled_for(case, model, load_side=False), optim,
+                       case.steps, sched=sched, tensor_parallel=tp)
+        freeze_at_save(model, case.model)  # trained, then frozen before the save (zoo ModelSpec)
+        return losses
+
+    tr = trained(ctx, case, lambda: _build(ctx, case, load_side=False), train_then_freeze)
+    model, optim, sched, keys, losses = tr.model, tr.optim, tr.sched, tr.keys, tr.losses
+    run = compiled_for(case, model, load_side=False)  # a compiled side trains alone
     mesh, meta, local = mesh_shape(ctx, case, tp), param_layout(model), local_state(optim, keys)
     params = full_params(model)
     saved, t_save = guarded(save_path, case, run, optim)
@@ -317,7 +325,9 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
         atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
             atomic_save(sched.state_dict(), workdir / SCHED_FILE)
+    keep(case, tr)  # for the next path that trains alike (sut/trained.py)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
+                      reused_training=tr.reused,
                       mesh_shape=mesh, timings=timings, saved=record,
                       saved_devices=saved_devices, params=params if ctx.rank == 0 else None,
                       all_ranks=all_ranks, offloaded=offloaded,
@@ -419,6 +429,8 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     if sched is not None and not case.app_state:  # the app state restored it from DCP
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     loaded = local_state(optim, keys)
+    if case.golden:  # P12 reads the loaded state alone (golden/kind.py): no resave, no resume
+        return LoadRecord(**head, loaded=loaded)
     resaved, timings["resave"] = guarded(save_path, case, run, optim)
     resaved = _record(case, resaved, optim, keys)
     losses = train(ctx, case, run, optim, case.resume_steps, start_step=case.steps,

@@ -28,13 +28,15 @@ Paths (``Case.api``)
                           ``set_optimizer_state_dict``
 
 Rules
-- The save side trains ``case.steps`` steps, saves through the path (timed), writes the
+- The save side trains ``case.steps`` steps (or takes the state a path before it trained
+  alike: sut/trained.py), saves through the path (timed), writes the
   file(s) under the case's work directory, and also saves with the flags flipped (P9: the
   full paths with ``rank0_only=False`` and no offload, fsdp1.sharded without offload,
   fsdp1.dsd_sharded with ``cpu_offload=True``). The
   load side (another pool: ``case.dst_world_size``, ``case.dst_plan``) builds a fresh model
   and optimizer, loads the model's full params (not under test), loads the optimizer state
-  through the path (timed), saves again (P7) and trains ``case.resume_steps`` more steps (P6).
+  through the path (timed), saves again (P7) and trains ``case.resume_steps`` more steps (P6);
+  for a golden case (P12 alone: golden/kind.py) it stops after recording the loaded state.
 - Everything returned is on CPU, cloned, in the reference's neutral named form. Ranks only
   record; the controller decides every verdict.
 - What a side records is a ``records.SaveRecord`` / ``records.LoadRecord`` (its fields say
@@ -58,6 +60,7 @@ import torch
 from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler
 from . import fsdp1
+from .trained import keep, trained
 from .common import guarded, is_error, timed
 from .records import LoadRecord, SaveRecord
 from .fsdp1 import to_cpu, flat_sharded_to_neutral, clean_name, named_local, optimizer_keys
@@ -256,8 +259,9 @@ def devices_of(obj: Any) -> set[str]:
 def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     """Train, save through the path, write it; record everything the properties need."""
     workdir = Path(workdir)
-    model, optim, sched, keys = _build(ctx, case, load_side=False)
-    losses = fsdp1.train(ctx, case, model, optim, case.steps, sched=sched)
+    tr = trained(ctx, case, lambda: _build(ctx, case, load_side=False),  # or the kept one
+                 lambda m, o, s: fsdp1.train(ctx, case, m, o, case.steps, sched=s))
+    model, optim, sched, keys, losses = tr.model, tr.optim, tr.sched, tr.keys, tr.losses
     meta = fsdp1.flat_metadata(model)
     local = to_cpu(named_local(optim.state_dict(), keys))
     params = full_params(model)
@@ -285,7 +289,9 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     elif case.api == "fsdp1.dsd_sharded":  # saved without offload (DSD's default): flip it
         flipped, _ = guarded(save_path, case, model, optim, offload=True)
         offloaded = _record(case, flipped, ctx.rank, keys)
+    keep(case, tr)  # for the next path that trains alike (sut/trained.py)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
+                      reused_training=tr.reused,
                       timings=timings, saved=record, saved_devices=saved_devices,
                       params=params if ctx.rank == 0 else None, saved_ids=saved_ids,
                       all_ranks=all_ranks, unoffloaded=unoffloaded, offloaded=offloaded,
@@ -400,6 +406,8 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     if sched is not None:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     loaded = to_cpu(named_local(optim.state_dict(), keys))
+    if case.golden:  # P12 reads the loaded state alone (golden/kind.py): no resave, no resume
+        return LoadRecord(**head, loaded=loaded)
     resaved, timings["resave"] = guarded(save_path, case, model, optim)
     resaved = _record(case, resaved, ctx.rank, keys)
     losses = fsdp1.train(ctx, case, model, optim, case.resume_steps,

@@ -119,6 +119,9 @@ class SaveRecord:
     """Custom path: what was still writing the checkpoint when the user's save returned (a
     thread in ``torch.distributed.checkpoint``: an ``async_save`` whose Future nobody waited
     for), one line; empty when nothing was. P7."""
+    reused_training: bool = False
+    """The save side took the model and optimizer an earlier case of another path trained
+    alike (sut/trained.py) instead of training them. The run's count; no property reads it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,9 +156,11 @@ class LoadRecord:
     ran (a custom path whose load stage raised)."""
     resaved: Any = None
     """The path's save call right after the load (neutral form), or a ``RecordedError``.
-    P4, P7. None when the load raised."""
+    P4, P7. None when the load raised, and in a golden case (P12 alone: the load side stops
+    after recording ``loaded``)."""
     losses: list[float] | None = None
-    """The losses of the ``case.resume_steps`` steps after the load. P6."""
+    """The losses of the ``case.resume_steps`` steps after the load. P6. None where
+    ``resaved`` is."""
     final_local: dict | None = None
     """The rank's ``optim.state_dict()`` after resuming. P6 (gathered)."""
     final_params: dict | None = None

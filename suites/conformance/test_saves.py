@@ -45,3 +45,75 @@ def test_cases_sharing_a_save_are_decided_as_each_alone(tmp_path):
     assert shared.shared_saves == 3
     alone = [run_case(c, tmp_path, backend=None, timeout=120.0) for c in SHARED]
     assert _decided(shared.results) == _decided(alone)
+
+
+TRAINED_ALIKE = [
+    Case(api="fsdp1.full", optimizer="adam", world_size=2, load_world_size=1),
+    Case(api="fsdp1.legacy_sharded", optimizer="adam", world_size=2),
+    Case(api="fsdp1.dsd_sharded", optimizer="adam", world_size=2, load_world_size=3),
+    Case(api="fsdp1.rekey", optimizer="adam", world_size=2, load_world_size=2, load_plan="root"),
+    Case(api="fsdp2.full", optimizer="adagrad", world_size=2, load_world_size=3),
+    Case(api="fsdp2.sharded", optimizer="adagrad", world_size=2, load_world_size=1),
+]
+
+
+def test_paths_that_train_alike_share_the_training_and_are_decided_as_each_alone(tmp_path):
+    """The FSDP1 paths after the first (and the second FSDP2 path) save the state the first
+    trained, kept on the ranks (sut/trained.py): same verdicts, details, known entries and
+    digests as every case training on its own."""
+    from fsdp_conformance.harness import get_pool
+    from fsdp_conformance.sut.trained import drop
+
+    assert [[i for i, _ in g] for g in by_save(list(enumerate(TRAINED_ALIKE)))] == [
+        [0, 1, 2, 3], [4, 5]]
+    get_pool(2).run(drop)  # nothing kept from an earlier test's case
+    shared = run_all(TRAINED_ALIKE, lanes=1)
+    assert shared.reused_trainings == 4 and shared.shared_saves == 0
+    alone = [run_case(c, tmp_path, backend=None, timeout=120.0) for c in TRAINED_ALIKE]
+    assert _decided(shared.results) == _decided(alone)
+
+
+def test_training_keys_leave_out_what_only_the_path_or_the_load_reads():
+    from fsdp_conformance.sut.trained import training_key
+
+    base = Case(api="fsdp1.full", optimizer="adam", world_size=2)
+    for same in (dataclasses.replace(base, api="fsdp1.legacy_scatter"),
+                 dataclasses.replace(base, load_world_size=3, load_plan="root")):
+        assert training_key(same) == training_key(base)
+    for other in (dataclasses.replace(base, api="fsdp2.full"), dataclasses.replace(base, seed=1),
+                  dataclasses.replace(base, use_orig_params=True),
+                  dataclasses.replace(base, steps=3)):
+        assert training_key(other) != training_key(base)
+    for alone in (dataclasses.replace(base, fault="shape"), Case(api="custom:mine"),
+                  Case(api="fsdp2.sharded", async_save=True),
+                  Case(api="fsdp2.sharded", app_state=True),
+                  Case(api="fsdp2.full", compiled="save")):
+        assert training_key(alone) is None
+
+
+def kept_after(ctx, change: bool) -> tuple[bool, bool]:
+    """Rank function: train a case through sut/trained.py, change one element of the
+    optimizer state or not, keep it; then ask for the same training again. (kept, reused)."""
+    from fsdp_conformance.sut import paths, trained
+    from fsdp_conformance.sut.fsdp1 import train
+
+    case = Case(api="fsdp1.full", optimizer="adam", world_size=ctx.world_size)
+    trained.drop()
+    tr = trained.trained(ctx, case, lambda: paths._build(ctx, case, load_side=False),
+                         lambda m, o, s: train(ctx, case, m, o, case.steps, sched=s))
+    if change:
+        st = next(iter(tr.optim.state.values()))
+        st["exp_avg"].view(-1)[0] += 1e-3
+    kept = trained.keep(case, tr)
+    again = trained.trained(ctx, case, lambda: paths._build(ctx, case, load_side=False),
+                            lambda m, o, s: train(ctx, case, m, o, case.steps, sched=s))
+    trained.drop()
+    return kept, again.reused
+
+
+def test_a_state_changed_after_training_is_not_kept(rank_pool):
+    """A save call that changed the trained state would leak into the next path's case: the
+    state is kept only if it still equals its snapshot bitwise, and then reused."""
+    pool = rank_pool(2)
+    assert pool.run(kept_after, False) == [(True, True)] * 2
+    assert pool.run(kept_after, True) == [(False, False)] * 2
