@@ -43,6 +43,7 @@ Rules
 """
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import threading
@@ -118,17 +119,26 @@ _MMAP_THRESHOLD = 64 * 1024
 _pinned: list[bool] = []
 
 
+@functools.cache
+def _glibc() -> Any:
+    """glibc's ``mallopt`` and ``malloc_trim`` (loaded once per process), or None where the
+    C library is not glibc."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
 def pin_malloc() -> bool:
     """Pin glibc's mmap threshold (module docstring) once per process; False where there
     is no glibc (the measurement then keeps the allocator's own behaviour)."""
     if not _pinned:
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL("libc.so.6")
-            _pinned.append(bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)))
-        except (OSError, AttributeError):
-            _pinned.append(False)
+        libc = _glibc()
+        _pinned.append(libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD,
+                                                               _MMAP_THRESHOLD)))
     return _pinned[0]
 
 
@@ -136,12 +146,8 @@ def trim_malloc() -> bool:
     """Give every free page of glibc's heaps back to the kernel (``malloc_trim(0)``); False
     where there is no glibc. A later allocation carved from a free heap chunk then faults
     its pages in again and shows in the resident size (module docstring)."""
-    try:
-        import ctypes
-
-        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
+    libc = _glibc()
+    return libc is not None and bool(libc.malloc_trim(0))
 
 
 def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, PeakMemory]:

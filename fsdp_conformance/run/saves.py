@@ -41,17 +41,18 @@ def save_key(case: Case) -> Case | None:
 def by_save(cases: Sequence[tuple[int, Case]]) -> list[list[tuple[int, Case]]]:
     """``(index, case)`` pairs grouped by training key, then save key (module rules)."""
     groups: dict[object, list[tuple[int, Case]]] = {}
+    skeys: dict[int, Case | None] = {}
     for i, case in cases:
-        tkey, skey = training_key(case), save_key(case)
-        key = (("train", tkey) if tkey is not None else ("save", skey) if skey is not None
-               else ("alone", i))
+        tkey, skeys[i] = training_key(case), save_key(case)
+        key = (("train", tkey) if tkey is not None else ("save", skeys[i])
+               if skeys[i] is not None else ("alone", i))
         groups.setdefault(key, []).append((i, case))
     out = []
     for group in groups.values():
         first: dict[object, int] = {}
-        for i, case in group:
-            first.setdefault(save_key(case), i)
-        out.append(sorted(group, key=lambda ic: first[save_key(ic[1])]))  # stable
+        for i, _ in group:
+            first.setdefault(skeys[i], i)
+        out.append(sorted(group, key=lambda ic: first[skeys[ic[0]]]))  # stable
     return out
 
 

@@ -284,16 +284,17 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     _check(case.api)
     workdir = Path(workdir)
     tp = case.tensor_parallel_of(load_side=False)
+    runs = []  # what trained: the model, or its compiled wrapper, which then saves too
 
     def train_then_freeze(model, optim, sched) -> list[float]:
-        losses = train(ctx, case, compiled_for(case, model, load_side=False), optim,
-                       case.steps, sched=sched, tensor_parallel=tp)
+        runs.append(compiled_for(case, model, load_side=False))
+        losses = train(ctx, case, runs[0], optim, case.steps, sched=sched, tensor_parallel=tp)
         freeze_at_save(model, case.model)  # trained, then frozen before the save (zoo ModelSpec)
         return losses
 
     tr = trained(ctx, case, lambda: _build(ctx, case, load_side=False), train_then_freeze)
     model, optim, sched, keys, losses = tr.model, tr.optim, tr.sched, tr.keys, tr.losses
-    run = compiled_for(case, model, load_side=False)  # a compiled side trains alone
+    run = runs[0] if runs else model  # a kept training is never a compiled one (sut/trained.py)
     mesh, meta, local = mesh_shape(ctx, case, tp), param_layout(model), local_state(optim, keys)
     params = full_params(model)
     saved, t_save = guarded(save_path, case, run, optim)
@@ -325,7 +326,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
         atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
             atomic_save(sched.state_dict(), workdir / SCHED_FILE)
-    keep(case, tr)  # for the next path that trains alike (sut/trained.py)
+    keep(tr)  # for the next path that trains alike (sut/trained.py)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
                       reused_training=tr.reused,
                       mesh_shape=mesh, timings=timings, saved=record,

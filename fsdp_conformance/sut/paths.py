@@ -289,7 +289,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     elif case.api == "fsdp1.dsd_sharded":  # saved without offload (DSD's default): flip it
         flipped, _ = guarded(save_path, case, model, optim, offload=True)
         offloaded = _record(case, flipped, ctx.rank, keys)
-    keep(case, tr)  # for the next path that trains alike (sut/trained.py)
+    keep(tr)  # for the next path that trains alike (sut/trained.py)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
                       reused_training=tr.reused,
                       timings=timings, saved=record, saved_devices=saved_devices,

@@ -10,12 +10,14 @@ Rules
   None (the case trains alone) outside the run's own paths and where the save side does
   more to the trained state than save it: golden, bounds and fault cases, an async save
   (the trainer's racing step trains on), an app state, a compiled side.
-- A fresh training is snapshotted right after it (the train callable includes the freeze
-  at the save, which changes no value): CPU clones of the rank's local params, their
-  ``requires_grad``, the optimizer's state and hyperparameters, the scheduler's state.
+- A fresh training with a key is snapshotted right after it (the train callable includes
+  the freeze at the save, which changes no value): CPU clones of the rank's local params,
+  their ``requires_grad``, the optimizer's state and hyperparameters, the scheduler's
+  state. One without a key is never kept, so it is not snapshotted.
 - ``keep`` keeps the trained objects at the end of a save side none of whose calls raised
-  (none marked a failure: ``harness.outcome``), and only if their live state still equals that snapshot bitwise: a save call that
-  changed the state would otherwise leak into the next path's case. A rank keeps one entry.
+  (none marked a failure: ``harness.outcome``), and only if their live state still equals
+  that snapshot bitwise: a save call that changed the state would otherwise leak into the
+  next path's case. A rank keeps one entry.
 - ``trained`` takes the entry out (nothing is kept while a save side runs) and reuses it
   only when every rank of the group has one with the case's key (one ``all_reduce``: the
   ranks agree, so none trains while another waits for it in a collective); else every rank
@@ -60,8 +62,10 @@ class Trained:
     """The optimizer's param keys (FQNs), as the build gave them."""
     losses: list[float]
     """The training's losses."""
-    snapshot: dict
-    """The rank's state right after the training (``snapshot``)."""
+    key: tuple | None
+    """The case's ``training_key`` (None: never kept)."""
+    snapshot: dict | None
+    """The rank's state right after the training (``snapshot``); None without a key."""
     reused: bool = False
     """Taken from an earlier case's save side (kept), not trained for this case."""
 
@@ -120,21 +124,21 @@ def trained(ctx, case: Case, build: Callable[[], tuple], train: Callable[..., li
     del kept
     model, optim, sched, keys = build()
     losses = train(model, optim, sched)
-    return Trained(model=model, optim=optim, sched=sched, keys=keys, losses=losses,
-                   snapshot=snapshot(model, optim, sched))
+    return Trained(model=model, optim=optim, sched=sched, keys=keys, losses=losses, key=key,
+                   snapshot=snapshot(model, optim, sched) if key is not None else None)
 
 
-def keep(case: Case, tr: Trained) -> bool:
+def keep(tr: Trained) -> bool:
     """Keep ``tr`` for the next case with the same training key if no call of this save side
     raised and its live state still equals its snapshot (module rules). Returns whether it
     was kept."""
     from ..harness import outcome
 
     _KEPT.clear()
-    key = training_key(case)
-    if key is None or outcome.failed() or not _same(snapshot(tr.model, tr.optim, tr.sched), tr.snapshot):
+    if (tr.key is None or outcome.failed()
+            or not _same(snapshot(tr.model, tr.optim, tr.sched), tr.snapshot)):
         return False
-    _KEPT.append((key, tr))
+    _KEPT.append((tr.key, tr))
     return True
 
 

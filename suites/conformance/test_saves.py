@@ -104,7 +104,7 @@ def kept_after(ctx, change: bool) -> tuple[bool, bool]:
     if change:
         st = next(iter(tr.optim.state.values()))
         st["exp_avg"].view(-1)[0] += 1e-3
-    kept = trained.keep(case, tr)
+    kept = trained.keep(tr)
     again = trained.trained(ctx, case, lambda: paths._build(ctx, case, load_side=False),
                             lambda m, o, s: train(ctx, case, m, o, case.steps, sched=s))
     trained.drop()
