@@ -2,18 +2,25 @@
 spawn-per-test pattern (spawn N fresh interpreters, init the process group, run, destroy,
 exit: what PyTorch's MultiProcessTestCase and fairscale's spawn_for_all_world_sizes pay).
 
-Measured per world size: pool start (cold), a no-op round trip (median of many), the small
-FSDP task on the pool (median after warm-up), the same task spawn-per-task (median of a few).
+Measured per world size: pool start (cold), a no-op round trip (median of many), a round
+trip that brings back a 60-tensor state record from every rank (``probes.state_record``), the
+small FSDP task on the pool (median after warm-up), the same task spawn-per-task (median of
+a few). And the message encoding alone (``wire``): the same record sent to a child process
+and echoed back, through the pool's encoding (harness/wire.py) and through multiprocessing's
+``Connection.send`` (``ForkingPickler``, with the tensor reductions ``import torch``
+registers), median of many round trips.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import sys
 import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 
-from ..harness import RankPool, probes
+from ..harness import RankPool, probes, wire
 from ..report import machine_info, write_json_atomic
 from .stats import summarize
 
@@ -41,6 +48,12 @@ def _spawned_rank(rank: int, world_size: int, store_path: str, backend: str) -> 
                       scratch=Path(tempfile.gettempdir()))
     probes.small_fsdp_task(ctx)
     dist.destroy_process_group()
+    # Leave without the interpreter's exit: gloo in torch 2.13 at times aborts there
+    # ("terminate called without an active exception", exit -6: 1 of 3 rounds failed so),
+    # after the timed work is done; the exit code must say whether the task ran.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def spawn_per_task_seconds(world_size: int, backend: str = "gloo") -> float:
@@ -65,6 +78,49 @@ def spawn_per_task_seconds(world_size: int, backend: str = "gloo") -> float:
     return elapsed
 
 
+def _echo(conn, encoding: str) -> None:
+    """Child of ``wire_roundtrips``: receive and send back every message until None."""
+    import torch  # noqa: F401  (registers its ForkingPickler reductions, as in a rank)
+
+    while True:
+        msg = wire.recv(conn) if encoding == "wire" else conn.recv()
+        if msg is None:
+            return
+        if encoding == "wire":
+            wire.send(conn, msg)
+        else:
+            conn.send(msg)
+
+
+def wire_roundtrips(encoding: str, rounds: int) -> list[float]:
+    """Seconds per round trip of a ``probes.state_record`` to a child process and back, by
+    ``encoding``: "wire" (harness/wire.py) or "forking-pickler" (``Connection.send``)."""
+    import types
+
+    import torch  # noqa: F401
+
+    record = probes.state_record(types.SimpleNamespace(rank=0))
+    ctx = mp.get_context("spawn")
+    here, there = ctx.Pipe()
+    child = ctx.Process(target=_echo, args=(there, encoding), daemon=True)
+    child.start()
+    send = (lambda m: wire.send(here, m)) if encoding == "wire" else here.send
+    get = (lambda: wire.recv(here)) if encoding == "wire" else here.recv
+    out = []
+    try:
+        for _ in range(rounds + 5):  # the first 5 warm up
+            t0 = time.perf_counter()
+            send(record)
+            get()
+            out.append(time.perf_counter() - t0)
+        send(None)
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+    return out[5:]
+
+
 def _time_calls(pool: RankPool, fn, n: int, *args) -> list[float]:
     out = []
     for _ in range(n):
@@ -84,6 +140,8 @@ def run_bench(world_sizes=(2, 4), noop_rounds: int = 200, task_rounds: int = 15,
             progress(f"ws={ws}: pool started in {start_s:.2f}s; timing no-op calls")
             _time_calls(pool, probes.noop, 10)
             noop = summarize(_time_calls(pool, probes.noop, noop_rounds))
+            _time_calls(pool, probes.state_record, 5)
+            record = summarize(_time_calls(pool, probes.state_record, noop_rounds))
             progress(f"ws={ws}: timing the small FSDP task on the pool")
             first = _time_calls(pool, probes.small_fsdp_task, 1)[0]
             _time_calls(pool, probes.small_fsdp_task, 2)
@@ -97,12 +155,17 @@ def run_bench(world_sizes=(2, 4), noop_rounds: int = 200, task_rounds: int = 15,
             "world_size": ws, "backend": "gloo",
             "pool_start_s": start_s,
             "noop_roundtrip": noop,
+            "record_roundtrip": record,
             "fsdp_task_pool_first_call_s": first,
             "fsdp_task_pool": task,
             "fsdp_task_spawn_per_task": spawn_s,
             "speedup_median": spawn_s["median"] / task["median"],
         })
+    progress("timing the message encoding (60-tensor record, echoed by a child process)")
+    encodings = {enc: summarize(wire_roundtrips(enc, noop_rounds))
+                 for enc in ("wire", "forking-pickler")}
     return {"schema": SCHEMA, "machine_info": machine_info(), "results": results,
+            "wire": encodings,
             "targets": {"speedup_at_ws4_min": 50.0, "noop_roundtrip_max_ms": 10.0}}
 
 
@@ -111,17 +174,23 @@ def render_table(report: dict) -> str:
     from rich.table import Table
 
     table = Table(title="rank pool vs spawn-per-task (gloo, CPU; medians)")
-    for col in ("world size", "pool start", "no-op call", "FSDP task (pool)",
+    for col in ("world size", "pool start", "no-op call", "60-tensor record", "FSDP task (pool)",
                 "FSDP task (spawn)", "speed-up"):
         table.add_column(col, justify="right")
     for r in report["results"]:
         table.add_row(str(r["world_size"]), f"{r['pool_start_s']:.2f} s",
                       f"{r['noop_roundtrip']['median'] * 1e3:.2f} ms",
+                      (f"{r['record_roundtrip']['median'] * 1e3:.2f} ms"
+                       if "record_roundtrip" in r else "-"),
                       f"{r['fsdp_task_pool']['median'] * 1e3:.1f} ms",
                       f"{r['fsdp_task_spawn_per_task']['median']:.2f} s",
                       f"{r['speedup_median']:.0f}x")
-    console = Console(record=True, width=110)
+    console = Console(record=True, width=120)
     console.print(table)
+    for enc, st in report.get("wire", {}).items():
+        console.print(f"60-tensor record echoed by a child, {enc}: median "
+                      f"{st['median'] * 1e3:.2f} ms (min {st['min'] * 1e3:.2f}, max "
+                      f"{st['max'] * 1e3:.2f}) over {st['rounds']} round trips")
     return console.export_text()
 
 

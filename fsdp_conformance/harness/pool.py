@@ -55,6 +55,7 @@ from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from . import wire
 from .errors import PoolClosed, RankDied, RankError, RankFailure, RankTimeout
 from .refs import check_importable, main_rerun_problem
 from .worker import LOG_FILE, STACK_FILE
@@ -269,7 +270,7 @@ class RankPool:
                     continue
                 if obj is self._conns[r] and self._conns[r].poll():
                     try:
-                        msg = self._conns[r].recv()
+                        msg = wire.recv(self._conns[r])
                     except (EOFError, OSError):
                         msg = None
                     if msg and msg[0] == "ready":
@@ -296,7 +297,7 @@ class RankPool:
         if graceful:
             for conn in self._conns:
                 try:
-                    conn.send(("stop",))
+                    wire.send(conn, ("stop",))
                 except (OSError, ValueError):
                     pass
             deadline = time.monotonic() + 3.0
@@ -337,7 +338,7 @@ class RankPool:
         try:
             for r, conn in enumerate(self._conns):
                 try:
-                    conn.send(("call", call_id, fn, tuple(per_rank_args[r]), kwargs, seed))
+                    wire.send(conn, ("call", call_id, fn, tuple(per_rank_args[r]), kwargs, seed))
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # that rank is dead: _collect sees its sentinel and reports it
             return self._collect(call_id, fn, timeout)
@@ -372,7 +373,7 @@ class RankPool:
                 msg = None
                 if conn.poll():
                     try:
-                        msg = conn.recv()
+                        msg = wire.recv(conn)
                     except (EOFError, OSError):
                         msg = None
                 if msg is None:
@@ -472,7 +473,7 @@ class RankPool:
     def _collect_barrier(self) -> None:
         call_id = next(self._call_ids)
         for conn in self._conns:
-            conn.send(("call", call_id, _barrier, (), {}, 0))
+            wire.send(conn, ("call", call_id, _barrier, (), {}, 0))
         self._collect(call_id, _barrier, 15.0)
 
     def _mark_broken(self) -> None:

@@ -102,6 +102,18 @@ def tensor_roundtrip(ctx, t):
     return t * 1, ctx.rank
 
 
+def state_record(ctx, params: int = 20, numel: int = 30) -> dict:
+    """What a rank sends back after a save or load, in miniature: an Adam state of
+    ``params`` params (``exp_avg``, ``exp_avg_sq`` of ``numel`` elements, a 0-dim ``step``),
+    3 x ``params`` CPU tensors (the wire benchmark's message)."""
+    import torch
+
+    g = torch.Generator().manual_seed(ctx.rank)
+    return {f"layer{i}.weight": {"exp_avg": torch.randn(numel, generator=g),
+                                 "exp_avg_sq": torch.rand(numel, generator=g),
+                                 "step": torch.tensor(2.0)} for i in range(params)}
+
+
 def small_fsdp_task(ctx, seed_offset: int = 0):
     """Wrap a 2-layer MLP in FSDP1, one Adam step, return ``full_optim_state_dict`` (rank 0
     gets the dict, others {}): the unit of work of the harness benchmark."""

@@ -40,7 +40,7 @@ from typing import Any
 import torch  # noqa: F401  (preloaded by the forkserver: ranks start without paying the import)
 import torch.distributed as dist
 
-from . import outcome
+from . import outcome, wire
 from .context import RankContext
 from .seeding import seed_everything
 
@@ -152,7 +152,7 @@ def main(conn, lifeline, rank: int, world_size: int, backend: str, store_host: s
     run_rank_setup()
     gc.collect()
     gc.freeze()
-    conn.send(("ready", os.getpid()))
+    wire.send(conn, ("ready", os.getpid()))
     serve(conn, ctx)
     os._exit(0)
 
@@ -161,7 +161,7 @@ def serve(conn, ctx: RankContext) -> None:
     """Serve calls until ("stop",) or a broken connection."""
     while True:
         try:
-            msg = conn.recv()
+            msg = wire.recv(conn)
         except (EOFError, OSError):
             return
         if msg[0] == "stop":
@@ -171,11 +171,11 @@ def serve(conn, ctx: RankContext) -> None:
             result = run_call(ctx, fn, args, kwargs, seed)
             reply = ("ok", call_id, result, outcome.take_marks())
             try:
-                conn.send(reply)
+                wire.send(conn, reply)
             except Exception as exc:  # result not picklable: say so instead of dying
-                conn.send(("err", call_id, type(exc).__name__,
+                wire.send(conn, ("err", call_id, type(exc).__name__,
                            f"result of {getattr(fn, '__qualname__', fn)} could not be sent "
                            f"to the controller: {exc!r}"))
         except BaseException as exc:  # noqa: BLE001  (SystemExit from fn is an error too)
             sys.stderr.flush()
-            conn.send(("err", call_id, type(exc).__name__, traceback.format_exc()))
+            wire.send(conn, ("err", call_id, type(exc).__name__, traceback.format_exc()))

@@ -306,8 +306,8 @@ def seeded(seed: int) -> Iterator[None]:
     """Inside the block torch's CPU generator starts from ``seed`` and no other thread draws
     from it; afterwards it is as it was (module rule)."""
     with _RNG_LOCK, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
+        torch.default_generator.manual_seed(seed)  # the CPU generator alone (rule): fork_rng
+        yield  # restores no device generator, so torch.manual_seed would leave them changed
 
 
 @functools.lru_cache(maxsize=None)
