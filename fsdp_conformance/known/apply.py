@@ -86,6 +86,7 @@ def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
     return Expectation(key="+".join(e.key for e in entries),
                        saved=_composed(case, entries, "save"),
                        loaded=_composed(case, entries, "load"),
+                       shards_from=_composed(case, entries, "shards_from"),
                        stored=_composed(case, entries, "stored"),
                        rekeyed=_composed(case, entries, "rekeyed"),
                        optim_loaded=_composed(case, entries, "optim_loaded"),

@@ -281,3 +281,39 @@ def ignored_state_of_dcp_writer(d: dict, case: Any) -> dict:
         return {n: (copy.deepcopy(by_rank[writer[(name, n)]][name][n])
                     if (name, n) in writer else v) for n, v in st.items()}
     return {**d, "state": {name: one(name, st) for name, st in d.get("state", {}).items()}}
+
+
+def hybrid_rows_chunked_globally(d: dict, case: Any) -> dict:
+    """The full dict the judged rank's shard group rebuilds on an FSDP1 HYBRID_SHARD
+    sharded load (``expectation.judged_rank``; entry
+    ``dcp-sharded-optim-load-ignores-hybrid-groups``): every state tensor T of positive
+    dimension (n elements, R rows) is chunked along dim 0 over the *global* world W
+    (``torch.chunk(T, W)``: rank g holds chunk g, or nothing where T has fewer chunks); the
+    group's S members' chunks, in rank order, are each flattened and zero-padded to the
+    S-way chunk size ``ceil(R / S) * n // R``, concatenated and cut to n: T' =
+    [chunk_a | zeros | chunk_b | zeros][:n], reshaped as T. 0-dim states (``step``) are
+    loaded whole and stay as they are. The reference then shards T' in the group as it
+    shards T (checked bitwise on all 4 ranks: notes/repro/fsdp1_hsdp_dcp_load_chunks.py)."""
+    import math
+
+    import torch
+
+    from ..properties import expectation as expect
+
+    world, size = case.dst_world_size, case.shard_world_size
+    first = expect.judged_rank() // size * size
+    members = range(first, first + size)
+
+    def rebuilt(t):
+        if not _is_tensor(t) or t.dim() == 0:
+            return t
+        rows, n = t.shape[0], t.numel()
+        chunks = torch.chunk(t, world, dim=0)
+        width = math.ceil(rows / size) * n // rows if rows else 0
+        parts = []
+        for g in members:
+            piece = chunks[g].reshape(-1) if g < len(chunks) else t.new_zeros(0)
+            parts.append(torch.cat([piece, piece.new_zeros(max(width - piece.numel(), 0))]))
+        return torch.cat(parts)[:n].reshape(t.shape).clone()
+
+    return _state_map(d, lambda st: {k: rebuilt(v) for k, v in st.items()})

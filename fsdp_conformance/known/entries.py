@@ -18,7 +18,7 @@ from typing import Callable
 from ..cases import Case
 from ..sut.registry import PATH_NAMES, api_path
 from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_states,
-                      ignored_state_of_dcp_writer, untie_tied_model,
+                      hybrid_rows_chunked_globally, ignored_state_of_dcp_writer, untie_tied_model,
                       drop_frozen_state, dummy_step_state, empty_state_for_every_param,
                       frozen_state_as_fresh, initial_lr_from_scheduler_built_after,
                       state_cast_to_param_dtype,
@@ -839,8 +839,25 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "group {a, b} rebuilds T' = [chunk_a | zeros | chunk_b | zeros][:n] and keeps its "
         "2-way shard of that: rows at the wrong offsets, zeros in the gaps, and group {2, 3} "
         "never sees the first half of T (checked bitwise on all 4 ranks: "
-        "notes/repro/fsdp1_hsdp_dcp_load_chunks.py). The loaded state is wrong (P3), the "
-        "replicas disagree when saved again (P7) and the resumed run diverges (P6).",
+        "notes/repro/fsdp1_hsdp_dcp_load_chunks.py). The loaded state is wrong (P3); what "
+        "follows from it is dcp-sharded-optim-load-hybrid-replicas-diverge.",
+        "https://github.com/pytorch/pytorch/pull/111096 (introduced the global rank/world "
+        "size there)",
+        model=Effect(what="each state T of positive dimension := the T' the rank's shard "
+                          "group rebuilds from torch.chunk(T, 4) (chunks of its members, "
+                          "each zero-padded to the 2-way chunk size), sharded in the group",
+                     shards_from=hybrid_rows_chunked_globally)),
+    KnownLimitation(
+        "dcp-sharded-optim-load-hybrid-replicas-diverge", (),
+        lambda c: c.api == "fsdp1.sharded" and c.strategy == "HYBRID_SHARD",
+        "2.13",
+        "What follows from dcp-sharded-optim-load-ignores-hybrid-groups (whose P3 model is "
+        "exact): the two shard groups load different states T' for the same params, so the "
+        "replicas of a shard disagree when saved again (P7: 'replicas of the shard at "
+        "offsets ... disagree'; P4: a rank's flat state is not the flattened re-save), and the "
+        "resumed run, whose replicas step from different states, diverges from the "
+        "uninterrupted one (P6). The single-process baseline trains one replica, so it "
+        "cannot predict these values: the model is the weak one, the lines that may show.",
         "https://github.com/pytorch/pytorch/pull/111096 (introduced the global rank/world "
         "size there)",
         also=("P4", "P6", "P7"),

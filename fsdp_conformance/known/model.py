@@ -118,6 +118,11 @@ class Effect:
     load: Transform | None = None
     """The state a correct load leaves -> the state this torch's load leaves (FSDP1: each
     rank's local dict; FSDP2: the full dict, sharded afterwards by the reference)."""
+    shards_from: Transform | None = None
+    """FSDP1: the full dict a correct load cuts the judged rank's local state from -> the
+    full dict this torch's load cuts it from, where that differs by rank
+    (``expectation.judged_rank``); the reference shards it as it shards a correct one, and
+    ``load`` then acts on the rank's local dict."""
     stored: Transform | None = None
     """The dict a correct storage layer reads back -> what this torch's reads back (DCP's
     write and read of a saved dict: P8)."""

@@ -36,6 +36,9 @@ class Expectation:
     """The dict a correct save returns -> the dict expected from this torch."""
     loaded: Callable[[dict], dict] = _same
     """The state a correct load leaves -> the state expected from this torch."""
+    shards_from: Callable[[dict], dict] = _same
+    """FSDP1: the full dict a correct load cuts the judged rank's local state from -> the
+    full dict this torch's load is expected to cut it from (``on_rank``)."""
     stored: Callable[[dict], dict] = _same
     """A saved dict -> what this torch's storage layer (DCP) is expected to read back."""
     rekeyed: Callable[[dict], dict] = _same
@@ -78,6 +81,12 @@ def saved(d: dict) -> dict:
 def loaded(d: dict) -> dict:
     """``d`` (what a correct load leaves) as this torch is expected to leave it."""
     return current().loaded(d)
+
+
+def shards_from(d: dict) -> dict:
+    """``d`` (the full dict a correct FSDP1 load cuts the judged rank's state from) as this
+    torch's load is expected to cut it."""
+    return current().shards_from(d)
 
 
 def stored(d: dict) -> dict:

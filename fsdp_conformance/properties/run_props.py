@@ -220,7 +220,8 @@ def p3_loaded(dst_layout, full: dict, load_obs: Sequence[LoadRecord],
         if e:
             return error(f"torch raised while loading on rank {r}:\n{e}")
         try:
-            want = ref.shard_full(dst_layout, full, r)
+            with expect.on_rank(r):
+                want = ref.shard_full(dst_layout, expect.shards_from(full), r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.shard_full rejected the saved dict for rank {r}: {exc}")
         with expect.on_rank(r):
@@ -250,7 +251,8 @@ def own_expected(layout, own: Sequence[SaveRecord], rank: int, gather, shard) ->
     again, since a bug's effect is stated on full dicts."""
     if not expect.current().key:
         return own[rank].local
-    return shard(layout, expect.round_trip(gather(layout, [o.local for o in own])), rank)
+    full = expect.round_trip(gather(layout, [o.local for o in own]))
+    return shard(layout, expect.shards_from(full), rank)
 
 
 def p4_flatten(dst_layout, load_obs: Sequence[LoadRecord], api: str) -> Verdict:

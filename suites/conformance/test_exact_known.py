@@ -524,3 +524,50 @@ def test_a_second_bug_behind_the_nonstrict_dummy_state_in_the_run_fails(rank_poo
     v = judged()["P3"]
     assert v.status == "fail", v.detail
     assert "rank 1" in v.detail and "unused.weight" in v.detail and entry in v.detail, v.detail
+
+
+# -- FSDP1 HYBRID_SHARD + DCP: the rank-dependent rows torch loads (P3 exact) -------------
+
+HYBRID = Case(api="fsdp1.sharded", optimizer="adamw", strategy="HYBRID_SHARD", world_size=4)
+
+
+def test_the_hybrid_load_model_rebuilds_each_groups_rows_by_hand():
+    """T (5 x 2, n = 10) chunked 4 ways: rows [0:2], [2:4], [4:5], no fourth chunk; the
+    2-way chunk size is ceil(5/2) * 10 // 5 = 6 elements. Group {0, 1} rebuilds
+    [0 1 2 3 0 0 | 4 5 6 7 0 0][:10], group {2, 3} [8 9 0 0 0 0 | 0 0 0 0 0 0][:10];
+    the 0-dim step is untouched."""
+    from fsdp_conformance.known.effects import hybrid_rows_chunked_globally
+    from fsdp_conformance.properties.expectation import on_rank
+
+    t = torch.arange(10, dtype=torch.float64).reshape(5, 2)
+    d = {"state": {"w": {"exp_avg": t, "step": torch.tensor(2.0)}}, "param_groups": []}
+    want = {0: [0, 1, 2, 3, 0, 0, 4, 5, 6, 7], 2: [8, 9, 0, 0, 0, 0, 0, 0, 0, 0]}
+    for rank, group in ((0, 0), (1, 0), (2, 2), (3, 2)):
+        with on_rank(rank):
+            got = hybrid_rows_chunked_globally(d, HYBRID)["state"]["w"]
+        assert got["exp_avg"].shape == (5, 2)
+        assert got["exp_avg"].reshape(-1).tolist() == want[group], rank
+        assert got["step"] is d["state"]["w"]["step"]
+    assert torch.equal(d["state"]["w"]["exp_avg"], t)  # the argument is not changed
+
+
+def test_the_hybrid_load_is_known_by_its_exact_effect_and_a_second_bug_fails(rank_pool,
+                                                                            tmp_path):
+    """Live, 4 ranks: P3 is known by the Effect model (every rank's loaded state equals
+    the modelled rows bitwise), its consequences by the Lines entry; one element of rank
+    3's loaded exp_avg nudged on top makes P3 fail, naming the entry and the residual."""
+    load, judged = _live(rank_pool, HYBRID, tmp_path)
+    v = judged()
+    assert (v["P3"].status, v["P3"].known) == \
+        ("known", "dcp-sharded-optim-load-ignores-hybrid-groups"), v["P3"].detail
+    for p in ("P4", "P6", "P7"):
+        assert (v[p].status, v[p].known) == \
+            ("known", "dcp-sharded-optim-load-hybrid-replicas-diverge"), f"{p}: {v[p].detail}"
+    st = load[3].loaded["state"]
+    key = sorted(k for k in st if st[k]["exp_avg"].numel())[0]
+    st[key]["exp_avg"].view(-1)[0] += 1e-3
+    v = judged()["P3"]
+    assert v.status == "fail" and v.known == "dcp-sharded-optim-load-ignores-hybrid-groups", \
+        v.detail
+    assert "what it does not explain" in v.detail and "rank 3" in v.detail
+    assert "rank 0 after loading" not in v.detail.split("as observed:")[0]
