@@ -219,8 +219,13 @@ class AttachedPool:
         self._teardown()
 
     def _teardown(self) -> None:
-        """All ranks, after "stop": meet, then destroy the groups this pool made (see Rules)."""
+        """All ranks, after "stop": remove the rank's scratch directory, meet, then destroy
+        the groups this pool made (see Rules)."""
+        import shutil
+
         import torch.distributed as dist
+
+        shutil.rmtree(self.ctx.scratch, ignore_errors=True)
 
         try:
             dist.monitored_barrier(group=self._ctrl, timeout=timedelta(seconds=60),

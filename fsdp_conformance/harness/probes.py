@@ -97,6 +97,11 @@ def exit_on(ctx, bad_rank: int, code: int) -> int:
     return ctx.rank
 
 
+def scratch_dir(ctx) -> str:
+    """This rank's scratch directory."""
+    return str(ctx.scratch)
+
+
 def tensor_roundtrip(ctx, t):
     """Return the tensor it was given, plus this rank's index (pickling of CPU tensors)."""
     return t * 1, ctx.rank

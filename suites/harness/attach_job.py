@@ -4,6 +4,7 @@ Rank 0 runs the checks of MODE through ``attach()`` and writes what it saw to OU
 the other ranks only serve.
 """
 import json
+import os
 import sys
 
 import torch.distributed
@@ -28,8 +29,10 @@ def main(mode: str, out: str) -> None:
         except RankError as exc:
             seen["error"] = {"ranks": exc.ranks, "text": str(exc)}
         seen["after_error"] = pool.run(probes.whoami)
+        scratch = pool.run(probes.scratch_dir)
         pool.close()
         seen["default_group_after_close"] = torch.distributed.is_initialized()
+        seen["scratch_left_after_close"] = [d for d in scratch if os.path.exists(d)]
     elif mode == "no-close":
         seen["whoami"] = pool.run(probes.whoami)  # the pool is closed at exit
     elif mode == "rank0-free-hang":

@@ -39,6 +39,7 @@ def _check_basic(seen: dict, ws: int) -> None:
     assert f"planted failure on rank {ws - 1}" in seen["error"]["text"]
     assert seen["after_error"] == seen["whoami"]
     assert seen["default_group_after_close"] is False, "close() destroys the group attach() made"
+    assert seen["scratch_left_after_close"] == [], "close() removes every rank's scratch"
 
 
 def test_torchrun_two_ranks(tmp_path):
