@@ -78,18 +78,18 @@ def spawn_per_task_seconds(world_size: int, backend: str = "gloo") -> float:
     return elapsed
 
 
+ENCODINGS = {"wire": (wire.send, wire.recv),
+             "forking-pickler": (lambda conn, msg: conn.send(msg), lambda conn: conn.recv())}
+"""How a message crosses a pipe, by name: ``(send(conn, msg), recv(conn))``."""
+
+
 def _echo(conn, encoding: str) -> None:
     """Child of ``wire_roundtrips``: receive and send back every message until None."""
     import torch  # noqa: F401  (registers its ForkingPickler reductions, as in a rank)
 
-    while True:
-        msg = wire.recv(conn) if encoding == "wire" else conn.recv()
-        if msg is None:
-            return
-        if encoding == "wire":
-            wire.send(conn, msg)
-        else:
-            conn.send(msg)
+    send, recv = ENCODINGS[encoding]
+    while (msg := recv(conn)) is not None:
+        send(conn, msg)
 
 
 def wire_roundtrips(encoding: str, rounds: int) -> list[float]:
@@ -104,16 +104,15 @@ def wire_roundtrips(encoding: str, rounds: int) -> list[float]:
     here, there = ctx.Pipe()
     child = ctx.Process(target=_echo, args=(there, encoding), daemon=True)
     child.start()
-    send = (lambda m: wire.send(here, m)) if encoding == "wire" else here.send
-    get = (lambda: wire.recv(here)) if encoding == "wire" else here.recv
+    send, recv = ENCODINGS[encoding]
     out = []
     try:
         for _ in range(rounds + 5):  # the first 5 warm up
             t0 = time.perf_counter()
-            send(record)
-            get()
+            send(here, record)
+            recv(here)
             out.append(time.perf_counter() - t0)
-        send(None)
+        send(here, None)
     finally:
         child.join(30)
         if child.is_alive():
@@ -163,7 +162,7 @@ def run_bench(world_sizes=(2, 4), noop_rounds: int = 200, task_rounds: int = 15,
         })
     progress("timing the message encoding (60-tensor record, echoed by a child process)")
     encodings = {enc: summarize(wire_roundtrips(enc, noop_rounds))
-                 for enc in ("wire", "forking-pickler")}
+                 for enc in ENCODINGS}
     return {"schema": SCHEMA, "machine_info": machine_info(), "results": results,
             "wire": encodings,
             "targets": {"speedup_at_ws4_min": 50.0, "noop_roundtrip_max_ms": 10.0}}

@@ -181,8 +181,8 @@ def stability_summary(runs: list[list], calibration: str) -> dict:
                 w["slow3x_exceeds"] += 3 * m["time_s"] > m["time_bound_s"]
                 w["work3x_exceeds"] += 3 * m["cpu_s"] > m["work_bound_s"]
                 shard = -(-int(m["state_bytes"]) // int(m["world_size"]))
-                quiet = m.get("mem_negligible") or [False] * len(m["peak_bytes"])
-                for peak, bound, q in zip(m["peak_bytes"], m["mem_bound_bytes"], quiet):
+                for peak, bound, q in zip(m["peak_bytes"], m["mem_bound_bytes"],
+                                          m["mem_negligible"]):
                     w["peak_over_bound"] = max(w["peak_over_bound"], peak / bound)
                     w["peaks"] += 1
                     w["copy_exceeds"] += peak + shard > bound
@@ -233,8 +233,8 @@ def stability_markdown(s: dict) -> str:
                    f"{w['work3x_exceeds']}/{w['measurements']} | "
                    f"{w['slow3x_exceeds']}/{w['measurements']} | "
                    f"{w['peak2x_exceeds']}/{w['peak2x_checked']} | "
-                   f"{w.get('negligible_peaks', 0)}/{w.get('peaks', w['peak2x_checked'])} | "
-                   f"{w['copy_exceeds']}/{w.get('peaks', w['peak2x_checked'])} |")
+                   f"{w['negligible_peaks']}/{w['peaks']} | "
+                   f"{w['copy_exceeds']}/{w['peaks']} |")
     return "\n".join(out) + "\n"
 
 

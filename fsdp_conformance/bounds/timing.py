@@ -116,7 +116,6 @@ class PeakMemory:
 
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD = 64 * 1024
-_pinned: list[bool] = []
 
 
 @functools.cache
@@ -132,14 +131,12 @@ def _glibc() -> Any:
         return None
 
 
+@functools.cache
 def pin_malloc() -> bool:
     """Pin glibc's mmap threshold (module docstring) once per process; False where there
     is no glibc (the measurement then keeps the allocator's own behaviour)."""
-    if not _pinned:
-        libc = _glibc()
-        _pinned.append(libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD,
-                                                               _MMAP_THRESHOLD)))
-    return _pinned[0]
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD))
 
 
 def trim_malloc() -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import sys
 from typing import Any
 
 PROTOCOL = 5
@@ -39,9 +40,7 @@ def _rebuild_tensor(data, dtype, size, stride, offset, requires_grad):
 
 class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any):
-        import sys
-
-        torch = sys.modules.get("torch")
+        torch = sys.modules.get("torch")  # a process without torch sends no tensor
         if torch is None or not isinstance(obj, torch.Tensor):
             return NotImplemented
         if obj.requires_grad and not obj.is_leaf:

@@ -219,12 +219,12 @@ def p3_loaded(dst_layout, full: dict, load_obs: Sequence[LoadRecord],
         e = error_of(o.loaded)
         if e:
             return error(f"torch raised while loading on rank {r}:\n{e}")
-        try:
-            with expect.on_rank(r):
-                want = ref.shard_full(dst_layout, expect.shards_from(full), r)
-        except ref.StateDictMismatch as exc:
-            return error(f"reference.shard_full rejected the saved dict for rank {r}: {exc}")
         with expect.on_rank(r):
+            try:
+                want = ref.shard_full(dst_layout, expect.shards_from(full), r)
+            except ref.StateDictMismatch as exc:
+                return error(f"reference.shard_full rejected the saved dict for rank {r}: "
+                             f"{exc}")
             mine, theirs = comparable(expect.loaded(want), o.loaded, dst_layout, r)
         diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst_layout))
         if diffs:
