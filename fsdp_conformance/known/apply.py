@@ -4,7 +4,7 @@ known/model.py).
 Rules, per property whose verdict is "fail" or "error" (never one of the suite's own,
 ``Verdict.origin == "suite"``):
 - an entry that applies to the case and property and whose model explains the verdict
-  makes it "known": a ``Raises`` / ``Outcome`` / ``Lines`` model by the detail; an
+  makes it "known": a ``Raises`` / ``Outcome`` model by the detail; an
   ``Effect`` model when the property passes once the case is judged again under it
   (``modelled``, computed by the case's kind with :func:`rejudge`);
 - when several ``Effect`` entries apply, their composition is tried too ("a+b");
@@ -18,7 +18,7 @@ Rules, per property whose verdict is "fail" or "error" (never one of the suite's
 - a pass of an entry's primary property is marked "fixed upstream?" (retire the entry).
 
 A user's own save/load code (:func:`recognise`) goes through torch's APIs by a path the
-suite does not know; there ``Effect`` and ``Raises`` entries count (never ``Lines``), and
+suite does not know; there ``Effect`` and ``Raises`` entries count (not ``Outcome``), and
 only as a whole, seen as one of the built-in paths the code could have taken:
 - an ``Effect`` entry (or a composition) under which every failing property passes and
   every other decided one stays pass (or n/a) makes the failing ones "known" (its exact
@@ -83,6 +83,10 @@ def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
         for f in as_:
             c = f(c)
         return c
+    local = [e.model.local_grads for e in entries if e.model.local_grads is not None]
+
+    def local_grads(c) -> dict:
+        return {k: v for f in local for k, v in f(c).items()}
     return Expectation(key="+".join(e.key for e in entries),
                        saved=_composed(case, entries, "save"),
                        loaded=_composed(case, entries, "load"),
@@ -91,7 +95,9 @@ def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
                        rekeyed=_composed(case, entries, "rekeyed"),
                        optim_loaded=_composed(case, entries, "optim_loaded"),
                        zero_grads=zero_grads,
-                       runs_as=runs_as)
+                       runs_as=runs_as,
+                       local_grads=local_grads,
+                       by_rank=any(e.model.shards_from is not None for e in entries))
 
 
 def rejudge(case: Case, verdicts: Mapping[str, Verdict], judge: Judge

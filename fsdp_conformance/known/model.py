@@ -8,16 +8,18 @@ configuration is a failure, and names the entry that explained the rest.
 Rules, per model:
 - ``Effect`` (a wrong value): ``save`` maps the dict a correct save returns to the dict this
   torch returns; ``load`` maps the state a correct load leaves to the state this torch
-  leaves; ``stored`` maps a dict to what this torch's storage layer (DCP) reads back of it;
-  ``rekeyed`` maps a correct PARAM_ID rekey to this torch's; ``optim_loaded`` maps the state
-  a correct plain ``Optimizer.load_state_dict`` leaves to this torch's; ``zero_grads`` names the params
-  that train on zero gradients instead of none (the baseline is trained so); ``runs_as``
-  names the case whose correct result this torch gives (the reference layouts and the
-  baseline are built from it). The case is
-  judged again with every expectation passed through them
-  (properties/expectation.py; the single-process baseline resumes from the modelled state);
-  a property that passes then is "known", one that still fails is a "fail" whose detail is
-  the residual diff.
+  leaves (``shards_from``: the full dict an FSDP1 load cuts each rank's state from, where
+  that differs by rank); ``stored`` maps a dict to what this torch's storage layer (DCP)
+  reads back of it; ``rekeyed`` maps a correct PARAM_ID rekey to this torch's;
+  ``optim_loaded`` maps the state a correct plain ``Optimizer.load_state_dict`` leaves to
+  this torch's; ``zero_grads`` names the params that train on zero gradients instead of
+  none (the baseline is trained so); ``runs_as`` names the case whose correct result this
+  torch gives (the reference layouts and the baseline are built from it); ``local_grads``
+  names the gradients a rank keeps to itself (the baseline trains one replica per rank).
+  The case is judged again with every expectation passed through them
+  (properties/expectation.py; the single-process baseline resumes from the modelled state,
+  one replica per distinct start where the load differs by rank); a property that passes
+  then is "known", one that still fails is a "fail" whose detail is the residual diff.
 - ``Raises`` (an exception): every exception the detail shows is of type ``exc`` (or one of
   ``alongside``: a wrapper), and every one of type ``exc`` has a message matching
   ``message`` (a regular expression, searched); where the detail carries the
@@ -25,10 +27,9 @@ Rules, per model:
 - ``Outcome`` (P15, the load of damaged input): the verdict's first line matches
   ``headline`` (a regular expression, matched in full) and every rank's exception line, if
   any, is explained by ``raises``.
-- ``Lines`` (the weakest, for details no transform models yet): every item of the detail (a
-  difference, an exception line, a problem line: every line that is not a header ending in
-  ``:``) matches one of ``patterns`` in full; a truncated list (``... and N more``) is never
-  explained. Entries still on ``Lines`` are to be turned into ``Effect`` models.
+
+Every entry has one of these models: the text of a failure is never a model (an entry whose
+consequences no transform predicts is not done).
 """
 from __future__ import annotations
 
@@ -139,6 +140,12 @@ class Effect:
     """``case ->`` the case whose correct result this torch gives instead (e.g. the same
     case on the model with its tie broken): the reference layouts and the single-process
     baseline are built from it."""
+    local_grads: Callable[[Any], dict] | None = None
+    """``case ->`` ``{param FQN: module FQN}``: the params whose gradient through that
+    module's use of them FSDP leaves un-reduced: every rank steps such a param on the mean
+    over ranks of its other uses' gradients plus its own rows' gradient through that module,
+    every other param on the mean; the ranks train apart (the baseline trains one replica
+    per rank, properties/baseline.py)."""
 
     def describe(self) -> str:
         return f"changes values: {self.what}"
@@ -167,24 +174,7 @@ class Outcome:
         return f"ends as /{self.headline}/" + (f", {raised}" if raised else "")
 
 
-@dataclass(frozen=True, kw_only=True)
-class Lines:
-    """The bug is a set of differences described by text (module rules: the weakest model)."""
-
-    patterns: tuple[str, ...]
-    """Regular expressions; every item of the detail must match one in full."""
-
-    def explains(self, detail: str) -> bool:
-        items = detail_items(detail)
-        if not items or any(re.fullmatch(r"\.\.\. and \d+ more", i) for i in items):
-            return False
-        return all(any(re.fullmatch(p, i) for p in self.patterns) for i in items)
-
-    def describe(self) -> str:
-        return "shows only: " + " | ".join(f"/{p}/" for p in self.patterns)
-
-
-Model = Union[Raises, Effect, Outcome, Lines]
+Model = Union[Raises, Effect, Outcome]
 
 
 def detail_items(detail: str) -> list[str]:
@@ -237,7 +227,7 @@ def observation_digest(detail: str, model: Model | None = None) -> str:
     """A digest of what a failure showed, as its model sees it, stable across runs, machines
     and torch releases that show the same thing. ``Raises``: the exceptions (module rule of
     ``_raised``); ``Outcome``: its first line and the exceptions of the ``Raises`` that
-    explains the rest; ``Effect``, ``Lines`` and no model: the detail's items without rank
+    explains the rest; ``Effect`` and no model: the detail's items without rank
     logs and frames, with memory addresses and directories blanked, in sorted order. Same
     observation, same digest; another wrong value, another exception or another message
     where the model reads it, another digest."""

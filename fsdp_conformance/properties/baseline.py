@@ -8,11 +8,28 @@ exception (FSDP leaves them per rank, trained on the rank's own rows); the prope
 them out and say so.
 
 Under a modelled torch bug (properties/expectation.py ``expecting``) the run resumes from the
-modelled state: at the save point its optimizer loads ``loaded(saved(its own state))``, so
-the resumed losses, params and state are what the bug predicts.
+modelled state: at the save point its optimizer loads
+``loaded(shards_from(saved(its own state)))``, so the resumed losses, params and state are
+what the bug predicts.
+
+A modelled load that differs between the load side's ranks (``Expectation.by_rank``: e.g.
+each HYBRID_SHARD replica loads another state) cannot be resumed as one run: each load rank
+r starts from the modelled state as rank r loads it (``expectation.on_rank``), ranks with the
+same start form one replica, and the resumed steps are trained as FSDP trains them (the data-
+parallel rule): rank r computes the gradient of its rows ``x[r::M]`` (M load ranks) on its
+replica's params, every replica steps on the mean of the M gradients, and the loss is the
+mean of the M losses. ``LocalRun.end_of(r)`` is rank r's end.
+
+A modelled bug that leaves part of a gradient un-reduced (``Expectation.local_grads``: the
+gradient of a param through one module's use of it stays on each rank) trains the save
+side's ranks apart from the first step by the same rule, each rank adding its own part to
+the mean of the rest (``_own_uses`` takes that use apart with a stand-in leaf);
+``LocalRun.save_of(r)`` is rank r's state at the save. The resumed run of such ranks is not
+modelled (the run has no end there).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 from dataclasses import dataclass
@@ -21,8 +38,10 @@ import torch
 
 from ..cases import LOAD_ONLY, Case
 from . import expectation as expect
-from ..zoo import (build_model, build_optimizer, build_scheduler, freeze_at_save, make_batch,
-                   scheduler_state, train_step)
+from ..zoo import (build_model, build_optimizer, build_scheduler, freeze_at_save, loss_of,
+                   make_batch, scheduler_state, train_step)
+from ..zoo.models import mixed_precision_backward
+from .statediff import diff_state_dicts
 
 
 @dataclass(frozen=True)
@@ -32,14 +51,35 @@ class LocalRun:
     FQN-keyed (the neutral named form)."""
 
     losses: tuple[float, ...]
+    """The mean loss of every step, the resumed ones included."""
     params_at_save: dict
+    """Rank 0's params at the save point."""
     optim_at_save: dict
-    params_at_end: dict
-    optim_at_end: dict
+    """Rank 0's optimizer dict at the save point."""
+    params_at_end: dict | None
+    """Rank 0's params at the end of the resumed run (None: the run has no resumed part)."""
+    optim_at_end: dict | None
+    """Rank 0's optimizer dict at the end of the resumed run (None: no resumed part)."""
     sched_at_save: dict | None = None
     """The LR scheduler's ``state_dict()`` at the save point (None: no scheduler)."""
     sched_at_end: dict | None = None
     """The LR scheduler's ``state_dict()`` at the end of the resumed run."""
+    rank_saves: tuple[dict, ...] = ()
+    """Each save rank's optimizer dict at the save point, where the ranks train apart
+    (module rules); empty: every rank saves ``optim_at_save`` (then rank 0's)."""
+    rank_ends: tuple[tuple[dict, dict], ...] = ()
+    """Each load rank's (params, optimizer dict) at the end of the resumed run, where the
+    modelled load differs between ranks (module rules); empty: every rank ends as
+    ``params_at_end`` / ``optim_at_end`` (then rank 0's)."""
+
+    def save_of(self, rank: int) -> dict:
+        """Rank ``rank``'s optimizer dict at the save point."""
+        return self.rank_saves[rank] if self.rank_saves else self.optim_at_save
+
+    def end_of(self, rank: int) -> tuple[dict, dict]:
+        """Rank ``rank``'s (params, optimizer dict) at the end of the resumed run."""
+        return self.rank_ends[rank] if self.rank_ends else (self.params_at_end,
+                                                             self.optim_at_end)
 
 
 def named_osd(optim: torch.optim.Optimizer, names: list[str]) -> dict:
@@ -54,8 +94,138 @@ def named_osd(optim: torch.optim.Optimizer, names: list[str]) -> dict:
 
 def local_run(case: Case) -> LocalRun:
     """Train the case's model in this process (module rules), the model of the case it runs
-    as under a modelled bug (``expectation.runs_as``); cached per case and modelled bug."""
-    return _local_run(expect.runs_as(case), expect.current())
+    as under a modelled bug (``expectation.runs_as``); cached per case and modelled bug.
+    Under a load modelled per rank whose ranks start apart, the resumed steps are trained
+    one replica per distinct start; under gradients that ranks keep to themselves, every
+    rank is a replica from the first step (module rules)."""
+    case, exp = expect.runs_as(case), expect.current()
+    if case.world_size > 1 and exp.local_grads(case):
+        return _apart_run(case, exp)
+    if exp.by_rank and case.resume_steps:
+        return _replicas_run(case, exp)
+    return _local_run(case, exp)
+
+
+def _modelled_start(exp: expect.Expectation, state: dict) -> dict:
+    """The state a load leaves under ``exp`` on the judged rank, from the state saved."""
+    return exp.loaded(exp.shards_from(exp.saved(state)))
+
+
+@functools.lru_cache(maxsize=16)
+def _replicas_run(case: Case, exp: expect.Expectation) -> LocalRun:
+    """The uninterrupted run up to the save, then each load rank resumed from the state
+    ``exp`` has it load (module rules): the single run where every rank starts the same."""
+    run = _local_run(case, exp)
+    starts = []
+    for r in range(case.dst_world_size):
+        with expect.on_rank(r):
+            starts.append(_modelled_start(exp, run.optim_at_save))
+    distinct: list[dict] = []
+    replica_of = []
+    for st in starts:  # ranks with bitwise the same start train as one replica
+        k = next((i for i, d in enumerate(distinct) if not diff_state_dicts(d, st)), None)
+        if k is None:
+            distinct.append(st)
+            k = len(distinct) - 1
+        replica_of.append(k)
+    if len(distinct) == 1:
+        return run
+    reps = [_started(case, run.params_at_save, st, run.sched_at_save) for st in distinct]
+    losses = list(run.losses[:case.steps])
+    for step in range(case.steps, case.steps + case.resume_steps):
+        losses.append(_dp_step(case, reps, replica_of, step, zero_grads=exp.zero_grads(step)))
+    ends = [(_params(model), named_osd(optim, names)) for model, optim, _, names in reps]
+    rank_ends = tuple(ends[k] for k in replica_of)
+    return LocalRun(tuple(losses), run.params_at_save, run.optim_at_save, *rank_ends[0],
+                    run.sched_at_save, scheduler_state(reps[0][2]), rank_ends=rank_ends)
+
+
+@functools.lru_cache(maxsize=16)
+def _apart_run(case: Case, exp: expect.Expectation) -> LocalRun:
+    """The save side's ``world_size`` ranks trained apart from the first step, each keeping
+    the gradients ``exp.local_grads`` names to itself (module rules); the run ends at the
+    save (the resumed run of ranks that trained apart is not modelled: no end)."""
+    if case.mixed_precision_dtype is not None:
+        raise ValueError("ranks that train apart are not modelled under mixed precision")
+    reps = [fresh_training(case) for _ in range(case.world_size)]
+    losses = [_dp_step(case, reps, list(range(case.world_size)), step,
+                       exp.local_grads(case), exp.zero_grads(step))
+              for step in range(case.steps)]
+    saves = []
+    for model, optim, _, names in reps:
+        freeze_at_save(model, case.model)
+        saves.append(named_osd(optim, names))
+    return LocalRun(tuple(losses), _params(reps[0][0]), saves[0], None, None,
+                    scheduler_state(reps[0][2]), None, rank_saves=tuple(saves))
+
+
+def _dp_step(case: Case, reps: list, replica_of: list[int], step: int,
+             local_uses: dict | None = None, zero_grads: frozenset = frozenset()) -> float:
+    """One training step of the ranks as FSDP takes it (module rules): rank r computes the
+    gradient of its rows ``x[r::M]`` on its replica's params (``reps[replica_of[r]]``, as
+    ``fresh_training`` gives them), every replica steps on the mean of the M gradients;
+    ``local_uses`` ``{param: module}``: the gradient through that module's use of the param
+    is each rank's own, added to the mean of the rest (each rank is then its own
+    replica). Returns the mean of the M losses."""
+    m = len(replica_of)
+    local_uses = local_uses or {}
+    if local_uses and sorted(replica_of) != list(range(m)):
+        raise ValueError("ranks that keep gradients to themselves are replicas of their own")
+    x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
+    grads: dict[str, torch.Tensor] = {}
+    own: list[dict[str, torch.Tensor]] = []
+    total = 0.0
+    for r in range(m):  # rank r: its rows, its replica's params
+        model = reps[replica_of[r]][0]
+        model.zero_grad(set_to_none=True)
+        params = dict(model.named_parameters())
+        with _own_uses(model, local_uses) as twins:
+            if case.mixed_precision_dtype is None:
+                loss = loss_of(model, x[r::m])
+                loss.backward()
+            else:
+                loss = mixed_precision_backward(model, x[r::m], case.mixed_precision_dtype)
+        own.append({n: t.grad for n, t in twins.items() if t.grad is not None})
+        total += float(loss.detach().to(torch.float64))
+        for n, p in params.items():
+            if p.grad is not None:
+                grads[n] = grads[n] + p.grad if n in grads else p.grad.clone()
+    for k, (model, optim, sched, _) in enumerate(reps):  # each replica: the mean gradient
+        optim.zero_grad(set_to_none=True)
+        mine = own[replica_of.index(k)] if local_uses else {}
+        for n, p in model.named_parameters():
+            g = grads[n] / m if n in grads else None
+            if n in mine:
+                g = mine[n] if g is None else g + mine[n]
+            if g is None and n in zero_grads:
+                g = torch.zeros_like(p)
+            p.grad = g
+        optim.step()
+        if sched is not None:
+            sched.step()
+    return total / m
+
+
+@contextlib.contextmanager
+def _own_uses(model: torch.nn.Module, uses: dict):
+    """Inside the block, the module of each ``{param: module}`` pair uses a stand-in leaf
+    (a copy of the param) in its place, so backward gives that use's gradient apart:
+    yields ``{param: stand-in}``; the param is put back on leaving."""
+    swapped = []
+    twins = {}
+    try:
+        for fqn, mod_name in uses.items():
+            p = model.get_parameter(fqn)
+            mod = model.get_submodule(mod_name)
+            attr = next(a for a, q in mod.named_parameters(recurse=False) if q is p)
+            twin = torch.nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
+            setattr(mod, attr, twin)
+            swapped.append((mod, attr, p))
+            twins[fqn] = twin
+        yield twins
+    finally:
+        for mod, attr, p in reversed(swapped):
+            setattr(mod, attr, p)
 
 
 def _to_ids(named: dict, names: list[str]) -> dict:
@@ -121,7 +291,7 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
                 # the effects never mutate their argument but may share its tensors (the
                 # step counter): one deep copy keeps the snapshot out of the resumed
                 # optimizer's in-place updates, and keeps the sharing an effect models
-                modelled = exp.loaded(exp.saved(snaps["save"][1]))
+                modelled = _modelled_start(exp, snaps["save"][1])
                 load_exactly(optim, copy.deepcopy(_to_ids(modelled, names)))
         x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
         loss = train_step(model, optim, x, sched, zero_grads=exp.zero_grads(step),
@@ -146,6 +316,21 @@ def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
 
     ``params_at_save`` / ``optim_at_save`` are the start as given; ``losses`` are the
     resumed steps' only."""
+    sched_at_save = local_run(case).sched_at_save if case.scheduler else None
+    model, optim, sched, names = _started(case, params, state, sched_at_save)
+    losses = []
+    for step in range(case.steps, case.steps + case.resume_steps):
+        x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
+        loss = train_step(model, optim, x, sched, compute_dtype=case.mixed_precision_dtype)
+        losses.append(float(loss.detach().to(torch.float64)))
+    return LocalRun(tuple(losses), params, state, _params(model), named_osd(optim, names),
+                    sched_at_save, scheduler_state(sched))
+
+
+def _started(case: Case, params: dict, state: dict, sched_state: dict | None):
+    """The case's model with ``params`` (by FQN), frozen as at the save, its optimizer
+    holding ``state`` (a named optimizer dict) and its LR scheduler in ``sched_state``:
+    ``(model, optim, sched or None, names)`` as ``fresh_training`` gives them."""
     model, optim, sched, names = fresh_training(case)
     missing = sorted(set(n for n, _ in model.named_parameters()) - set(params))
     if missing:
@@ -155,16 +340,9 @@ def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
             p.copy_(params[n])
     freeze_at_save(model, case.model)
     load_exactly(optim, copy.deepcopy(_to_ids(state, names)))
-    sched_at_save = local_run(case).sched_at_save if sched is not None else None
     if sched is not None:  # the scheduler as it was at the save
-        sched.load_state_dict(copy.deepcopy(sched_at_save))
-    losses = []
-    for step in range(case.steps, case.steps + case.resume_steps):
-        x = make_batch(case.model, case.seed, step, case.batch, case.torch_dtype)
-        loss = train_step(model, optim, x, sched, compute_dtype=case.mixed_precision_dtype)
-        losses.append(float(loss.detach().to(torch.float64)))
-    return LocalRun(tuple(losses), params, state, _params(model), named_osd(optim, names),
-                    sched_at_save, scheduler_state(sched))
+        sched.load_state_dict(copy.deepcopy(sched_state))
+    return model, optim, sched, names
 
 
 def _params(model: torch.nn.Module) -> dict:

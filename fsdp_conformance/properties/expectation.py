@@ -52,6 +52,15 @@ class Expectation:
     runs_as: Callable[[object], object] = lambda case: case
     """A case -> the case whose correct result is expected from this torch (the reference
     layouts and the single-process baseline are built from it)."""
+    local_grads: Callable[[object], dict] = lambda case: {}
+    """A case -> ``{param FQN: module FQN}``: the gradient of the param through that
+    module's use that each rank keeps to itself (not averaged over ranks): the baseline
+    trains one replica per rank (properties/baseline.py)."""
+    by_rank: bool = False
+    """Whether the modelled load may differ between the load side's ranks (a
+    ``shards_from`` effect): the baseline then resumes each rank from its own modelled
+    state and trains the ranks as FSDP does, one replica per distinct start
+    (properties/baseline.py)."""
 
 
 EXACT = Expectation(key="")

@@ -89,20 +89,34 @@ def p0_layout(layout, observations: Sequence[dict], ordered: bool = True) -> Ver
         f"{len(layout.units)} unit(s) on {len(observations)} rank(s)")
 
 
+def replica_first(layout, dicts: Sequence, rank: int) -> list:
+    """``dicts`` (one per rank) rotated so that ``rank``'s replica (``layout.replicas()``)
+    comes first: the reference's gather reads the first replica's ranks, so it gathers that
+    replica's state from them (replicas are consecutive blocks of ranks)."""
+    first = next(g[0] for g in layout.replicas() if rank in g)
+    return list(dicts[first:]) + list(dicts[:first])
+
+
 def p1_gather(layout, observations: Sequence[dict], path: str = "full_legacy") -> Verdict:
-    """The full dict torch returns (on every rank, rank0_only=False) equals
-    reference.gather_full(every rank's local dict), bitwise. Params outside every unit
-    (ignored modules) are not synchronised by FSDP, so on rank r their state is rank r's own."""
+    """The full dict torch returns on every rank (rank0_only=False) equals
+    reference.gather_full of the local dicts of the rank's replica (``layout.replicas()``:
+    all ranks, a HYBRID_SHARD shard group, a NO_SHARD rank's own), bitwise. Params outside
+    every unit (ignored modules) are not synchronised by FSDP, so on rank r their state is
+    rank r's own. Whether the replicas agree is not P1's question: the single-process run's
+    (P2)."""
     locals_ = [o["local"] for o in observations]
-    try:
-        want = ref.gather_full(layout, locals_)
-    except ref.StateDictMismatch as exc:
-        return error(f"reference.gather_full rejected torch's local dicts: {exc}")
-    want = expect.saved(want)
+    wants: dict[int, dict] = {}
+    for group in layout.replicas():
+        try:
+            want = ref.gather_full(layout, replica_first(layout, locals_, group[0]))
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.gather_full rejected torch's local dicts: {exc}")
+        wants.update({r: expect.saved(want) for r in group})
     for obs in observations:
         got, v = path_value(obs, path)
         if v is not None:
             return v
+        want = wants[obs["rank"]]
         want_r = {**want, "state": dict(want["state"])}
         for slot in layout.plain_params:
             own = obs["local"]["state"].get(slot.fqn)
@@ -114,30 +128,42 @@ def p1_gather(layout, observations: Sequence[dict], path: str = "full_legacy") -
         if diffs:
             return fail(f"{path} on rank {obs['rank']} differs from reference.gather_full:\n"
                         + format_diff(diffs))
-    return passed(f"{path}: {len(want['state'])} params bitwise equal on every rank")
+    return passed(f"{path}: {len(wants[0]['state'])} params bitwise equal on every rank")
 
 
-def p3_shard(layout, full: dict, observations: Sequence[dict],
+FROM_RANK0 = ("scatter_legacy",)
+"""Load paths whose input is rank 0's full dict, whatever the other ranks hold
+(``scatter_full_optim_state_dict``)."""
+
+
+def p3_shard(layout, full: dict | Sequence[dict], observations: Sequence[dict],
              paths: Sequence[str] = ("shard_legacy", "scatter_legacy", "to_load"),
              own_locals: bool = True) -> Verdict:
-    """Every load path gives, on every rank, reference.shard_full(full, rank); with the same
-    world size and wrapping it also equals the rank's own optimizer state (bitwise). On
-    ranks other than 0, params of ignored modules are left out: torch keeps each rank's own
-    (unsynchronised) values for them, and P1 checks those per rank."""
+    """Every load path gives, on every rank, reference.shard_full(full, rank) (``full``: the
+    dict every rank loaded, or one per rank: each rank loads its own full dict, except
+    through the paths that scatter rank 0's, ``FROM_RANK0``); with the same world size and
+    wrapping it also equals the rank's own optimizer state (bitwise). On ranks other than 0,
+    params of ignored modules are left out: torch keeps each rank's own (unsynchronised)
+    values for them, and P1 checks those per rank."""
     problems, checked = [], 0
     for obs in observations:
         r = obs["rank"]
+        wants = {}
         try:
-            want = ref.shard_full(layout, full, r)
+            for src in {0, r} if not isinstance(full, dict) else {r}:
+                wants[src] = ref.shard_full(layout, full if isinstance(full, dict) else full[src],
+                                            r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.shard_full rejected the full dict for rank {r}: {exc}")
+        want = wants[r]
         for path in paths:
             got, v = path_value(obs, path)
             if v is not None:
                 if v.status == "error":
                     return v
                 continue
-            mine, theirs = comparable(expect.loaded(want), got, layout, r)
+            loaded_from = 0 if path in FROM_RANK0 and not isinstance(full, dict) else r
+            mine, theirs = comparable(expect.loaded(wants[loaded_from]), got, layout, r)
             diffs = diff_state_dicts(mine, theirs, owner=owner_of(layout))
             checked += 1
             if diffs:
@@ -180,8 +206,8 @@ def sharded_to_flat_offsets(sharded_state: dict) -> dict:
 
 
 def p4_flatten(layout, observations: Sequence[dict]) -> Verdict:
-    """torch's flatten(sharded) == reference.flatten_sharded(every rank's sharded dict) ==
-    the rank's local state. (torch's sharded form chunks each param by rows, so one rank's
+    """torch's flatten(sharded) == reference.flatten_sharded(the sharded dicts of the rank's
+    shard group, ``layout.shard_groups()``) == the rank's local state. (torch's sharded form chunks each param by rows, so one rank's
     flat shard needs pieces held by other ranks; torch all-gathers them, the reference
     assembles them from all ranks' dicts.) Params of ignored modules hold per-rank values
     that FSDP does not synchronise; P1 checks them per rank, P4 leaves them out."""
@@ -196,10 +222,11 @@ def p4_flatten(layout, observations: Sequence[dict]) -> Verdict:
         except ValueError as exc:
             return error(f"rank {obs['rank']}'s sharded dict has an unexpected form: {exc}")
     problems = []
+    group_of = {r: g for g in layout.shard_groups() for r in g}
     for obs in observations:
         r = obs["rank"]
         try:
-            want = ref.flatten_sharded(layout, neutral, r)
+            want = ref.flatten_sharded(layout, [neutral[q] for q in group_of[r]], r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.flatten_sharded rejected the sharded dicts for rank {r}: "
                          f"{exc}")

@@ -149,7 +149,8 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
             start=rp.save_point(layout, save_obs, gather)
             if case.compute_dtype == "bf16" else None)
         load_error = next((e for e in map(error_of, (o.loaded for o in load_obs)) if e), None)
-        v["P7"] = (rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan)
+        v["P7"] = (rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan,
+                                    dst.shard_groups())
                    if load_error is None else error("load failed: " + load_error))
         dcp_full = _read_dcp(workdir / DCP_DIR, case.app_state) \
             if api_path(api).writes == "dcp" else None

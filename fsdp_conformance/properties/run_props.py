@@ -188,11 +188,13 @@ def p1_saved(layout, save_obs: Sequence[SaveRecord], full: dict, api: str) -> Ve
     return passed(f"{len(want['state'])} params bitwise equal")
 
 
-def p2_vs_local(layout, full: dict, local: LocalRun, dtype: str) -> Verdict:
-    """The saved full dict ~= the single-process optimizer state after the same steps."""
+def p2_vs_local(layout, full: dict, local: LocalRun, dtype: str, rank: int = 0) -> Verdict:
+    """The saved full dict ~= the single-process optimizer state after the same steps (of
+    ``rank``: a full dict is rank 0's, and the ranks differ only under a modelled bug that
+    trains them apart, ``LocalRun.save_of``)."""
     rtol, atol = TOLERANCES[dtype]
     skip = _plain(layout)
-    want = canon_groups(_without(expect.saved(local.optim_at_save), skip))
+    want = canon_groups(_without(expect.saved(local.save_of(rank)), skip))
     if dtype == "bf16":
         bad = _norm_diffs(want, canon_groups(_without(full, skip)), BF16_STATE_NORM_RTOL)
         if bad:
@@ -207,6 +209,22 @@ def p2_vs_local(layout, full: dict, local: LocalRun, dtype: str) -> Verdict:
                     f"atol={atol}):\n" + format_diff(diffs))
     note = f"; ignored-module params {sorted(skip)} left out (per-rank in FSDP)" if skip else ""
     return passed(f"within rtol={rtol}, atol={atol}{note}")
+
+
+def p2_each_rank(layout, fulls: Sequence[dict], local: LocalRun, dtype: str) -> Verdict:
+    """P2 on every rank: the full dict rank r returns (``fulls[r]``: NO_SHARD, its own
+    state) ~= the single-process run's state at the save (``LocalRun.save_of(r)``: rank r's
+    own where a modelled bug trains the ranks apart), by ``p2_vs_local``'s rule."""
+    problems = []
+    for r, full in enumerate(fulls):
+        e = error_of(full)
+        if e:
+            return error(f"torch raised in the save on rank {r}:\n{e}")
+        v = p2_vs_local(layout, full, local, dtype, rank=r)
+        if v.status != "pass":
+            problems.append(f"rank {r}: {v.detail}")
+    return fail("\n\n".join(problems)) if problems else \
+        passed(f"{len(fulls)} rank(s) within the tolerance of the single-process run")
 
 
 def p3_loaded(dst_layout, full: dict, load_obs: Sequence[LoadRecord],
@@ -257,7 +275,10 @@ def own_expected(layout, own: Sequence[SaveRecord], rank: int, gather, shard) ->
 
 def p4_flatten(dst_layout, load_obs: Sequence[LoadRecord], api: str) -> Verdict:
     """Sharded paths: reference.flatten_sharded(the sharded dict torch saves after the load)
-    == every rank's flat local state, bitwise (ignored-module params left out)."""
+    == every rank's flat local state, bitwise (ignored-module params left out). A rank's
+    flat state is flattened from the sharded dicts of its own shard group
+    (``shard_groups()``: under HYBRID_SHARD, its replica; under NO_SHARD with original
+    params, its own; whether the replicas agree is P7's and P6's)."""
     if api not in SHARDED_PATHS or family_of(api) == "fsdp2":
         return na("a full path: nothing sharded to flatten" if api not in SHARDED_PATHS
                   else "FSDP2 keeps per-parameter state: nothing to flatten")
@@ -269,10 +290,11 @@ def p4_flatten(dst_layout, load_obs: Sequence[LoadRecord], api: str) -> Verdict:
         neutral.append({"state": sharded_to_flat_offsets(o.resaved["state"]),
                         "param_groups": o.resaved["param_groups"]})
     problems = []
+    group_of = {r: g for g in dst_layout.shard_groups() for r in g}
     for o in load_obs:
         r = o.rank
         try:
-            want = ref.flatten_sharded(dst_layout, neutral, r)
+            want = ref.flatten_sharded(dst_layout, [neutral[q] for q in group_of[r]], r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.flatten_sharded rejected torch's sharded dicts: {exc}")
         diffs = diff_state_dicts(drop_plain(want, dst_layout), drop_plain(o.loaded, dst_layout),
@@ -322,6 +344,10 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
               start: tuple[dict, dict] | str | None = None) -> Verdict:
     """Resumed training (params, losses, optimizer state) ~= the uninterrupted run
     (``gather``: the reference gather of the load side's layout; FSDP2: ``fsdp2_gather``).
+    The params are rank 0's; the state is judged for every replica of the load side
+    (``replicas()``: each HYBRID_SHARD shard group, each NO_SHARD rank) against the run of
+    its first rank (``LocalRun.end_of``: they differ only under a modelled bug that trains
+    the ranks apart).
     The resumed run must record one loss per resumed step (``resume_steps``), each compared
     with the uninterrupted run's loss at the same step: a resume that records none compares
     nothing, and fails.
@@ -334,6 +360,9 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
     if o0.final_params is None:
         e = error_of(o0.loaded)
         return error(f"the load side did not resume: {e or 'no final params recorded'}")
+    if local.params_at_end is None:
+        return error("the uninterrupted run has no resumed part under this model (its ranks "
+                     "train apart, and their resume is not modelled)")
     skip = _plain(dst_layout)
     problems = []
     scale = 1.0
@@ -342,7 +371,7 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
             return error(f"bfloat16's P6 needs FSDP's own state at the save: "
                          f"{start or 'not given'}")
         local = continue_from(case, *start)
-    want_p = {k: v for k, v in local.params_at_end.items() if k not in skip}
+    want_p = {k: v for k, v in local.end_of(0)[0].items() if k not in skip}
     got_p = {k: v for k, v in o0.final_params.items() if k not in skip}
     if dtype == "bf16":
         scale, bad_p = _update_diffs(start[0], want_p, got_p)
@@ -369,22 +398,29 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
     if bad:
         problems.append("losses after resuming differ: " + ", ".join(
             f"step {i}: uninterrupted {w!r}, resumed {g!r}" for i, w, g in bad))
-    try:
-        final = gather(dst_layout, [o.final_local for o in load_obs])
-    except ref.StateDictMismatch as exc:
-        return error(f"reference.{gather.__name__} rejected the resumed local dicts: {exc}")
-    want_s = canon_groups(_without(local.optim_at_end, skip))
-    got_s = canon_groups(_without(final, skip))
-    if dtype == "bf16":
-        bad_s = _norm_diffs(want_s, got_s, BF16_STATE_NORM_RTOL)
-        if bad_s:
-            problems.append("optimizer state after resuming differs from uninterrupted "
-                            "training:\n" + "\n".join(bad_s[:20]))
-    else:
-        diffs = diff_state_dicts(want_s, got_s, exact=False, rtol=rtol, atol=atol)
-        if diffs:
-            problems.append("optimizer state after resuming differs from uninterrupted "
-                            "training:\n" + format_diff(diffs))
+    groups = dst_layout.replicas()
+    finals = [o.final_local for o in load_obs]
+    for grp in groups:
+        # each replica's state, gathered as the reference gathers the first one's
+        # (its ranks rotated to the front), against the run of its first rank
+        try:
+            final = gather(dst_layout, finals[grp[0]:] + finals[:grp[0]])
+        except ref.StateDictMismatch as exc:
+            return error(f"reference.{gather.__name__} rejected the resumed local dicts: {exc}")
+        want_s = canon_groups(_without(local.end_of(grp[0])[1], skip))
+        got_s = canon_groups(_without(final, skip))
+        what = "optimizer state after resuming" + (
+            f" (the replica on ranks {list(grp)})" if len(groups) > 1 else "")
+        if dtype == "bf16":
+            bad_s = _norm_diffs(want_s, got_s, BF16_STATE_NORM_RTOL)
+            if bad_s:
+                problems.append(f"{what} differs from uninterrupted training:\n"
+                                + "\n".join(bad_s[:20]))
+        else:
+            diffs = diff_state_dicts(want_s, got_s, exact=False, rtol=rtol, atol=atol)
+            if diffs:
+                problems.append(f"{what} differs from uninterrupted training:\n"
+                                + format_diff(diffs))
     if problems:
         return fail("\n\n".join(problems))
     how = (f"against the continuation of FSDP's state at the save: update scale {scale:.5f} "
@@ -394,20 +430,36 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
     return passed(f"params, {len(want_l)} losses and state {how}")
 
 
-def p7_idempotent(api: str, full: dict, load_obs: Sequence[LoadRecord], same_plan: bool) -> Verdict:
+def p7_idempotent(api: str, full: dict, load_obs: Sequence[LoadRecord], same_plan: bool,
+                  groups: Sequence[Sequence[int]] = ()) -> Verdict:
     """save -> load -> save gives bitwise the same dict (under another wrapping plan the
-    order of FQNs inside a param group follows the new units: compared as sets there)."""
-    again, v = to_full(api, load_obs, resaved=True)
-    if v is not None:
-        return v
-    want = expect.saved(expect.loaded(full))
-    if not same_plan:
-        want, again = canon_groups(want), canon_groups(again)
-    diffs = diff_state_dicts(want, again)
-    if diffs:
-        return fail("saving again right after loading gives a different dict:\n"
-                    + format_diff(diffs))
-    return passed("bitwise the same")
+    order of FQNs inside a param group follows the new units: compared as sets there).
+
+    A sharded path's re-save is assembled from each shard group's ranks (``groups``, the
+    load side's ``shard_groups()``: one per HYBRID_SHARD replica, one per rank under NO_SHARD
+    with original params) and each group's is judged on its own, as its first rank holds it
+    (a load effect that differs between groups, ``expectation.judged_rank``): replicas that
+    disagree fail, naming the group. A full path's re-save is rank 0's."""
+    sets = [list(g) for g in groups] if api in SHARDED_PATHS and groups else \
+        [[o.rank for o in load_obs]]
+    problems = []
+    for ranks in sets:
+        again, v = to_full(api, [load_obs[r] for r in ranks], resaved=True)
+        if v is not None:
+            return v
+        with expect.on_rank(ranks[0]):
+            want = expect.saved(expect.loaded(expect.shards_from(full)))
+        if not same_plan:
+            want, again = canon_groups(want), canon_groups(again)
+        diffs = diff_state_dicts(want, again)
+        if diffs:
+            who = f" (the replica on ranks {ranks})" if len(sets) > 1 else ""
+            problems.append(f"saving again right after loading gives a different dict{who}:\n"
+                            + format_diff(diffs))
+    if problems:
+        return fail("\n\n".join(problems))
+    return passed("bitwise the same" + (f" on each of {len(sets)} replicas"
+                                        if len(sets) > 1 else ""))
 
 
 def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[LoadRecord],

@@ -238,6 +238,18 @@ class Fsdp2Layout:
         mesh every rank (there is no replica)."""
         return range(self.world_size if self.tp_size > 1 else self.shard_world_size)
 
+    def shard_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The groups of global ranks that shard the state among themselves, in rank
+        order: consecutive blocks the size of :meth:`first_replica` (an HSDP mesh has one
+        per replica; a 1-D or ``(dp, tp)`` mesh, one of every rank)."""
+        s = len(self.first_replica())
+        return tuple(tuple(range(b, b + s)) for b in range(0, self.world_size, s))
+
+    def replicas(self) -> tuple[tuple[int, ...], ...]:
+        """The groups of global ranks that each train one copy of the state: the shard
+        groups (:meth:`shard_groups`)."""
+        return self.shard_groups()
+
 
 def fsdp2_layout(
     module: nn.Module | Iterable[tuple[str, Sequence[int]]],

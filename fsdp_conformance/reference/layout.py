@@ -275,6 +275,32 @@ class ModelLayout:
             raise ValueError(f"rank {rank} out of range for world size {self.world_size}")
         return rank % self.shard_world_size
 
+    def replicas(self) -> tuple[tuple[int, ...], ...]:
+        """The groups of global ranks that each train one copy of the state, in rank order:
+        HYBRID_SHARD, the consecutive blocks of ``shard_world_size`` ranks; NO_SHARD, every
+        rank on its own (each holds all of the state, and its full dict is its own); any
+        other strategy, every rank in one group. ``gather_full`` of a replica's dicts put
+        first is that replica's full dict."""
+        if self.strategy == "NO_SHARD":
+            return tuple((r,) for r in range(self.world_size))
+        return self.shard_groups() if self.strategy == "HYBRID_SHARD" else \
+            (tuple(range(self.world_size)),)
+
+    def shard_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The groups of global ranks whose sharded state dicts hold the state between them
+        (each rank's cut from its own state), in rank order: HYBRID_SHARD, the consecutive
+        blocks of ``shard_world_size`` ranks (FSDP's process group); NO_SHARD with
+        ``use_orig_params=True``, every rank on its own (its sharded dict is its whole state,
+        unsharded: fsdp/_optim_utils.py ``_gather_all_orig_param_state``); any other
+        strategy, every rank in one group (NO_SHARD's flat sharded dict is chunked over all
+        ranks)."""
+        if self.strategy == "NO_SHARD" and self.use_orig_params:
+            return self.replicas()
+        if self.strategy != "HYBRID_SHARD":
+            return (tuple(range(self.world_size)),)
+        s = self.shard_world_size
+        return tuple(tuple(range(b, b + s)) for b in range(0, self.world_size, s))
+
     def owner(self, fqn: str, index: int) -> int:
         """Global rank (first replica) holding flattened element ``index`` of ``fqn``."""
         unit, _ = self.find(fqn)

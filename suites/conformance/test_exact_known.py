@@ -201,7 +201,7 @@ def test_the_digest_is_the_observation_as_the_model_reads_it():
     """Frames (their line numbers move with every torch release), the order the ranks
     report in and object reprs after the modelled part of a message do not change the
     digest; another modelled message, another headline or another value does."""
-    from fsdp_conformance.known.model import Lines, Outcome, Raises, observation_digest
+    from fsdp_conformance.known.model import Outcome, Raises, observation_digest
 
     tb = ('Traceback (most recent call last):\n  File "/x/torch/a.py", line {n}, in f\n'
           '    g()\nRuntimeError: torch function \'{op}\', with args: (ShardedTensor({r}))')
@@ -222,12 +222,10 @@ def test_the_digest_is_the_observation_as_the_model_reads_it():
     other = a.replace("[0] raised but rank(s) [1]", "[1] raised but rank(s) [0]")
     assert observation_digest(other, outcome) != observation_digest(a, outcome)
 
-    lines = Lines(patterns=(r"state.*",))
     x = "2 differences:\n  state['a']: value 1\n  state['b']: value 2"
     y = "2 differences:\n  state['b']: value 2\n  state['a']: value 1"
-    assert observation_digest(x, lines) == observation_digest(y, lines)
-    assert observation_digest(x.replace("value 1", "value 3"), lines) != \
-        observation_digest(x, lines)
+    assert observation_digest(x) == observation_digest(y)  # an Effect's residual-free detail
+    assert observation_digest(x.replace("value 1", "value 3")) != observation_digest(x)
 
 
 # -- a storage effect (P8): DCP's read-back of a saved dict ---------------------------------
@@ -553,21 +551,97 @@ def test_the_hybrid_load_model_rebuilds_each_groups_rows_by_hand():
 
 def test_the_hybrid_load_is_known_by_its_exact_effect_and_a_second_bug_fails(rank_pool,
                                                                             tmp_path):
-    """Live, 4 ranks: P3 is known by the Effect model (every rank's loaded state equals
-    the modelled rows bitwise), its consequences by the Lines entry; one element of rank
-    3's loaded exp_avg nudged on top makes P3 fail, naming the entry and the residual."""
+    """Live, 4 ranks: P3, P6 and P7 are known by the Effect model (every rank's loaded state
+    equals the modelled rows bitwise; each shard group re-saves its own T'; the resumed run
+    is the two replicas trained from their own T' on the mean gradient), P4 passes (each
+    rank's flat state is the flattening of its own group's re-save). A second bug on top
+    fails where it lands, naming the entry and the residual: one element of rank 3's loaded
+    exp_avg (P3), of its re-saved shard (P7), of its state after resuming (P6), the resumed
+    run's last loss (P6)."""
+    entry = "dcp-sharded-optim-load-ignores-hybrid-groups"
     load, judged = _live(rank_pool, HYBRID, tmp_path)
     v = judged()
-    assert (v["P3"].status, v["P3"].known) == \
-        ("known", "dcp-sharded-optim-load-ignores-hybrid-groups"), v["P3"].detail
-    for p in ("P4", "P6", "P7"):
-        assert (v[p].status, v[p].known) == \
-            ("known", "dcp-sharded-optim-load-hybrid-replicas-diverge"), f"{p}: {v[p].detail}"
+    for p in ("P3", "P6", "P7"):
+        assert (v[p].status, v[p].known) == ("known", entry), f"{p}: {v[p].detail}"
+    assert v["P4"].status == "pass", v["P4"].detail
     st = load[3].loaded["state"]
     key = sorted(k for k in st if st[k]["exp_avg"].numel())[0]
     st[key]["exp_avg"].view(-1)[0] += 1e-3
     v = judged()["P3"]
-    assert v.status == "fail" and v.known == "dcp-sharded-optim-load-ignores-hybrid-groups", \
-        v.detail
+    assert v.status == "fail" and v.known == entry, v.detail
     assert "what it does not explain" in v.detail and "rank 3" in v.detail
     assert "rank 0 after loading" not in v.detail.split("as observed:")[0]
+    st[key]["exp_avg"].view(-1)[0] -= 1e-3
+
+    def nudged(prop, record, where, undo=True):
+        t = next(t for t in _tensors(where(load[3])) if t.numel() > 1)
+        t.view(-1)[0] += 1e-3
+        got = judged()[prop]
+        if undo:
+            t.view(-1)[0] -= 1e-3
+        assert got.status == "fail" and got.known == entry, f"{record}: {got.detail}"
+        assert "what it does not explain" in got.detail, got.detail
+        return got.detail.split("as observed:")[0]
+
+    assert "ranks [2, 3]" in nudged("P7", "re-saved shard", lambda o: o.resaved["state"])
+    assert "ranks [2, 3]" in nudged("P6", "state after resuming",
+                                    lambda o: o.final_local["state"])
+    assert judged()["P6"].status == "known"
+    losses = load[0].losses
+    losses[-1] += 1e-6
+    v = judged()["P6"]
+    assert v.status == "fail" and "losses after resuming differ" in v.detail, v.detail
+
+
+def _tensors(x):
+    """Every tensor in a nested record, depth first, in key order."""
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, dict):
+        for k in sorted(x, key=str):
+            yield from _tensors(x[k])
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _tensors(y)
+
+
+# -- FSDP1 NO_SHARD, a tied param's gradient left on each rank (the ranks train apart) -----
+
+TIED_APART = Case(model="tied", plan="split_out", optimizer="adam", use_orig_params=True,
+                  world_size=3, strategy="NO_SHARD")
+
+
+def test_the_unreduced_tied_gradient_is_known_by_its_exact_effect_and_a_second_bug_fails(
+        rank_pool):
+    """Live, 3 ranks: every rank's full dict is its own state, and the ranks disagree, so
+    P2 fails against the single-process run; the model (each rank adds its own rows'
+    gradient through ``embed`` to the mean of the rest; the baseline trains one replica per
+    rank) predicts every rank's state within P2's float64 tolerance, so P2 is known. One
+    element of rank 2's embed.weight exp_avg, or of rank 1's layer.0.weight exp_avg, nudged
+    by 1e-6 on top fails P2, naming the entry, the rank and the residual."""
+    from fsdp_conformance.known.apply import explain_one
+    from fsdp_conformance.properties.baseline import local_run
+    from fsdp_conformance.properties.layouts import reference_layout
+    from fsdp_conformance.properties.run_props import p2_each_rank
+    from fsdp_conformance.sut import fsdp1
+
+    case, entry = TIED_APART, "tied-across-units-orig-grad-not-reduced"
+    obs = rank_pool(case.world_size).run(fsdp1.observe, case, seed=case.seed)
+
+    def judge():
+        return p2_each_rank(reference_layout(case), [o["full_legacy"] for o in obs],
+                            local_run(case), case.dtype)
+    exact = judge()
+    assert exact.status == "fail" and "embed.weight" in exact.detail, exact.detail
+    v = explain_one(case, "P2", exact, judge)
+    assert (v.status, v.known) == ("known", entry), v.detail
+    for rank, fqn in ((2, "embed.weight"), (1, "layer.0.weight")):
+        t = obs[rank]["full_legacy"]["state"][fqn]["exp_avg"]
+        t.view(-1)[0] += 1e-6
+        v = explain_one(case, "P2", judge(), judge)
+        t.view(-1)[0] -= 1e-6
+        assert v.status == "fail" and v.known == entry, v.detail
+        residual = v.detail.split("as observed:")[0]
+        assert "what it does not explain" in residual and f"rank {rank}:" in residual \
+            and fqn in residual, v.detail
+        assert not any(f"rank {q}:" in residual for q in range(3) if q != rank), v.detail

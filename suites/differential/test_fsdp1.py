@@ -28,7 +28,7 @@ def _check_same_layout(rank_pool, case):
     _assert_ok(lambda: p1_gather(layout, obs, "full_current"), f"P1 optim_state_dict FULL {case.id}",
                case, "P1")
     if known_for(case, "P1") is None:  # a corrupted full dict cannot be sharded meaningfully
-        _assert_ok(lambda: p3_shard(layout, obs[0]["full_legacy"], obs), f"P3 {case.id}", case,
+        _assert_ok(lambda: p3_shard(layout, [o["full_legacy"] for o in obs], obs), f"P3 {case.id}", case,
                    "P3")
     _assert_ok(lambda: p4_flatten(layout, obs), f"P4 {case.id}", case, "P4")
     assert obs[1 % case.world_size]["full_legacy_rank0_only"] == ({} if case.world_size > 1
