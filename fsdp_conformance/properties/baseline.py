@@ -14,8 +14,9 @@ what the bug predicts.
 
 A modelled load that differs between the load side's ranks (``Expectation.by_rank``: e.g.
 each HYBRID_SHARD replica loads another state) cannot be resumed as one run: each load rank
-r starts from the modelled state as rank r loads it (``expectation.on_rank``), ranks with the
-same start form one replica, and the resumed steps are trained as FSDP trains them (the data-
+r starts from the modelled state as rank r loads it (``expectation.on_rank``; the ranks of one
+replica of the load side's layout must start alike, or the model does not apply), ranks with
+the same start form one replica, and the resumed steps are trained as FSDP trains them (the data-
 parallel rule): rank r computes the gradient of its rows ``x[r::M]`` (M load ranks) on its
 replica's params, every replica steps on the mean of the M gradients, and the loss is the
 mean of the M losses. ``LocalRun.end_of(r)`` is rank r's end.
@@ -120,6 +121,11 @@ def _replicas_run(case: Case, exp: expect.Expectation) -> LocalRun:
     for r in range(case.dst_world_size):
         with expect.on_rank(r):
             starts.append(_modelled_start(exp, run.optim_at_save))
+    for group in _load_replicas(case):  # one replica is one copy of the state: one start
+        apart = [r for r in group if diff_state_dicts(starts[group[0]], starts[r])]
+        if apart:
+            raise ValueError(f"the modelled load gives ranks {apart} another state than rank "
+                             f"{group[0]} of their replica {list(group)}: not modelled")
     distinct: list[dict] = []
     replica_of = []
     for st in starts:  # ranks with bitwise the same start train as one replica
@@ -138,6 +144,15 @@ def _replicas_run(case: Case, exp: expect.Expectation) -> LocalRun:
     rank_ends = tuple(ends[k] for k in replica_of)
     return LocalRun(tuple(losses), run.params_at_save, run.optim_at_save, *rank_ends[0],
                     run.sched_at_save, scheduler_state(reps[0][2]), rank_ends=rank_ends)
+
+
+def _load_replicas(case: Case) -> tuple[tuple[int, ...], ...]:
+    """The load side's replicas (its reference layout's ``replicas()``)."""
+    from .layouts import fsdp2_reference_layout, reference_layout
+
+    lay = (fsdp2_reference_layout(case, load_side=True) if case.family == "fsdp2"
+           else reference_layout(case, load_side=True))
+    return lay.replicas()
 
 
 @functools.lru_cache(maxsize=16)
@@ -210,18 +225,23 @@ def _dp_step(case: Case, reps: list, replica_of: list[int], step: int,
 def _own_uses(model: torch.nn.Module, uses: dict):
     """Inside the block, the module of each ``{param: module}`` pair uses a stand-in leaf
     (a copy of the param) in its place, so backward gives that use's gradient apart:
-    yields ``{param: stand-in}``; the param is put back on leaving."""
+    yields ``{param: stand-in}``, keyed by the param's name in ``named_parameters()`` (a
+    tied param may be given by any of its names); the param is put back on leaving. A
+    module that does not hold the param is a ``ValueError``."""
+    name_of = {id(p): n for n, p in model.named_parameters()}
     swapped = []
     twins = {}
     try:
         for fqn, mod_name in uses.items():
             p = model.get_parameter(fqn)
             mod = model.get_submodule(mod_name)
-            attr = next(a for a, q in mod.named_parameters(recurse=False) if q is p)
+            attr = next((a for a, q in mod.named_parameters(recurse=False) if q is p), None)
+            if attr is None:
+                raise ValueError(f"module {mod_name!r} does not hold param {fqn!r} itself")
             twin = torch.nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
             setattr(mod, attr, twin)
             swapped.append((mod, attr, p))
-            twins[fqn] = twin
+            twins[name_of[id(p)]] = twin
         yield twins
     finally:
         for mod, attr, p in reversed(swapped):

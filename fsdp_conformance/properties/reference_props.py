@@ -110,7 +110,9 @@ def p1_gather(layout, observations: Sequence[dict], path: str = "full_legacy") -
         try:
             want = ref.gather_full(layout, replica_first(layout, locals_, group[0]))
         except ref.StateDictMismatch as exc:
-            return error(f"reference.gather_full rejected torch's local dicts: {exc}")
+            where = (f" (the replica on ranks {list(group)}, put first: a rank it names is "
+                     f"counted from rank {group[0]})" if group[0] else "")
+            return error(f"reference.gather_full rejected torch's local dicts{where}: {exc}")
         wants.update({r: expect.saved(want) for r in group})
     for obs in observations:
         got, v = path_value(obs, path)

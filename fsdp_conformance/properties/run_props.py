@@ -406,7 +406,10 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
         try:
             final = gather(dst_layout, finals[grp[0]:] + finals[:grp[0]])
         except ref.StateDictMismatch as exc:
-            return error(f"reference.{gather.__name__} rejected the resumed local dicts: {exc}")
+            where = (f" (the replica on ranks {list(grp)}, put first: a rank it names is "
+                     f"counted from rank {grp[0]})" if grp[0] else "")
+            return error(f"reference.{gather.__name__} rejected the resumed local dicts"
+                         f"{where}: {exc}")
         want_s = canon_groups(_without(local.end_of(grp[0])[1], skip))
         got_s = canon_groups(_without(final, skip))
         what = "optimizer state after resuming" + (

@@ -12,11 +12,30 @@ import pytest
 
 from fsdp_conformance.cases import Case
 from fsdp_conformance.known.entries import known_for
+from fsdp_conformance.properties.baseline import local_run
 from fsdp_conformance.properties.layouts import reference_layout
+from fsdp_conformance.properties.run_props import p2_each_rank
+from fsdp_conformance.zoo import model_spec
 from fsdp_conformance.properties.reference_props import p0_layout, p1_gather, p3_shard, p4_flatten
 from fsdp_conformance.sut import fsdp1
 
 from .known_pairs import assert_ok as _assert_ok
+
+
+def p2_judge(case, obs, layout):
+    """P2 on every rank, as a judge (``layout()`` builds the layout under the expectation in
+    force): each rank's full dict against the single-process run (the rank's own, where a
+    modelled bug trains the ranks apart). P1/P3/P4 judge each replica on its own; whether
+    the replicas agree is this one's question. None where it cannot be judged: a save that
+    raised (P1 reports it), a model with ignored modules (no single-process run matches),
+    several param groups (the observer groups flat params by their own names, not by the
+    params they hold as the run's paths do, so it trains another optimizer than the
+    single-process run; the run's P2 judges several groups)."""
+    if model_spec(case.model).ignored or case.groups != 1 or \
+            any("error" in o["full_legacy"] for o in obs):
+        return None
+    return lambda: p2_each_rank(layout(), [o["full_legacy"] for o in obs], local_run(case),
+                                case.dtype)
 
 
 def _check_same_layout(rank_pool, case):
@@ -31,6 +50,9 @@ def _check_same_layout(rank_pool, case):
         _assert_ok(lambda: p3_shard(layout, [o["full_legacy"] for o in obs], obs), f"P3 {case.id}", case,
                    "P3")
     _assert_ok(lambda: p4_flatten(layout, obs), f"P4 {case.id}", case, "P4")
+    p2 = p2_judge(case, obs, lambda: reference_layout(case))
+    if p2 is not None:
+        _assert_ok(p2, f"P2 {case.id}", case, "P2")
     assert obs[1 % case.world_size]["full_legacy_rank0_only"] == ({} if case.world_size > 1
                                                                   else obs[0]["full_legacy_rank0_only"])
     return obs
@@ -62,6 +84,35 @@ def test_optimizers(rank_pool, opt, orig, ws):
 def test_sharding_strategies(rank_pool, strategy, ws, orig):
     _check_same_layout(rank_pool, Case(model="mlp", plan="nested", optimizer="adam",
                                        use_orig_params=orig, world_size=ws, strategy=strategy))
+
+
+@pytest.mark.parametrize("strategy", ["NO_SHARD", "HYBRID_SHARD"])
+def test_replicas_that_disagree_pass_p1_and_fail_p2(rank_pool, strategy):
+    """P1/P3/P4 judge each replica on its own (a NO_SHARD rank, an HSDP shard group), so a
+    bug that trains the replicas apart leaves them consistent there; P2 must fail it. One
+    element of the last rank's state nudged wherever that rank reports it (its local dict
+    and its full dicts, as a replica that trained apart would) passes P1 and fails P2,
+    naming that rank and no other."""
+    ws = 2 if strategy == "NO_SHARD" else 4
+    # (SGD with momentum: Adam's full dicts with original params carry the aliasing bug)
+    case = Case(model="mlp", plan="nested", optimizer="sgd_momentum", use_orig_params=True,
+                world_size=ws, strategy=strategy)
+    obs = rank_pool(ws).run(fsdp1.observe, case, seed=case.seed)
+    layout = reference_layout(case)
+    clean = p2_judge(case, obs, lambda: layout)()
+    assert clean.status == "pass", clean.detail
+    last = ws - 1
+    for key in ("local", "full_legacy", "full_current"):
+        st = obs[last][key]["state"]
+        fqn = next(k for k in sorted(st) if st[k]["momentum_buffer"].numel())
+        t = st[fqn]["momentum_buffer"].clone()
+        t.view(-1)[0] += 1e-3
+        st[fqn] = {**st[fqn], "momentum_buffer": t}
+    if strategy == "NO_SHARD":  # HSDP: the full dict is gathered over the shard group
+        assert p1_gather(layout, obs, "full_legacy").status == "pass"
+    v = p2_judge(case, obs, lambda: layout)()
+    assert v.status == "fail" and f"rank {last}:" in v.detail, v.detail
+    assert not any(f"rank {r}:" in v.detail for r in range(last)), v.detail
 
 
 @pytest.mark.parametrize("src,dst", list(itertools.product([1, 2, 3, 4], repeat=2)))

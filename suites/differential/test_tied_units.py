@@ -17,15 +17,13 @@ import pytest
 from fsdp_conformance.cases import Case
 from fsdp_conformance.harness import RankError
 from fsdp_conformance.known.entries import known_for
-from fsdp_conformance.properties.baseline import local_run
 from fsdp_conformance.properties.layouts import reference_layout
-from fsdp_conformance.properties.run_props import p2_each_rank
 from fsdp_conformance.properties.reference_props import p0_layout, p1_gather, p3_shard, p4_flatten
 from fsdp_conformance.properties.rekey_props import p5_rekey
 from fsdp_conformance.properties.verdict import error
 from fsdp_conformance.sut import fsdp1, rekey
 
-from .test_fsdp1 import _assert_ok
+from .test_fsdp1 import _assert_ok, p2_judge
 
 OWNER = {"split": "embed", "split_out": "out"}  # unit that owns the tied tensor
 
@@ -64,20 +62,10 @@ def _check(rank_pool, case):
     elif case.plan in OWNER or known_for(case, "P1") is None:  # else: a corrupted full dict
         verdicts["P3 shard/scatter/to_load"] = lambda: p3_shard(lay(), [o["full_legacy"] for o in obs], obs)
     verdicts["P4"] = lambda: failed or p4_flatten(lay(), obs)
-
-
-    def p2():
-        """Every rank's full dict against the single-process run (the rank's own, where a
-        modelled bug trains the ranks apart): whether the replicas agree is P2's question,
-        P1/P3/P4 judge each replica on its own."""
-        if failed:
-            return failed
-        errs = [o["full_legacy"]["error"] for o in obs if "error" in o["full_legacy"]]
-        if errs:
-            return error(errs[0])
-        return p2_each_rank(lay(), [o["full_legacy"] for o in obs], local_run(case),
-                            case.dtype)
-    verdicts["P2"] = p2
+    # whether the replicas agree is P2's question (P1/P3/P4 judge each one on its own)
+    errs = [] if failed else [o["full_legacy"]["error"] for o in obs if "error" in o["full_legacy"]]
+    verdicts["P2"] = ((lambda: failed) if failed else (lambda: error(errs[0])) if errs
+                      else p2_judge(case, obs, lay))
     robs, rfailed = _run(rank_pool, rekey.observe, case)
     verdicts["P5"] = lambda: rfailed or p5_rekey(case, robs)
     for what, v in verdicts.items():
