@@ -263,6 +263,12 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "unwrapped) and every rank's exp_avg / exp_avg_sq of embed.weight agree to 2.3e-16 "
         "relative after 2 Adam steps; neither '+ own / world size' nor the mean of the "
         "`embed` gradients with each rank's own `out` gradient fits (relative errors 0.3-0.57). "
+        "Plain-torch reproducer (notes/repro/fsdp1_tied_no_shard_unreduced_grad.py, 2 ranks, "
+        "one backward): each rank's grad of the tied param equals that sum exactly (max abs "
+        "difference 0; 0.181 from the correct mean), every other param's grad the mean "
+        "exactly. Mechanism not traced to a line: the root's `embed` runs on the original "
+        "parameter outside the owning unit, whose post-backward hook reduces only the "
+        "FlatParameter's gradient. "
         "Each rank's full and sharded dicts are its own state (NO_SHARD), so P1/P3/P4, judged "
         "per replica, pass; the ranks disagree (P2). With the owner being the earlier user "
         "(plan 'split') NO_SHARD is correct.",
