@@ -344,10 +344,11 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
               start: tuple[dict, dict] | str | None = None) -> Verdict:
     """Resumed training (params, losses, optimizer state) ~= the uninterrupted run
     (``gather``: the reference gather of the load side's layout; FSDP2: ``fsdp2_gather``).
-    The params are rank 0's; the state is judged for every replica of the load side
-    (``replicas()``: each HYBRID_SHARD shard group, each NO_SHARD rank) against the run of
-    its first rank (``LocalRun.end_of``: they differ only under a modelled bug that trains
-    the ranks apart).
+    The params and the state are judged for every replica of the load side (``replicas()``:
+    each HYBRID_SHARD shard group, each NO_SHARD rank), as its first rank holds them, against
+    the run of that rank (``LocalRun.end_of``: they differ only under a modelled bug that
+    trains the ranks apart); bfloat16's params, rank 0's (a custom path records rank 0's
+    params only).
     The resumed run must record one loss per resumed step (``resume_steps``), each compared
     with the uninterrupted run's loss at the same step: a resume that records none compares
     nothing, and fails.
@@ -383,10 +384,19 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
             problems.append("params after resuming differ from uninterrupted training:\n"
                             + "\n".join(bad_p[:20]))
     else:
-        diffs = diff_state_dicts(want_p, got_p, exact=False, rtol=rtol, atol=atol)
-        if diffs:
-            problems.append("params after resuming differ from uninterrupted training:\n"
-                            + format_diff(diffs))
+        replicas = dst_layout.replicas()
+        for grp in replicas:  # each replica's params as its first rank holds them
+            o = load_obs[grp[0]]
+            if o.final_params is None:  # rank 0's is required above; a custom path keeps
+                continue                # rank 0's only
+            want_p = {k: v for k, v in local.end_of(grp[0])[0].items() if k not in skip}
+            got_p = {k: v for k, v in o.final_params.items() if k not in skip}
+            diffs = diff_state_dicts(want_p, got_p, exact=False, rtol=rtol, atol=atol)
+            if diffs:
+                who = f" (rank {grp[0]}, the replica on ranks {list(grp)})" \
+                    if len(replicas) > 1 else ""
+                problems.append(f"params after resuming{who} differ from uninterrupted "
+                                f"training:\n" + format_diff(diffs))
     # the uninterrupted run's losses of the resumed steps (the continuation's are all of them)
     want_l = list(local.losses[len(local.losses) - resume_steps:]) if resume_steps else []
     got_l = list(o0.losses or ())

@@ -440,4 +440,4 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     params = full_params(model)
     return LoadRecord(**head, loaded=loaded, resaved=resaved, losses=losses,
                       final_local=final_local,
-                      final_params=params if ctx.rank == 0 else None)
+                      final_params=params)

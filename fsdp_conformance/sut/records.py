@@ -164,8 +164,8 @@ class LoadRecord:
     final_local: dict | None = None
     """The rank's ``optim.state_dict()`` after resuming. P6 (gathered)."""
     final_params: dict | None = None
-    """Rank 0: every param after resuming, unsharded. P6 (None: it did not resume, or
-    another rank)."""
+    """Every param after resuming, unsharded, as this rank holds it (P6 judges the first
+    rank of each replica). None: it did not resume, or a custom path's rank other than 0."""
     loaded_again: dict | None = None
     """Custom path, P7: the state after a second, fresh load of the same checkpoint."""
     after_resave: dict | None = None

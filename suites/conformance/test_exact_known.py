@@ -556,7 +556,8 @@ def test_the_hybrid_load_is_known_by_its_exact_effect_and_a_second_bug_fails(ran
     is the two replicas trained from their own T' on the mean gradient), P4 passes (each
     rank's flat state is the flattening of its own group's re-save). A second bug on top
     fails where it lands, naming the entry and the residual: one element of rank 3's loaded
-    exp_avg (P3), of its re-saved shard (P7), of its state after resuming (P6), the resumed
+    exp_avg (P3), of its re-saved shard (P7), of its state after resuming (P6), of rank 2's
+    params after resuming (P6: the second replica's params are judged too), the resumed
     run's last loss (P6)."""
     entry = "dcp-sharded-optim-load-ignores-hybrid-groups"
     load, judged = _live(rank_pool, HYBRID, tmp_path)
@@ -573,8 +574,8 @@ def test_the_hybrid_load_is_known_by_its_exact_effect_and_a_second_bug_fails(ran
     assert "rank 0 after loading" not in v.detail.split("as observed:")[0]
     st[key]["exp_avg"].view(-1)[0] -= 1e-3
 
-    def nudged(prop, record, where, undo=True):
-        t = next(t for t in _tensors(where(load[3])) if t.numel() > 1)
+    def nudged(prop, record, where, undo=True, rank=3):
+        t = next(t for t in _tensors(where(load[rank])) if t.numel() > 1)
         t.view(-1)[0] += 1e-3
         got = judged()[prop]
         if undo:
@@ -586,6 +587,8 @@ def test_the_hybrid_load_is_known_by_its_exact_effect_and_a_second_bug_fails(ran
     assert "ranks [2, 3]" in nudged("P7", "re-saved shard", lambda o: o.resaved["state"])
     assert "ranks [2, 3]" in nudged("P6", "state after resuming",
                                     lambda o: o.final_local["state"])
+    assert "rank 2, the replica on ranks [2, 3]" in nudged(
+        "P6", "params after resuming", lambda o: o.final_params, rank=2)
     assert judged()["P6"].status == "known"
     losses = load[0].losses
     losses[-1] += 1e-6
