@@ -121,19 +121,21 @@ def _replicas_run(case: Case, exp: expect.Expectation) -> LocalRun:
     for r in range(case.dst_world_size):
         with expect.on_rank(r):
             starts.append(_modelled_start(exp, run.optim_at_save))
+    distinct: list[dict] = []
+    replica_of = [0] * len(starts)
     for group in _load_replicas(case):  # one replica is one copy of the state: one start
-        apart = [r for r in group if diff_state_dicts(starts[group[0]], starts[r])]
+        st = starts[group[0]]
+        apart = [r for r in group if diff_state_dicts(st, starts[r])]
         if apart:
             raise ValueError(f"the modelled load gives ranks {apart} another state than rank "
                              f"{group[0]} of their replica {list(group)}: not modelled")
-    distinct: list[dict] = []
-    replica_of = []
-    for st in starts:  # ranks with bitwise the same start train as one replica
+        # replicas with bitwise the same start train as one
         k = next((i for i, d in enumerate(distinct) if not diff_state_dicts(d, st)), None)
         if k is None:
             distinct.append(st)
             k = len(distinct) - 1
-        replica_of.append(k)
+        for r in group:
+            replica_of[r] = k
     if len(distinct) == 1:
         return run
     reps = [_started(case, run.params_at_save, st, run.sched_at_save) for st in distinct]

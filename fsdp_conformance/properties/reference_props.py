@@ -97,6 +97,19 @@ def replica_first(layout, dicts: Sequence, rank: int) -> list:
     return list(dicts[first:]) + list(dicts[:first])
 
 
+def rotated_note(group: Sequence[int]) -> str:
+    """What an error of the reference on ``replica_first``'s dicts must add: which replica
+    was put first, and that the ranks it names count from there ("" for the first one)."""
+    return (f" (the replica on ranks {list(group)}, put first: a rank it names is counted "
+            f"from rank {group[0]})" if group[0] else "")
+
+
+def own_shard_group(layout, dicts: Sequence, rank: int) -> list:
+    """The dicts (one per rank) of ``rank``'s shard group (``layout.shard_groups()``): the
+    sharded dicts its own state is flattened from."""
+    return [dicts[q] for q in next(g for g in layout.shard_groups() if rank in g)]
+
+
 def p1_gather(layout, observations: Sequence[dict], path: str = "full_legacy") -> Verdict:
     """The full dict torch returns on every rank (rank0_only=False) equals
     reference.gather_full of the local dicts of the rank's replica (``layout.replicas()``:
@@ -110,9 +123,8 @@ def p1_gather(layout, observations: Sequence[dict], path: str = "full_legacy") -
         try:
             want = ref.gather_full(layout, replica_first(layout, locals_, group[0]))
         except ref.StateDictMismatch as exc:
-            where = (f" (the replica on ranks {list(group)}, put first: a rank it names is "
-                     f"counted from rank {group[0]})" if group[0] else "")
-            return error(f"reference.gather_full rejected torch's local dicts{where}: {exc}")
+            return error(f"reference.gather_full rejected torch's local dicts"
+                         f"{rotated_note(group)}: {exc}")
         wants.update({r: expect.saved(want) for r in group})
     for obs in observations:
         got, v = path_value(obs, path)
@@ -209,9 +221,9 @@ def sharded_to_flat_offsets(sharded_state: dict) -> dict:
 
 def p4_flatten(layout, observations: Sequence[dict]) -> Verdict:
     """torch's flatten(sharded) == reference.flatten_sharded(the sharded dicts of the rank's
-    shard group, ``layout.shard_groups()``) == the rank's local state. (torch's sharded form chunks each param by rows, so one rank's
-    flat shard needs pieces held by other ranks; torch all-gathers them, the reference
-    assembles them from all ranks' dicts.) Params of ignored modules hold per-rank values
+    shard group, ``layout.shard_groups()``) == the rank's local state. (torch's sharded form
+    chunks each param by rows, so one rank's flat shard needs pieces held by other ranks;
+    torch all-gathers them, the reference assembles them from the group's dicts.) Params of ignored modules hold per-rank values
     that FSDP does not synchronise; P1 checks them per rank, P4 leaves them out."""
     neutral = []
     for obs in observations:
@@ -224,11 +236,10 @@ def p4_flatten(layout, observations: Sequence[dict]) -> Verdict:
         except ValueError as exc:
             return error(f"rank {obs['rank']}'s sharded dict has an unexpected form: {exc}")
     problems = []
-    group_of = {r: g for g in layout.shard_groups() for r in g}
     for obs in observations:
         r = obs["rank"]
         try:
-            want = ref.flatten_sharded(layout, [neutral[q] for q in group_of[r]], r)
+            want = ref.flatten_sharded(layout, own_shard_group(layout, neutral, r), r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.flatten_sharded rejected the sharded dicts for rank {r}: "
                          f"{exc}")

@@ -24,7 +24,8 @@ from .statediff import STEP_KEY, diff_state_dicts, format_diff
 from .baseline import LocalRun, continue_from
 from ..sut.registry import PATH_NAMES, api_path, family_of
 from ..sut.records import LoadRecord, SaveRecord, error_of
-from .reference_props import comparable, drop_plain, owner_of, sharded_to_flat_offsets
+from .reference_props import (comparable, drop_plain, own_shard_group, owner_of,
+                              replica_first, rotated_note, sharded_to_flat_offsets)
 from .verdict import Verdict, error, fail, na, passed
 
 # dtype -> (rtol, atol) for P2 and P6 (float64, float32), and P6's losses in bfloat16.
@@ -290,11 +291,10 @@ def p4_flatten(dst_layout, load_obs: Sequence[LoadRecord], api: str) -> Verdict:
         neutral.append({"state": sharded_to_flat_offsets(o.resaved["state"]),
                         "param_groups": o.resaved["param_groups"]})
     problems = []
-    group_of = {r: g for g in dst_layout.shard_groups() for r in g}
     for o in load_obs:
         r = o.rank
         try:
-            want = ref.flatten_sharded(dst_layout, [neutral[q] for q in group_of[r]], r)
+            want = ref.flatten_sharded(dst_layout, own_shard_group(dst_layout, neutral, r), r)
         except ref.StateDictMismatch as exc:
             return error(f"reference.flatten_sharded rejected torch's sharded dicts: {exc}")
         diffs = diff_state_dicts(drop_plain(want, dst_layout), drop_plain(o.loaded, dst_layout),
@@ -414,12 +414,10 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
         # each replica's state, gathered as the reference gathers the first one's
         # (its ranks rotated to the front), against the run of its first rank
         try:
-            final = gather(dst_layout, finals[grp[0]:] + finals[:grp[0]])
+            final = gather(dst_layout, replica_first(dst_layout, finals, grp[0]))
         except ref.StateDictMismatch as exc:
-            where = (f" (the replica on ranks {list(grp)}, put first: a rank it names is "
-                     f"counted from rank {grp[0]})" if grp[0] else "")
             return error(f"reference.{gather.__name__} rejected the resumed local dicts"
-                         f"{where}: {exc}")
+                         f"{rotated_note(grp)}: {exc}")
         want_s = canon_groups(_without(local.end_of(grp[0])[1], skip))
         got_s = canon_groups(_without(final, skip))
         what = "optimizer state after resuming" + (

@@ -35,6 +35,7 @@ from typing import Iterable, Mapping, Sequence
 from torch import nn
 
 from .errors import LayoutError
+from .layout import rank_blocks
 
 
 TP_STYLES = {"colwise": {"weight": 0, "bias": 0}, "rowwise": {"weight": 1, "bias": None}}
@@ -242,8 +243,7 @@ class Fsdp2Layout:
         """The groups of global ranks that shard the state among themselves, in rank
         order: consecutive blocks the size of :meth:`first_replica` (an HSDP mesh has one
         per replica; a 1-D or ``(dp, tp)`` mesh, one of every rank)."""
-        s = len(self.first_replica())
-        return tuple(tuple(range(b, b + s)) for b in range(0, self.world_size, s))
+        return rank_blocks(self.world_size, len(self.first_replica()))
 
     def replicas(self) -> tuple[tuple[int, ...], ...]:
         """The groups of global ranks that each train one copy of the state: the shard

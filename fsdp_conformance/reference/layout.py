@@ -298,8 +298,7 @@ class ModelLayout:
             return self.replicas()
         if self.strategy != "HYBRID_SHARD":
             return (tuple(range(self.world_size)),)
-        s = self.shard_world_size
-        return tuple(tuple(range(b, b + s)) for b in range(0, self.world_size, s))
+        return rank_blocks(self.world_size, self.shard_world_size)
 
     def owner(self, fqn: str, index: int) -> int:
         """Global rank (first replica) holding flattened element ``index`` of ``fqn``."""
@@ -307,6 +306,12 @@ class ModelLayout:
         if unit is None:
             return 0
         return unit.owner(self.canonical(fqn), index)
+
+
+def rank_blocks(world_size: int, size: int) -> tuple[tuple[int, ...], ...]:
+    """Global ranks ``0 .. world_size - 1`` in consecutive blocks of ``size`` (the shard
+    groups of an HSDP layout: global rank g is in block ``g // size``)."""
+    return tuple(tuple(range(b, b + size)) for b in range(0, world_size, size))
 
 
 def default_keys(layout: ModelLayout) -> list[str]:
