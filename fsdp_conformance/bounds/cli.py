@@ -44,8 +44,11 @@ def add_parser(sub) -> None:
         p.add_argument("--timeout", type=float, default=300.0,
                        help="seconds one case may take on the ranks")
     bsub.choices["calibrate"].add_argument(
-        "--out", default=None, help="calibration file (default: the packaged "
-                                    "fsdp_conformance/data/bounds.json)")
+        "--out", default=None, help="calibration file (default: this machine's own, "
+                                    "<calibration dir>/<machine fingerprint>.json, which the "
+                                    "run finds by itself; the directory is "
+                                    "$FSDPC_CALIBRATION_DIR, else ~/.cache/fsdp-conformance/"
+                                    "bounds)")
     bsub.choices["calibrate"].add_argument(
         "--refit", action="store_true", help="refit the existing file's observations under "
                                              "bounds.py's current rules; measure nothing")
@@ -54,6 +57,11 @@ def add_parser(sub) -> None:
                     help="calibration file (default: the packaged one)")
     st.add_argument("--out", default="reports/bounds-stability.json",
                     help="JSON output; the Markdown goes beside it (.md)")
+    st.add_argument("--slow-python", action="store_true",
+                    help="slow every rank's interpreter (bounds/slowdown.py) while memcpy keeps "
+                         "its speed: the bounds must still hold")
+    st.add_argument("--load", type=int, default=0, metavar="N",
+                    help="run N busy processes beside the runs (competing load)")
 
 
 def _cases(args) -> list:
@@ -91,12 +99,14 @@ def _last_error_line(exc) -> str:
 def calibrate(args) -> int:
     import tempfile
 
-    from .rules import BOUNDS_REPEATS, DEFAULT_CALIBRATION, calibration_data
+    from .rules import BOUNDS_REPEATS, calibration_data
     from ..harness import close_pools
     from .measure import measure_case
     from ..report.io import write_json_atomic
 
-    out = Path(args.out) if args.out else DEFAULT_CALIBRATION
+    from .rules import machine_calibration
+
+    out = Path(args.out) if args.out else machine_calibration()
     if args.refit:
         import json
 
@@ -172,10 +182,11 @@ def stability_summary(runs: list[list], calibration: str) -> dict:
                     "time_over_bound": 0.0, "work_over_bound": 0.0, "peak_over_bound": 0.0,
                     "measurements": 0, "slow3x_exceeds": 0, "work3x_exceeds": 0,
                     "peak2x_exceeds": 0, "copy_exceeds": 0, "peak2x_checked": 0,
-                    "peaks": 0, "negligible_peaks": 0})
+                    "peaks": 0, "negligible_peaks": 0, "speed_max": 1.0})
                 if not m.get("time_bound_s"):
                     continue
                 w["measurements"] += 1
+                w["speed_max"] = max(w["speed_max"], float(m.get("speed", 1.0)))
                 w["time_over_bound"] = max(w["time_over_bound"], m["time_s"] / m["time_bound_s"])
                 w["work_over_bound"] = max(w["work_over_bound"], m["cpu_s"] / m["work_bound_s"])
                 w["slow3x_exceeds"] += 3 * m["time_s"] > m["time_bound_s"]
@@ -197,13 +208,22 @@ def stability_summary(runs: list[list], calibration: str) -> dict:
             "worst": dict(sorted(worst.items()))}
 
 
+def _machine(s: dict) -> str:
+    m = s.get("machine_info") or {}
+    return (f"{m.get('node', '?')} ({m.get('cpu_model', '?')}, {m.get('cpu_count', '?')} CPUs, "
+            f"fingerprint {m.get('fingerprint', '?')})")
+
+
 def stability_markdown(s: dict) -> str:
     out = ["# Bounds stability (P13, P14)", "",
            f"**{s['runs_passed']} of {s['runs']} runs passed** (every P13 and P14 verdict of "
            f"every bounds case, scaling fits included); calibration `{s['calibration']}`.", "",
            f"- command: `{s.get('command', '')}`", f"- torch {s.get('torch_version', '?')}, "
            f"{s.get('created', '')}, {s.get('wall_time_s', 0):.0f} s in all, "
-           f"load average at start {s.get('loadavg_start', '?')}", "",
+           f"load average at start {s.get('loadavg_start', '?')}; interpreter slowed "
+           f"(--slow-python): {'yes' if s.get('slow_python') else 'no'}; competing busy "
+           f"processes: {s.get('competing_processes', 0)}",
+           f"- machine: {_machine(s)}", "",
            "| run | passed | cases | measured twice (first measurement failed) | failures |",
            "|---:|---|---:|---|---|"]
     for r in s["per_run"]:
@@ -225,8 +245,8 @@ def stability_markdown(s: dict) -> str:
             "are counted apart:", "",
             "| path/phase | worst work/bound | worst time/bound | worst peak/bound "
             "| 3x work fails | 3x wall fails | 2x peak fails | negligible peaks "
-            "| extra shard fails |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| extra shard fails | largest speed |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, w in s["worst"].items():
         out.append(f"| {key} | {w['work_over_bound']:.2f} | "
                    f"{w['time_over_bound']:.2f} | {w['peak_over_bound']:.2f} | "
@@ -234,21 +254,37 @@ def stability_markdown(s: dict) -> str:
                    f"{w['slow3x_exceeds']}/{w['measurements']} | "
                    f"{w['peak2x_exceeds']}/{w['peak2x_checked']} | "
                    f"{w['negligible_peaks']}/{w['peaks']} | "
-                   f"{w['copy_exceeds']}/{w['peaks']} |")
+                   f"{w['copy_exceeds']}/{w['peaks']} | {w.get('speed_max', 1.0):.2f} |")
     return "\n".join(out) + "\n"
+
+
+def _busy(n: int) -> list:
+    """``n`` busy processes (competing load), each ending by itself after an hour at most."""
+    import subprocess
+
+    if n < 0:
+        raise ValueError(f"--load must be >= 0, got {n}")
+    code = "import time\nend = time.time() + 3600\nwhile time.time() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
 
 
 def stability(args) -> int:
     import os
 
-    from .rules import DEFAULT_CALIBRATION, load_calibration
+    from .rules import find_calibration, load_calibration
     from ..harness import close_pools
     from ..report.io import write_json_atomic, write_text_atomic
     from ..run.execute import run_cases
 
     cases = _cases(args)
-    cal = args.calibration or str(DEFAULT_CALIBRATION)
+    cal = str(find_calibration(args.calibration)[0])
     load_calibration(cal)
+    if args.slow_python:
+        from ..harness.worker import RANK_SETUP_ENV
+        from .slowdown import SETUP
+
+        os.environ[RANK_SETUP_ENV] = SETUP
+    busy = _busy(args.load)
     load0 = open("/proc/loadavg").read().split()[0] if os.path.exists("/proc/loadavg") else "?"
     runs = []
     t0 = time.perf_counter()
@@ -262,8 +298,12 @@ def stability(args) -> int:
                   f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     finally:
         close_pools()
+        for p in busy:
+            p.kill()
+            p.wait(timeout=10)
     s = stability_summary(runs, cal)
-    s.update(_facts(args, cases), wall_time_s=time.perf_counter() - t0, loadavg_start=load0)
+    s.update(_facts(args, cases), wall_time_s=time.perf_counter() - t0, loadavg_start=load0,
+             slow_python=bool(args.slow_python), competing_processes=args.load)
     out = Path(args.out)
     write_json_atomic(out, s)
     write_text_atomic(out.with_suffix(".md"), stability_markdown(s))

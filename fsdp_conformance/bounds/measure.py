@@ -32,6 +32,7 @@ Rules
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from pathlib import Path
@@ -43,6 +44,7 @@ import torch.distributed as dist
 from ..cases import Case
 from .floors import describe, floor_ops
 from ..harness import get_pool
+from .probe import PROBE_REPEATS, PROBES, probe
 from .timing import floor_times, measure_peak, pin_malloc, timed_repeats
 
 PHASES = ("save", "load")
@@ -98,6 +100,8 @@ def _phase(group, fn, repeats: int, api: str, phase: str, state_bytes: int,
     times = timed_repeats(fn, repeats, group=group, setup=reset)
     ops = floor_ops(api, phase, state_bytes, world_size)
     floors = floor_times(ops, repeats, group=group)
+    probes = {k: timed_repeats(functools.partial(probe, k), PROBE_REPEATS, group=group)
+              for k in PROBES}
     peaks = []
     for _ in range(PEAK_REPEATS):
         if reset is not None:
@@ -108,6 +112,8 @@ def _phase(group, fn, repeats: int, api: str, phase: str, state_bytes: int,
             "floor_s": min(floors.wall_s), "floor_times_s": floors.wall_s,
             "cpu_s": min(times.cpu_s), "cpu_times_s": times.cpu_s,
             "floor_cpu_s": min(floors.cpu_s), "floor_cpu_times_s": floors.cpu_s,
+            "probe_cpu_s": {k: min(r.cpu_s) for k, r in probes.items()},
+            "probe_s": {k: min(r.wall_s) for k, r in probes.items()},
             "floor": describe(ops), "peak_bytes": peak.peak_bytes,
             "peak_method": peak.peak_method, "device_peak_bytes": peak.device_peak_bytes}
 

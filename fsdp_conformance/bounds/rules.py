@@ -3,12 +3,33 @@ checked on the run's bounds cases (``Case.bounds``; measured by ``measure.measur
 
 Rules
 - P13 work and time, per bounds case and phase (save, load): pass when both
-  ``cpu_s <= a_w * floor_cpu_s + c_w`` (work) and ``time_s <= a * floor_s + c`` (wall),
-  where ``cpu_s`` / ``time_s`` are the minimum over repeats of the slowest rank's CPU / wall
-  time in the call (timing.py), ``floor_cpu_s`` / ``floor_s`` the floor's (floors.py: the
-  raw collective and copy of the same bytes, same run, same group), and the (a, c) pairs
-  come from the calibration file's "work" and "time" sections for the key
-  ``"<path>/<phase>/ws<world size>/<model>"``. The case passes P13 when both phases pass.
+  ``cpu_s <= a_w * floor_cpu_s + c_w * speed`` (work) and ``time_s <= a * floor_s + c *
+  speed`` (wall), where ``cpu_s`` / ``time_s`` are the minimum over repeats of the slowest
+  rank's CPU / wall time in the call (timing.py), ``floor_cpu_s`` / ``floor_s`` the floor's
+  (floors.py: the raw collective and copy of the same bytes, same run, same group), the
+  (a, c) pairs come from the calibration file's "work" and "time" sections for the key
+  ``"<path>/<phase>/ws<world size>/<model>"``, and ``speed`` is this machine's speed at the
+  paths' own kind of work relative to the calibrating machine's, measured in the same run
+  (below). The case passes P13 when both phases pass.
+- Portable bounds (``speed``): ``a x floor`` is the part of a path's cost that moves with
+  memcpy and the collectives, and the floor is measured in the run, so it follows the
+  machine already. ``c`` is the rest: Python and torch dispatch, which on another machine of
+  the same kind ran 2.5-4x slower relative to memcpy (the issue that made this rule: 23 P13
+  false alarms on a fresh clone). So right after the path and its floor every rank runs the
+  two probes of probe.py (pure interpreter work; small torch calls) under the same repeat
+  rule, and ``speed = max(1, python_cpu / python_ref, dispatch_cpu / dispatch_ref)``, the
+  refs being the medians of the same probes over the calibration runs of the same key. A
+  path's non-floor work is a mix of the two kinds of work, so its slowdown on a machine
+  lies between the probes': the larger one bounds it. On the calibrating machine speed is
+  1 (the max with 1 absorbs probe noise), so a 3x slower path is caught as before; a slower
+  or busier machine widens ``c`` by exactly what the probes measured, and the detail says so.
+  A faster machine keeps speed 1: bounds never tighten below their calibration.
+- Which calibration (``find_calibration``): an explicit file; else this machine's own,
+  written by ``bounds calibrate`` to the calibration directory under this machine's
+  fingerprint (``machine.fingerprint``: CPU model, cores, architecture, Python); else the
+  packaged one, fitted on the machine its ``machine_info`` names. The report says which was
+  used, whether it was fitted on this machine, and the speed each case was judged at:
+  a bound calibrated elsewhere is never applied silently.
 - Why two clocks: on this 2-core machine the wall time of one call moves 1.5-4x between a
   quiet and a loaded machine (the ranks wait for a core), so a wall bound that holds under
   load is loose when the machine is idle: a 3x slower path failed 0-14 of 16 quiet
@@ -17,10 +38,14 @@ Rules
   wall bound stays to catch what is not work: a path that waits (a sleep, a collective
   timeout) or serialises its ranks.
 - Calibration of the work bound (``fit_work``), per key, from the N calibration runs'
-  (floor_i, t_i): ``a = min_i t_i / floor_i`` (the part of the cost that moves with the
-  floor, never faster than the fastest observed ratio); ``c = max_i (TIME_MARGIN * t_i -
-  a * floor_i) + WORK_ALLOWANCE_S`` (every calibration point lies TIME_MARGIN times under
-  the bound, plus 0.05 ms: CPU time does not count the scheduler slices a rank waits). The
+  (floor_i, t_i, probes_i): the probes' refs are their medians over the runs, speed_i is
+  point i's speed against them; ``a = min_i t_i / floor_i`` (the part of the cost that
+  moves with the floor, never faster than the fastest observed ratio); ``c = max_i
+  (TIME_MARGIN * t_i - a * floor_i) / speed_i + WORK_ALLOWANCE_S`` (every calibration point
+  lies TIME_MARGIN times under its own speed-scaled bound, plus 0.05 ms: CPU time does not
+  count the scheduler slices a rank waits). Dividing by speed_i keeps a loaded calibration
+  run, whose CPU times the probes saw inflated too, from widening ``c`` on a quiet machine:
+  the load is paid for by the speed measured when it happens. The
   calibration runs are taken under the machine's ordinary noise, quiet and loaded runs
   both, so their maximum already holds that noise; TIME_MARGIN = 1.3 covers what they
   missed and stays well under 3.
@@ -85,15 +110,16 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..cases import Case
+from .probe import PROBES
 from .timing import fit_exponent
 
-SCHEMA = "fsdp-conformance/bounds-calibration/2"
+SCHEMA = "fsdp-conformance/bounds-calibration/3"
 PHASES = ("save", "load")
 TIME_MARGIN = 1.3
 WALL_MARGIN = 2.0
@@ -108,6 +134,7 @@ BOUNDS_REPEATS = 5
 BOUNDS_SIZE = 500_000  # params of the quick tier's bounds model: 4 MB of fp32 Adam state
 BOUNDS_MODEL = f"scaled{BOUNDS_SIZE}"
 DEFAULT_CALIBRATION = Path(__file__).resolve().parents[1] / "data" / "bounds.json"
+"""The packaged calibration, fitted on the machine its ``machine_info`` names."""
 CALIBRATE_COMMAND = "fsdp-conformance bounds calibrate"
 
 
@@ -125,13 +152,30 @@ def mem_key(api: str, phase: str, rank: int, world_size: int) -> str:
 
 @dataclass(frozen=True)
 class TimeBound:
-    """``time <= a * floor + c`` (seconds)."""
+    """``time <= a * floor + c * speed`` (seconds; module rules)."""
 
     a: float
+    """Seconds of the path per second of its floor."""
     c: float
+    """Seconds of the path that do not move with its floor, on the calibrating machine."""
+    probes: dict[str, float] = field(default_factory=dict)
+    """The probes' CPU seconds on the calibrating machine (median over its runs), by probe
+    name (probe.PROBES); empty: the bound is not scaled (speed 1)."""
 
-    def bound(self, floor_s: float) -> float:
-        return self.a * floor_s + self.c
+    def bound(self, floor_s: float, speed: float = 1.0) -> float:
+        return self.a * floor_s + self.c * speed
+
+    def speed(self, probes_now: dict[str, float] | None) -> tuple[float, str]:
+        """(speed, what it is made of) of a measurement whose probes took ``probes_now``
+        CPU seconds (module rules: max(1, each probe's now / calibrated))."""
+        if not self.probes or not probes_now:
+            return 1.0, "not scaled (no probe " + ("calibrated" if not self.probes else "measured") + ")"
+        ratios = {k: probes_now[k] / ref for k, ref in sorted(self.probes.items())
+                  if ref > 0 and k in probes_now}
+        speed = max([1.0, *ratios.values()])
+        parts = ", ".join(f"{k} {ms_text(probes_now[k])} / {ms_text(self.probes[k])} = "
+                          f"{r:.2f}" for k, r in ratios.items())
+        return speed, f"speed {speed:.2f} = max(1, {parts})"
 
 
 @dataclass(frozen=True)
@@ -147,13 +191,20 @@ class MemBound:
 
 @dataclass(frozen=True)
 class Calibration:
-    """A calibration file's bounds (module rules); ``source`` names the file in messages."""
+    """A calibration file's bounds (module rules)."""
 
     source: str
+    """The file, named in messages."""
     time: dict[str, TimeBound]
+    """Wall-clock bounds by key (``time_key``)."""
     memory: dict[str, MemBound]
+    """Peak-memory bounds by key (``mem_key``)."""
     allowed_exponent: dict[str, float]
+    """Largest allowed work exponent against world size, by "<path>/<phase>"."""
     work: dict[str, TimeBound]
+    """CPU-time bounds by key (``time_key``)."""
+    machine_info: dict = field(default_factory=dict)
+    """The calibrating machine (report/io.py ``machine_info``), fingerprint included."""
 
     def time_bound(self, key: str) -> TimeBound:
         return self._get(self.time, key, "time")
@@ -182,10 +233,19 @@ def _num(d: Any, key: str, where: str) -> float:
 
 
 def _time_bounds(data: dict, section: str, source: str) -> dict[str, TimeBound]:
-    """The ``(a, c)`` bounds of one section ("time" or "work") of a calibration file."""
-    return {k: TimeBound(_num(v, "a", f"{source}: {section}[{k!r}]"),
-                         _num(v, "c", f"{source}: {section}[{k!r}]"))
-            for k, v in data[section].items()}
+    """The ``(a, c, probes)`` bounds of one section ("time" or "work") of a calibration
+    file."""
+    out = {}
+    for k, v in data[section].items():
+        where = f"{source}: {section}[{k!r}]"
+        probes = v.get("probes") if isinstance(v, dict) else None
+        if not isinstance(probes, dict) or set(probes) != set(PROBES):
+            raise CalibrationError(f"{where}: 'probes' must give the calibrating machine's "
+                                   f"{list(PROBES)} probe times, got {probes!r}; measure again "
+                                   f"with `{CALIBRATE_COMMAND}`")
+        out[k] = TimeBound(_num(v, "a", where), _num(v, "c", where),
+                           {p: _num(probes, p, where) for p in PROBES})
+    return out
 
 
 def parse_calibration(data: Any, source: str) -> Calibration:
@@ -208,7 +268,9 @@ def parse_calibration(data: Any, source: str) -> Calibration:
     if len(allowed) != len(data["scaling"]):
         raise CalibrationError(f"{source}: every scaling entry needs a numeric "
                                f"'allowed_exponent'")
-    return Calibration(source, time, memory, allowed, work)
+    return Calibration(source, time, memory, allowed, work,
+                       data.get("machine_info") if isinstance(data.get("machine_info"), dict)
+                       else {})
 
 
 @lru_cache(maxsize=8)
@@ -221,9 +283,60 @@ def _load(path: str, mtime: float) -> Calibration:
     return parse_calibration(data, path)
 
 
+CALIBRATION_DIR_ENV = "FSDPC_CALIBRATION_DIR"
+
+
+def calibration_dir() -> Path:
+    """Where ``bounds calibrate`` writes this machine's calibration and the run looks for
+    it: ``$FSDPC_CALIBRATION_DIR``, else ``$XDG_CACHE_HOME/fsdp-conformance/bounds``, else
+    ``~/.cache/fsdp-conformance/bounds``. Never inside the installed package."""
+    env = os.environ.get(CALIBRATION_DIR_ENV, "").strip()
+    if env:
+        return Path(env)
+    cache = os.environ.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
+    return Path(cache) / "fsdp-conformance" / "bounds"
+
+
+def machine_calibration() -> Path:
+    """This machine's own calibration file: ``calibration_dir() / "<fingerprint>.json"``."""
+    from ..report.io import fingerprint, machine_info
+
+    return calibration_dir() / f"{fingerprint(machine_info())}.json"
+
+
+def find_calibration(path: str | os.PathLike | None = None) -> tuple[Path, str]:
+    """(the calibration file to judge by, why that one) (module rules: an explicit file; else
+    this machine's own; else the packaged one)."""
+    if path is not None:
+        return Path(path), "given"
+    own = machine_calibration()
+    if own.is_file():
+        return own, "this machine's own (found by its fingerprint)"
+    return DEFAULT_CALIBRATION, "the packaged one"
+
+
+def calibration_facts(path: str | os.PathLike | None = None) -> dict:
+    """What a report says of the calibration its bounds were judged by: the file, why it,
+    the machine that fitted it, and whether that machine is this one (by fingerprint)."""
+    from ..report.io import machine_info
+
+    p, why = find_calibration(path)
+    here = machine_info()
+    out: dict[str, Any] = {"source": str(p), "chosen": why,
+                           "this_fingerprint": here.get("fingerprint")}
+    try:
+        cal = load_calibration(p)
+    except CalibrationError as e:
+        return {**out, "error": str(e)}
+    m = cal.machine_info
+    out.update(fitted_on=m, fitted_fingerprint=m.get("fingerprint"),
+               same_machine=bool(m.get("fingerprint")) and m.get("fingerprint") == here.get("fingerprint"))
+    return out
+
+
 def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
-    """The calibration at ``path`` (default: the packaged fsdp_conformance/data/bounds.json)."""
-    p = Path(path) if path is not None else DEFAULT_CALIBRATION
+    """The calibration at ``path`` (default: ``find_calibration``'s choice)."""
+    p = Path(path) if path is not None else find_calibration()[0]
     try:
         mtime = p.stat().st_mtime
     except OSError as e:
@@ -234,22 +347,39 @@ def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
 
 # --- the fits (calibration) -------------------------------------------------------------
 
-def fit_work(points: Sequence[tuple[float, float]], margin: float = TIME_MARGIN,
+def _probe_refs(points: Sequence[Sequence]) -> dict[str, float]:
+    """The median of each probe's CPU time over calibration points ``(floor, time,
+    {probe: s})`` (module rules); {} when the points carry none."""
+    import statistics
+
+    probes = [p[2] for p in points if len(p) > 2 and isinstance(p[2], dict)]
+    return {k: statistics.median(p[k] for p in probes) for k in PROBES
+            if probes and all(k in p for p in probes)}
+
+
+def fit_work(points: Sequence[Sequence], margin: float = TIME_MARGIN,
              allowance_s: float = WORK_ALLOWANCE_S) -> TimeBound:
-    """(a, c) of the work bound from calibration points (floor CPU s, CPU s) (module
-    rules)."""
-    pts = [(f, t) for f, t in points if f > 0 and t > 0]
-    if not pts:
+    """(a, c, probes) of the work bound from calibration points (floor CPU s, CPU s[,
+    {probe: CPU s}]) (module rules)."""
+    good = [p for p in points if p[0] > 0 and p[1] > 0]
+    if not good:
         raise ValueError(f"need positive (floor, time) points to fit a time bound, got {list(points)}")
-    a = min(t / f for f, t in pts)
-    c = max(0.0, max(margin * t - a * f for f, t in pts)) + allowance_s
-    return TimeBound(a, c)
+    refs = _probe_refs(good)
+    unscaled = TimeBound(0.0, 0.0, refs)
+    pts = [(p[0], p[1], unscaled.speed(p[2] if len(p) > 2 else None)[0]) for p in good]
+    a = min(t / f for f, t, _ in pts)
+    c = max(0.0, max((margin * t - a * f) / sp for f, t, sp in pts)) + allowance_s
+    return TimeBound(a, c, refs)
 
 
-def fit_wall(points: Sequence[tuple[float, float]], margin: float = WALL_MARGIN) -> TimeBound:
-    """(a, c) of the wall bound from calibration points (floor_s, time_s) (module rules)."""
+def fit_wall(points: Sequence[Sequence], margin: float = WALL_MARGIN,
+             probes_from: Sequence[Sequence] | None = None) -> TimeBound:
+    """(a, c, probes) of the wall bound from calibration points (floor_s, time_s[, {probe:
+    CPU s}]) (module rules); the probe refs are the CPU-time probes (``probes_from``, the
+    work points, where given): speed is measured on the CPU clock for both bounds."""
     a = fit_work(points).a
-    return TimeBound(a, margin * max(t for _, t in points) + SCHED_ALLOWANCE_S)
+    return TimeBound(a, margin * max(p[1] for p in points) + SCHED_ALLOWANCE_S,
+                     _probe_refs(probes_from if probes_from is not None else points))
 
 
 def fit_memory(ratios: Iterable[float], margin: float = MEM_MARGIN) -> MemBound:
@@ -301,11 +431,13 @@ def annotate(case: Case, meas: dict, cal: Calibration) -> dict:
         m = dict(meas[phase])
         key = time_key(case.api, phase, case.world_size, case.model)
         tb = cal.time_bound(key)
-        m["ratio"] = m["time_s"] / m["floor_s"] if m["floor_s"] > 0 else None
-        m["time_bound_s"] = tb.bound(m["floor_s"])
-        m["time_a"], m["time_c_s"] = tb.a, tb.c
         wb = cal.work_bound(key)
-        m["work_bound_s"] = wb.bound(m["floor_cpu_s"])
+        speed, speed_text = wb.speed(m.get("probe_cpu_s"))
+        m["speed"], m["speed_detail"] = speed, speed_text
+        m["ratio"] = m["time_s"] / m["floor_s"] if m["floor_s"] > 0 else None
+        m["time_bound_s"] = tb.bound(m["floor_s"], speed)
+        m["time_a"], m["time_c_s"] = tb.a, tb.c
+        m["work_bound_s"] = wb.bound(m["floor_cpu_s"], speed)
         m["work_a"], m["work_c_s"] = wb.a, wb.c
         bounds, made_of, quiet = [], [], []
         for r in range(len(m["peak_bytes"])):
@@ -402,8 +534,9 @@ def calibration_data(runs: Sequence[Sequence[tuple[Case, dict]]], **facts: Any) 
             for phase in PHASES:
                 m = meas[phase]
                 key = time_key(case.api, phase, case.world_size, case.model)
-                time_pts.setdefault(key, []).append((m["floor_s"], m["time_s"]))
-                work_pts.setdefault(key, []).append((m["floor_cpu_s"], m["cpu_s"]))
+                probes = dict(m.get("probe_cpu_s") or {})
+                time_pts.setdefault(key, []).append((m["floor_s"], m["time_s"], probes))
+                work_pts.setdefault(key, []).append((m["floor_cpu_s"], m["cpu_s"], probes))
                 for r, peak in enumerate(m["peak_bytes"]):
                     base, _ = mem_base(case.api, phase, r, m)
                     ratios.setdefault(mem_key(case.api, phase, r, case.world_size),
@@ -418,11 +551,11 @@ def _fits(time_pts: dict[str, list], work_pts: dict[str, list], ratios: dict[str
     """The rules, time, work, memory and scaling sections fitted from the observations."""
     time, work = {}, {}
     for k, pts in sorted(time_pts.items()):
-        tb = fit_wall([tuple(p) for p in pts])
-        time[k] = {"a": tb.a, "c": tb.c, "points": [list(p) for p in pts]}
+        tb = fit_wall([tuple(p) for p in pts], probes_from=work_pts.get(k))
+        time[k] = {"a": tb.a, "c": tb.c, "probes": tb.probes, "points": [list(p) for p in pts]}
     for k, pts in sorted(work_pts.items()):
         wb = fit_work([tuple(p) for p in pts])
-        work[k] = {"a": wb.a, "c": wb.c, "points": [list(p) for p in pts]}
+        work[k] = {"a": wb.a, "c": wb.c, "probes": wb.probes, "points": [list(p) for p in pts]}
     memory = {}
     for k, rs in sorted(ratios.items()):
         mb = fit_memory(rs)
@@ -449,7 +582,7 @@ def _exponents_from_points(work_pts: dict[str, list]) -> dict[str, list[float]]:
         api, phase, ws, model = key.split("/")
         if model != BOUNDS_MODEL:
             continue
-        for i, (f, t) in enumerate(pts):
+        for i, (f, t, *_) in enumerate(pts):
             runs.setdefault(i, {}).setdefault(f"{api}/{phase}", {})[int(ws[2:])] = (t, f)
     exponents: dict[str, list[float]] = {}
     for i in sorted(runs):

@@ -198,6 +198,18 @@ def detail_items(detail: str) -> list[str]:
 
 
 _VOLATILE = re.compile(r"0x[0-9a-f]+|/[^\s:\"']+/")
+# A printed floating-point value (``1.3378810793338458e-06``, ``tensor(4.0)``'s ``4.0``,
+# ``0.85``), not part of a name (``layers.0.weight``) or a version (``2.13.0``): its last
+# digits are the machine's (another CPU, another summation order, other kernels), and where
+# a model explains a verdict the value is what the model predicts at the property's
+# tolerance, so it is not part of the observation.
+_FLOAT = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
+                    r"|\d+[eE][-+]?\d+|inf|nan)(?![\w.])")
+
+
+def mask_floats(text: str) -> str:
+    """``text`` with every printed floating-point value replaced by ``<float>``."""
+    return _FLOAT.sub("<float>", text)
 # Lines that say where code was, not what happened: traceback and faulthandler frames (their
 # line numbers and function names move with every torch release) and stack-dump headers.
 _WHERE = re.compile(r'File "[^"]+", line \d+,? in \S+|Thread 0x[0-9a-f]+.*|'
@@ -228,9 +240,12 @@ def observation_digest(detail: str, model: Model | None = None) -> str:
     and torch releases that show the same thing. ``Raises``: the exceptions (module rule of
     ``_raised``); ``Outcome``: its first line and the exceptions of the ``Raises`` that
     explains the rest; ``Effect`` and no model: the detail's items without rank
-    logs and frames, with memory addresses and directories blanked, in sorted order. Same
-    observation, same digest; another wrong value, another exception or another message
-    where the model reads it, another digest."""
+    logs and frames, with memory addresses and directories blanked, in sorted order. In
+    every form, printed floating-point values are blanked (``mask_floats``): a known pair's
+    values are what its model predicts at the property's tolerance, and their last digits
+    are the machine's. Same observation, same digest on any machine; another key, element,
+    dtype, integer, exception or message where the model reads it, another digest (a wrong
+    value the model does not predict is no known pair at all: it fails)."""
     import hashlib
 
     if isinstance(model, Raises) and model.explains(detail):
@@ -241,4 +256,4 @@ def observation_digest(detail: str, model: Model | None = None) -> str:
         items = [head] + (_raised(r, rest) if r is not None else [])
     else:
         items = _observed_items(detail)
-    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
+    return hashlib.sha256("\n".join(mask_floats(i) for i in items).encode()).hexdigest()[:16]

@@ -3,7 +3,9 @@ bounds under the calibration (bounds/rules.py ``annotate``), judged.
 
 Rules
 - P13: every phase's work (CPU time) and wall time (slowest rank, min of the repeats) <=
-  its bound ``a x floor + c`` (the floor's CPU time, resp. wall time); after the run, the path's time growth with world size must stay
+  its bound ``a x floor + c x speed`` (the floor's CPU time, resp. wall time; ``speed``
+  this machine's interpreter and dispatch speed against the calibrating machine's, measured
+  in the same run: bounds/rules.py); after the run, the path's time growth with world size must stay
   within the calibrated allowance above the floor's (``scaling_verdict``).
 - P14: every rank's peak memory during the call <= its bound (the DESIGN bound of the rank's
   role, times the factor calibrated for the path and phase, plus a fixed allowance).
@@ -33,9 +35,13 @@ def p13_time(case: Case, meas: dict) -> Verdict:
             what = "CPU" if clock == "work" else "wall"
             lines.append((ok, (
                 f"{case.api} {phase}: {clock} ({what}) {ms_text(t)} {'<=' if ok else '>'} bound "
-                f"{ms_text(bound)} = a {a:.3g} x floor {ms_text(floor)} + c {ms_text(c)} "
-                f"({clock}/floor {ratio}, {clock}/bound {t / bound:.2f}); floor ops: "
-                f"{m['floor']}; repeats {', '.join(ms_text(x) for x in reps)}")))
+                f"{ms_text(bound)} = a {a:.3g} x floor {ms_text(floor)} + c {ms_text(c)} x "
+                f"speed {m.get('speed', 1.0):.2f} ({clock}/floor {ratio}, {clock}/bound "
+                f"{t / bound:.2f}); floor ops: {m['floor']}; repeats "
+                f"{', '.join(ms_text(x) for x in reps)}")))
+    speed = {meas[ph].get("speed_detail") for ph in PHASES if meas[ph].get("speed_detail")}
+    lines += [(True, f"{case.api} {ph}: {meas[ph]['speed_detail']} (probes, CPU time here / "
+                     f"at calibration)") for ph in PHASES if meas[ph].get("speed_detail")] if speed else []
     detail = "\n".join(line for ok, line in sorted(lines, key=lambda x: x[0]))
     return passed(detail) if all(ok for ok, _ in lines) else fail(detail)
 

@@ -27,6 +27,10 @@ class Property:
     """The module under ``fsdp_conformance.properties`` that decides it."""
     na_reasons: tuple[str, ...] = ()
     """Why a case may report it n/a (besides "not this kind of case")."""
+    verdict: str = "correctness"
+    """Which verdict of the run it counts towards: ``"correctness"`` (what torch computes,
+    machine-free) or ``"bounds"`` (time and memory: judged against a calibration and this
+    machine's measured speed; ``fsdp-conformance run --bounds`` says whether it gates)."""
 
 
 CATALOGUE: tuple[Property, ...] = (
@@ -76,11 +80,12 @@ CATALOGUE: tuple[Property, ...] = (
              checks="a checkpoint stored by a torch version loads through every load path "
                     "that reads its format at world sizes 1-4 and gives the recorded state "
                     "bitwise; files are hash-checked first"),
-    Property(id="P13", name="time", decided_by="bounds", module="bounds_props",
+    Property(id="P13", name="time", decided_by="bounds", module="bounds_props", verdict="bounds",
              checks="save and load work (CPU time) and wall time (slowest rank, min of 5) "
-                    "each <= a x floor + c, the floor timed in the same run; the work's growth "
+                    "each <= a x floor + c x speed, the floor and this machine's speed (probes) "
+                    "timed in the same run; the work's growth "
                     "with world size within the calibrated exponent + 0.5"),
-    Property(id="P14", name="memory", decided_by="bounds", module="bounds_props",
+    Property(id="P14", name="memory", decided_by="bounds", module="bounds_props", verdict="bounds",
              checks="every rank's peak RSS during the call <= its bound (full state + one unit "
                     "where the rank holds the full dict, else shard + one unit) x the factor "
                     "calibrated for the path"),
@@ -93,6 +98,8 @@ CATALOGUE: tuple[Property, ...] = (
 PROPS: tuple[str, ...] = tuple(p.id for p in CATALOGUE)
 BY_ID = {p.id: p for p in CATALOGUE}
 assert PROPS == tuple(f"P{i}" for i in range(16)), PROPS
+BOUNDS_PROPS: tuple[str, ...] = tuple(p.id for p in CATALOGUE if p.verdict == "bounds")
+"""The properties of the bounds verdict (P13, P14); every other one is correctness."""
 
 # n/a reasons of properties that only cases of another kind decide
 ONLY_GOLDEN = "not a golden-fixture case (P12 has its own cases: .../golden:<torch version>/<fixture>)"

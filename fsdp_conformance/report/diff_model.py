@@ -47,6 +47,7 @@ LABELS: dict[str, str] = {
     "newly checked": "info",
     "changed": "info",
     "scaling changed": "info",
+    "bounds changed": "info",
     "added in NEW": "info",
     "API restored": "info",
 }

@@ -113,6 +113,7 @@ def run_facts(report: dict) -> dict:
             "tier": report.get("tier"), "selection": report.get("selection"),
             "world_sizes": report.get("world_sizes"), "cases": len(report["cases"]),
             "ok": report.get("ok"), "machine": machine_line(report),
+            "fingerprint": (report.get("machine_info") or {}).get("fingerprint"),
             "commit": commit.get("id"), "finished": report.get("finished"),
             "removed": (report.get("summary") or {}).get("removed") or {},
             "removed_fixtures": (report.get("summary") or {}).get("removed_fixtures") or []}

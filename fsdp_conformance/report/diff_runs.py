@@ -38,6 +38,20 @@ changed (its ``digest``: another wrong value, another error) is a regression too
 entry's model explains one effect, and a new torch that fails there differently fails
 differently (pairs without a digest, from older reports, are compared by key only).
 
+Machines: correctness verdicts are machine-free and compared the same way whatever the
+machines. What is measured is not. Two reports' measurements are comparable
+(``comparable``) when their machine fingerprints (``machine_info.fingerprint``, report/io.py:
+CPU model, cores, architecture, OS, Python) are equal AND the machines ran the speed probes
+(bounds/probe.py, measured beside every bounds case) at the same speed: each probe's
+median CPU time within ``SAME_SPEED`` (1.3x) of the other's. The second test is needed
+because a fingerprint cannot tell two virtual machines apart whose CPUs report one model
+name ("AMD EPYC") and run Python 2.5-4x apart. Where they are not comparable, timings and
+peaks are not compared (a note says how many pairs were skipped and why), scaling changes
+are information only, and a P13/P14 verdict change is "bounds changed" (information: each
+report's bounds were judged on its own machine at its own measured speed, and its own
+report says whether they held there). Where they are comparable, all of these are compared
+as below.
+
 Scaling (run reports' top-level ``scaling``, per path/phase): a status that goes from pass to
 fail is a regression, and so is an excess exponent (time's minus its floor's) that grew by
 more than ``MIN_SCALING_EXPONENT_DELTA`` and by enough that over the measured world sizes it
@@ -59,6 +73,7 @@ from .diff_measure import (MIN_SCALING_EXPONENT_DELTA, compare_peaks, compare_ti
                            min_memory_delta, peaks_of, timing_of_measurement)
 from .diff_model import Change, Comparison, Thresholds, facts_notes, sorted_changes
 from .diff_read import run_facts
+from ..properties.catalogue import BOUNDS_PROPS
 from .run_report import FAILING, prop_key
 
 
@@ -95,7 +110,42 @@ def _first_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-def _verdict_changes(base: dict, new: dict) -> list[Change]:
+SAME_SPEED = 1.3
+
+
+def probe_medians(report: dict) -> dict[str, float]:
+    """Each speed probe's median CPU time over a run report's measurements ({} when it has
+    none: reports written before the probes)."""
+    import statistics
+
+    seen: dict[str, list[float]] = {}
+    for c in report.get("cases") or []:
+        for m in (c.get("measurements") or {}).values():
+            for k, v in ((m or {}).get("probe_cpu_s") or {}).items():
+                seen.setdefault(k, []).append(float(v))
+    return {k: statistics.median(v) for k, v in sorted(seen.items())}
+
+
+def comparable(base: dict, new: dict) -> tuple[bool, str]:
+    """(whether the two reports' measurements are comparable, why not) (module rules)."""
+    fb = (base.get("machine_info") or {}).get("fingerprint")
+    fn = (new.get("machine_info") or {}).get("fingerprint")
+    if not (fb and fn and fb == fn):
+        return False, f"machines differ (fingerprint {fb or 'none recorded'} -> {fn or 'none recorded'})"
+    pb, pn = probe_medians(base), probe_medians(new)
+    if not (pb or pn):
+        return True, ""
+    if set(pb) != set(pn):
+        return False, "one report has no speed probes (written before them)"
+    ratios = {k: pn[k] / pb[k] for k in pb if pb[k] > 0}
+    off = {k: r for k, r in ratios.items() if not 1 / SAME_SPEED <= r <= SAME_SPEED}
+    if off:
+        return False, ("same fingerprint, another speed: the probes ran at "
+                       + ", ".join(f"{k} x{r:.2f}" for k, r in off.items()) + " of BASE's")
+    return True, ""
+
+
+def _verdict_changes(base: dict, new: dict, same: bool = True) -> list[Change]:
     out: list[Change] = []
     bcases = {c["id"]: c for c in base["cases"]}
     ncases = {c["id"]: c for c in new["cases"]}
@@ -118,6 +168,8 @@ def _verdict_changes(base: dict, new: dict) -> list[Change]:
                 out.append(Change("added in NEW", cid, prop, "absent", _status_text(np_[prop])))
             else:
                 label = classify_status(bp[prop], np_[prop])
+                if label and not same and prop in BOUNDS_PROPS:
+                    label = "bounds changed"
                 if label:
                     detail = np_[prop].get("detail", "") if np_[prop]["status"] != "pass" else ""
                     out.append(Change(label, cid, prop, _status_text(bp[prop]),
@@ -156,12 +208,20 @@ def _measurement_changes(base: dict, new: dict, th: Thresholds,
     return out, notes
 
 
+def _skipped_measurements(new: dict, why: str) -> str:
+    """The note of a comparison whose measurements are not comparable (module rules)."""
+    n = sum(len(c.get("measurements") or {}) for c in new["cases"])
+    return (f"{why}: {n} timing and peak (case, phase) pair(s) not compared; scaling changes "
+            f"and P13/P14 verdict changes are information only; correctness verdicts "
+            f"compared as usual")
+
+
 def _excess_exponent(s: dict) -> float:
     fe = s.get("floor_exponent")
     return float(s["exponent"]) - (float(fe) if isinstance(fe, (int, float)) else 0.0)
 
 
-def _scaling_changes(base: dict, new: dict, th: Thresholds) -> list[Change]:
+def _scaling_changes(base: dict, new: dict, th: Thresholds, same: bool = True) -> list[Change]:
     out: list[Change] = []
     bs, ns = base.get("scaling") or {}, new.get("scaling") or {}
     for key in sorted(bs.keys() | ns.keys()):
@@ -180,11 +240,12 @@ def _scaling_changes(base: dict, new: dict, th: Thresholds) -> list[Change]:
         detail = (f"exponent {b['exponent']:.2f} -> {n['exponent']:.2f}, excess over the floor "
                   f"{db:+.2f} -> {dn:+.2f} over world sizes {ws}")
         if b.get("status") == "pass" and n.get("status") == "fail":
-            out.append(Change("scaling worse", key, "scaling", "pass", "fail",
+            out.append(Change("scaling worse" if same else "scaling changed", key, "scaling",
+                              "pass", "fail",
                               f"{detail}; {_first_line(n.get('detail', ''))}"))
         elif abs(delta) > MIN_SCALING_EXPONENT_DELTA and span ** abs(delta) > th.max_slowdown:
             calibrated = all("allowed_exponent" in x or "allowed_excess" in x for x in (b, n))
-            label = ("scaling changed" if calibrated
+            label = ("scaling changed" if calibrated or not same
                      else "scaling worse" if delta > 0 else "scaling better")
             out.append(Change(label, key, "scaling", f"{db:+.2f}", f"{dn:+.2f}",
                               f"{detail}: x{span ** delta:.2f} at the largest world size "
@@ -197,9 +258,13 @@ def _scaling_changes(base: dict, new: dict, th: Thresholds) -> list[Change]:
 def compare_runs(base: dict, new: dict, th: Thresholds = Thresholds(), *,
                  base_path: str = "BASE", new_path: str = "NEW") -> Comparison:
     """Compare two run reports (module docstring's rules)."""
-    changes = _verdict_changes(base, new)
-    mchanges, notes = _measurement_changes(base, new, th, base_path, new_path)
-    changes += mchanges + _scaling_changes(base, new, th)
+    same, why = comparable(base, new)
+    changes = _verdict_changes(base, new, same)
+    if same:
+        mchanges, notes = _measurement_changes(base, new, th, base_path, new_path)
+    else:
+        mchanges, notes = [], [_skipped_measurements(new, why)]
+    changes += mchanges + _scaling_changes(base, new, th, same)
     bf, nf = run_facts(base), run_facts(new)
-    notes = facts_notes(bf, nf, ("torch", "backend", "tier", "selection", "machine")) + notes
+    notes = facts_notes(bf, nf, ("torch", "backend", "tier", "selection", "fingerprint")) + notes
     return Comparison("run", base_path, new_path, bf, nf, th, sorted_changes(changes), tuple(notes))

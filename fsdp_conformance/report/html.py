@@ -23,6 +23,7 @@ from typing import Any
 
 from ..properties.verdict import STATUSES
 from .run_report import (LEGEND, SYMBOLS, failures, headline, known_limitations, machine_line,
+                         verdict_lines,
                          rerun_command, summary_rows)
 
 PHASES = ("save", "load")
@@ -281,7 +282,7 @@ def render_html(report: dict) -> str:
            f"<title>{esc(title)}</title><style>{PAGE_CSS}</style></head><body>",
            f"<h1>{esc(title)}</h1>",
            f"<p class='verdict {'ok' if report['ok'] else 'failed'}'>{esc(headline(report))}</p>",
-           "<ul>",
+           "<ul>", *(f"<li><b>{esc(line)}</b></li>" for line in verdict_lines(report)),
            f"<li>wall time: {report['wall_time_s']:.1f} s ({esc(report['started'])} -&gt; "
            f"{esc(report['finished'])})</li>",
            f"<li>machine: {esc(machine_line(report))}</li>",

@@ -58,12 +58,41 @@ def git_commit() -> dict:
         return {"id": None, "dirty": None}
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+FINGERPRINT_FIELDS = ("cpu_model", "cpu_count", "machine", "system", "python_version")
+"""What a machine fingerprint is made of: what sets the speed of the paths' work (the CPU,
+how many cores, the architecture, the OS, the interpreter), not the node's name or the
+time."""
+
+
+def fingerprint(info: dict) -> str:
+    """A short stable digest of ``info``'s FINGERPRINT_FIELDS: two reports with the same
+    fingerprint come from machines whose timings are comparable."""
+    import hashlib
+
+    text = "|".join(str(info.get(k)) for k in FINGERPRINT_FIELDS)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def machine_info() -> dict:
-    """Machine, Python and torch facts that make figures comparable (pytest-benchmark style)."""
+    """Machine, Python and torch facts that make figures comparable (pytest-benchmark style),
+    with the machine's ``fingerprint`` and the CPU load when it was taken."""
     import torch
 
     info = {
         "node": platform.node(),
+        "cpu_model": cpu_model(),
         "machine": platform.machine(),
         "system": platform.system(),
         "release": platform.release(),
@@ -81,4 +110,9 @@ def machine_info() -> dict:
             info["mem_total_kb"] = int(f.readline().split()[1])
     except (OSError, ValueError, IndexError):
         pass
+    try:
+        info["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    except OSError:
+        pass
+    info["fingerprint"] = fingerprint(info)
     return info

@@ -3,7 +3,15 @@ document with every case's verdicts and timings plus a summary, and its renderin
 ``rich`` matrix for the terminal, Markdown for humans and CI artefacts).
 
 Rules:
-- A run is ``ok`` when no (case, property) verdict is ``fail`` or ``error``.
+- Two verdicts, apart: **correctness** (every property but the bounds ones: what torch
+  computes, the same on any machine) holds when none of its (case, property) verdicts is
+  ``fail`` or ``error``; **bounds** (P13 time, P14 memory: judged against a calibration and
+  this machine's measured speed) holds when none of theirs is. ``bounds_mode`` says whether
+  the bounds verdict gates the run ("gate") or is reported only ("advisory").
+- A run is ``ok`` when correctness holds, the bounds hold or are advisory, and the run is
+  complete. Exit status of ``fsdp-conformance run`` (``exit_code``): 0 ok; 1 correctness
+  failed (or both); 3 correctness held and bounds failed under "gate"; 2 usage error;
+  130 / 143 interrupted.
 - Counts in the summary and in the matrix are over (case, property) pairs, except
   ``summary.known``, which counts *cases* per known-limitation key.
 - Everything here renders from the JSON dict alone, so a report loaded from disk renders
@@ -61,6 +69,24 @@ def _case_entry(r: CaseResult) -> dict:
     return out
 
 
+def _by_status(cases: list[dict], props: Iterable[str] | None, keep: bool) -> dict[str, int]:
+    """Verdicts per status over ``cases``, of the properties in ``props`` (keep=True) or of
+    every other property (keep=False)."""
+    sel = set(props or ())
+    by = Counter({s: 0 for s in STATUSES})
+    for c in cases:
+        for prop, v in c["properties"].items():
+            if (prop in sel) == keep:
+                by[v["status"]] += 1
+    return {s: by[s] for s in STATUSES}
+
+
+def _speeds(cases: list[dict]) -> list[float]:
+    """The speed (bounds/rules.py) every measured phase was judged at."""
+    return [float(m["speed"]) for c in cases for m in (c.get("measurements") or {}).values()
+            if isinstance(m, dict) and isinstance(m.get("speed"), (int, float))]
+
+
 def summarize(cases: list[dict]) -> dict:
     """Summary of case entries (as in ``report["cases"]``).
 
@@ -90,9 +116,19 @@ def summarize(cases: list[dict]) -> dict:
                 fixed.append([c["id"], prop, v.get("known", "")])
             if v["status"] == "removed":
                 removed.setdefault(c["api"], v.get("detail", ""))
+    from ..properties.catalogue import BOUNDS_PROPS
+
+    speeds = _speeds(cases)
+    bounds = _by_status(cases, BOUNDS_PROPS, True)
     return {
         "cases": len(cases),
         "by_status": {s: by_status[s] for s in STATUSES},
+        "correctness": _by_status(cases, BOUNDS_PROPS, False),
+        "bounds": {**bounds, "judged": bounds["pass"] + bounds["fail"] + bounds["known"],
+                   "over": bounds["fail"],
+                   "cases": sum(1 for c in cases if c.get("measurements")),
+                   "speed_min": min(speeds) if speeds else None,
+                   "speed_max": max(speeds) if speeds else None},
         "by_path": {api: {p: {s: cnt[s] for s in STATUSES if cnt[s]}
                           for p, cnt in sorted(props.items(), key=lambda kv: prop_key(kv[0]))}
                     for api, props in sorted(by_path.items())},
@@ -119,14 +155,15 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
                  tolerances: dict[str, dict[str, float]] | None = None,
                  calibration: str | os.PathLike | None = None,
                  scaling: dict | None = None, incomplete: str = "",
-                 planned: int | None = None) -> dict:
+                 planned: int | None = None, bounds_mode: str = "gate") -> dict:
     """The run report as a JSON-ready dict; cases sorted by id. ``started`` is ``finished``
     (now, UTC) minus ``wall_time_s``; ``ok`` is false iff any verdict is fail or error, or
     the run is incomplete. ``scaling`` (only when some case has measurements) is the run's
     own block (run/execute.py ``Run.scaling``, computed once); when not given it is
     computed here under the bounds ``calibration`` file (default: the packaged one).
     ``incomplete``: why the run stopped early ("" = it did not); then the report holds the
-    ``planned`` count beside the decided cases."""
+    ``planned`` count beside the decided cases. ``bounds_mode``: "gate" or "advisory" (module
+    rules); the report says which calibration the bounds were judged by."""
     import torch
 
     results = list(results)
@@ -142,6 +179,12 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
         extra["incomplete"] = incomplete
         extra["planned_cases"] = planned if planned is not None else len(cases)
     summary = summarize(cases)
+    if summary["bounds"]["cases"]:
+        from ..bounds.rules import calibration_facts
+
+        extra["bounds_calibration"] = calibration_facts(calibration)
+    correct = summary["correctness"]["fail"] == 0 and summary["correctness"]["error"] == 0
+    bounds_ok = summary["bounds"]["fail"] == 0 and summary["bounds"]["error"] == 0
     finished = _now()
     started = finished - timedelta(seconds=float(wall_time_s))
     return {
@@ -158,8 +201,10 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
         "finished": finished.isoformat(timespec="seconds"),
         "wall_time_s": float(wall_time_s),
         "tolerances": dict(tolerances or {}),
-        "ok": (summary["by_status"]["fail"] == 0 and summary["by_status"]["error"] == 0
-               and not incomplete),
+        "ok": correct and (bounds_ok or bounds_mode == "advisory") and not incomplete,
+        "correctness_ok": correct,
+        "bounds_ok": bounds_ok,
+        "bounds_mode": bounds_mode,
         "summary": summary,
         **extra,
         "cases": cases,
@@ -227,8 +272,52 @@ def rerun_command(case_id: str) -> str:
     return "fsdp-conformance run -k '" + case_id.replace("'", "'\"'\"'") + "'"
 
 
+def exit_code(report: dict) -> int:
+    """The exit status of ``fsdp-conformance run`` for ``report`` (module rules)."""
+    if report.get("ok"):
+        return 0
+    return 3 if _correct(report) and not report.get("incomplete") else 1
+
+
+def _correct(report: dict) -> bool:
+    """Whether the correctness verdict holds (reports before the split: every verdict)."""
+    if "correctness_ok" in report:
+        return bool(report["correctness_ok"])
+    s = report["summary"]["by_status"]
+    return s["fail"] == 0 and s["error"] == 0
+
+
+def bounds_line(report: dict) -> str:
+    """The bounds verdict in one line: judged, over, errors, the calibration and the speed
+    they were judged at, and whether they gate; "" for a run without bounds cases."""
+    b = report["summary"].get("bounds") or {}
+    if not b.get("cases"):
+        return ""
+    cal = report.get("bounds_calibration") or {}
+    over, err = b.get("fail", 0), b.get("error", 0)
+    state = "OK" if not over and not err else (
+        f"{over} over" + (f", {err} error" if err else "") + " on this machine")
+    where = ("calibrated on this machine" if cal.get("same_machine")
+             else f"calibrated on another machine ({_machine_text(cal.get('fitted_on') or {})})"
+             if cal.get("fitted_on") else "calibration unreadable")
+    lo, hi = b.get("speed_min"), b.get("speed_max")
+    speed = (f", judged at speed {lo:.2f}-{hi:.2f} (this machine's probes against the "
+             f"calibration's)" if lo is not None else "")
+    mode = report.get("bounds_mode", "gate")
+    tail = "" if state == "OK" else (" (advisory: does not fail the run)" if mode == "advisory"
+                                     else "; see the P13/P14 lines below")
+    return (f"bounds {state}: {b.get('judged', 0)} P13/P14 verdicts of {b['cases']} bounds "
+            f"cases, {where}{speed}{tail}")
+
+
+def _machine_text(m: dict) -> str:
+    return (f"{m.get('node', '?')}: {m.get('cpu_model', 'CPU not recorded')}, "
+            f"{m.get('cpu_count', '?')} CPUs, fingerprint {m.get('fingerprint', 'none')}")
+
+
 def headline(report: dict) -> str:
-    """One line: OK/FAILED, cases, verdicts per status, fixed-upstream count."""
+    """One line: OK/FAILED, cases, verdicts per status, fixed-upstream count; then the
+    correctness and the bounds verdicts apart (``verdict_lines``)."""
     s = report["summary"]
     counts = ", ".join(f"{s['by_status'].get(k, 0)} {k}" for k in STATUSES)
     if report.get("incomplete"):  # never OK; say what the decided cases showed
@@ -236,8 +325,22 @@ def headline(report: dict) -> str:
         return (f"INCOMPLETE ({report['incomplete']}; {report.get('planned_cases', '?')} "
                 f"planned): {'failing' if bad else 'no failure'} so far: {s['cases']} cases; "
                 f"{counts}; {len(s['fixed_upstream'])} fixed upstream?")
-    return (f"{'OK' if report['ok'] else 'FAILED'}: {s['cases']} cases; {counts}; "
+    word = "OK" if report["ok"] else ("FAILED (bounds only)" if exit_code(report) == 3
+                                      else "FAILED")
+    return (f"{word}: {s['cases']} cases; {counts}; "
             f"{len(s['fixed_upstream'])} fixed upstream?{removed_line(s)}")
+
+
+def verdict_lines(report: dict) -> list[str]:
+    """The two verdicts apart, a line each: correctness, then bounds (where measured)."""
+    s = report["summary"]
+    c = s.get("correctness") or s["by_status"]
+    ok = _correct(report)
+    lines = [f"correctness {'OK' if ok else 'FAILED'}: {s['cases']} cases; {c.get('fail', 0)} "
+             f"fail, {c.get('error', 0)} error, {c.get('known', 0)} known, {c.get('pass', 0)} "
+             f"pass, {c.get('n/a', 0)} n/a"]
+    b = bounds_line(report)
+    return lines + ([b] if b else [])
 
 
 def removed_line(summary: dict) -> str:
@@ -252,10 +355,14 @@ def removed_line(summary: dict) -> str:
 
 
 def machine_line(report: dict) -> str:
-    """The machine in one line: node (arch, CPUs, GPUs)."""
+    """The machine in one line: node (arch, CPU model, CPUs, GPUs, fingerprint, load)."""
     m = report.get("machine_info", {})
     gpus = ", ".join(m.get("cuda_devices") or []) or "no GPU"
-    return f"{m.get('node', '?')} ({m.get('machine', '?')}, {m.get('cpu_count', '?')} CPUs, {gpus})"
+    extra = "".join(f", {k} {m[k]}" for k in ("fingerprint",) if m.get(k))
+    load = f", load {m['load_avg_1m']}" if m.get("load_avg_1m") is not None else ""
+    cpu = f"{m['cpu_model']}, " if m.get("cpu_model") else ""
+    return (f"{m.get('node', '?')} ({m.get('machine', '?')}, {cpu}{m.get('cpu_count', '?')} "
+            f"CPUs, {gpus}{extra}{load})")
 
 
 def _first_lines(text: str, n: int) -> tuple[list[str], int]:
@@ -310,6 +417,10 @@ def render_table(report: dict, console=None) -> None:
                            "reproduces; retire it from fsdp_conformance/known/entries.py", style="bold yellow"))
         for cid, p, key in fixed:
             console.print(Text(f"  {cid}  {p}  {key}", style="yellow"))
+    for line in verdict_lines(report):
+        bad = line.startswith("correctness FAILED") or (line.startswith("bounds") and
+                                                       not line.startswith("bounds OK"))
+        console.print(Text(line, style="bold red" if bad else "bold green"))
     console.print(Text(headline(report), style="bold green" if report["ok"] else "bold red"))
 
 
@@ -386,6 +497,7 @@ def render_markdown(report: dict) -> str:
     out = [f"# fsdp-conformance run: torch {report['torch_version']}, {report['backend']}, "
            f"tier {report['tier']}", ""]
     out += [f"**{headline(report)}**", ""]
+    out += [f"- {line}" for line in verdict_lines(report)] + [""]
     out += [f"- wall time: {report['wall_time_s']:.1f} s ({report['started']} -> {report['finished']})",
             f"- machine: {machine_line(report)}",
             f"- world sizes: {', '.join(map(str, report['world_sizes']))}; seed {report['seed']}",

@@ -5,9 +5,17 @@ Rule: an interrupted run (Ctrl-C, SIGTERM: a CI job's time limit) still writes t
 of the cases decided so far, marked incomplete (``"incomplete"``: why, ``"planned_cases"``),
 before it exits.
 
-Exit codes: 0 when no (case, property) fails or errors, 1 otherwise, 2 for usage errors
-(bad world sizes, a backend the machine cannot run, a selection that matches no case),
-130 interrupted by Ctrl-C, 143 by SIGTERM (the partial report is written either way).
+Two verdicts, apart: correctness (every property but P13/P14: what torch computes) and
+bounds (P13 time and P14 memory, judged against a calibration scaled by this machine's
+speed measured in the same run; bounds/rules.py). ``--bounds`` says what the bounds verdict
+does: ``gate`` (default) fails the run with exit 3 when only the bounds fail;
+``advisory`` reports them and exits 0 on correctness alone; ``off`` runs no bounds case.
+
+Exit codes: 0 correctness holds and the bounds hold (or are advisory/off); 1 correctness
+failed (a (case, property) verdict fails or errors); 3 correctness holds and a bound failed
+(``--bounds gate``); 2 usage errors (bad world sizes, a backend the machine cannot run, a
+selection that matches no case); 130 interrupted by Ctrl-C, 143 by SIGTERM (the partial
+report is written either way).
 """
 from __future__ import annotations
 
@@ -38,6 +46,13 @@ def add_parser(sub) -> None:
                         "(default: 2 with gloo on 2 or more cores, else 1; bounds cases "
                         "always run alone)")
     p.add_argument("--list", action="store_true", help="list the selected case ids and exit")
+    p.add_argument("--bounds", choices=["gate", "advisory", "off"], default="gate",
+                   help="what the timing/memory bounds (P13/P14) do: gate (default: a bound "
+                        "over fails the run with exit 3 when correctness holds), advisory "
+                        "(reported, exit status from correctness alone), off (no bounds case)")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="bounds calibration file (default: this machine's own, written by "
+                        "`fsdp-conformance bounds calibrate`, else the packaged one)")
     p.add_argument("--fixtures", default=None, metavar="DIR",
                    help="golden fixtures root for P12: every <DIR>/<torch version>/ is loaded "
                         "(default: the repository's fixtures/)")
@@ -58,6 +73,15 @@ def _world_sizes(arg: str | None, backend: str) -> list[int]:
         raise SystemExit(_usage(str(exc))) from None
 
 
+def command_line() -> list[str]:
+    """The command as the user typed it: ``fsdp-conformance`` (or ``python -m
+    fsdp_conformance``) and every argument, the subcommand included."""
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fsdp-conformance"
+    if prog in ("__main__.py", "-m") or prog.startswith("python"):
+        prog = "python -m fsdp_conformance"
+    return [prog, *sys.argv[1:]]
+
+
 def _usage(msg: str) -> int:
     print(f"fsdp-conformance run: error: {msg}", file=sys.stderr)
     return 2
@@ -74,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
     from . import matrix
     from ..harness import close_pools
     from ..properties.run_props import TOLERANCES
-    from ..report.run_report import build_report, render_table, write_run_report
+    from ..report.run_report import build_report, exit_code, render_table, write_run_report
     from .execute import RunInterrupted, run_all
 
     backend = args.backend or "gloo"
@@ -95,6 +119,8 @@ def main(args: argparse.Namespace) -> int:
     except FixtureError as exc:
         return _usage(f"--fixtures: {exc}")
     cases = matrix.select(tier_cases, world_sizes=world_sizes, keyword=args.keyword)
+    if args.bounds == "off":
+        cases = [c for c in cases if not c.bounds]
     if args.seed:
         cases = [dataclasses.replace(c, seed=args.seed) for c in cases]
     if not cases:
@@ -135,16 +161,18 @@ def main(args: argparse.Namespace) -> int:
         try:
             run = run_all(cases, backend=backend, timeout=args.timeout,
                           fault_timeout=max(30.0, args.timeout / 4), on_result=on_result,
-                          lanes=args.lanes)
+                          lanes=args.lanes, calibration=args.calibration)
         finally:
             signal.signal(signal.SIGTERM, previous)
             close_pools()
     wall = time.perf_counter() - t0
     report = build_report(run.results, tier=args.tier, backend=backend, seed=args.seed,
                           world_sizes=world_sizes, wall_time_s=wall,
-                          argv=["fsdp-conformance", *sys.argv[2:]], selection=args.keyword,
+                          argv=command_line(), selection=args.keyword,
                           tolerances={k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()},
-                          scaling=run.scaling, incomplete=run.interrupted, planned=run.planned)
+                          scaling=run.scaling, incomplete=run.interrupted, planned=run.planned,
+                          calibration=args.calibration,
+                          bounds_mode="advisory" if args.bounds == "advisory" else "gate")
     md = args.md or os.path.splitext(args.json)[0] + ".md"
     write_run_report(report, args.json, md)
     # a log (CI) is not a terminal: rich would wrap the matrix at 80 columns
@@ -157,4 +185,4 @@ def main(args: argparse.Namespace) -> int:
         print(f"INCOMPLETE: {run.interrupted}; the report holds the cases decided so far",
               file=sys.stderr)
         return 143 if "SIGTERM" in run.interrupted else 130
-    return 0 if report["ok"] else 1
+    return exit_code(report)

@@ -84,12 +84,17 @@ def test_memory_bases_follow_design():
     assert "full state" in b.mem_base("fsdp2.full", "save", 0, m)[1]
 
 
+PROBES_AT_CALIBRATION = {"python": 0.001, "dispatch": 0.002}
+
+
 def _cal(a=1.5, c=0.01, factor=1.2, excess=0.5, api="fsdp1.full", model=b.BOUNDS_MODEL,
          work_a=2.0, work_c=0.02):
     data = {"schema": b.SCHEMA,
-            "time": {b.time_key(api, p, ws, model): {"a": a, "c": c}
+            "time": {b.time_key(api, p, ws, model): {"a": a, "c": c,
+                                                      "probes": PROBES_AT_CALIBRATION}
                      for p in b.PHASES for ws in (1, 2, 3, 4)},
-            "work": {b.time_key(api, p, ws, model): {"a": work_a, "c": work_c}
+            "work": {b.time_key(api, p, ws, model): {"a": work_a, "c": work_c,
+                                                      "probes": PROBES_AT_CALIBRATION}
                      for p in b.PHASES for ws in (1, 2, 3, 4)},
             "memory": {f"{api}/{p}/ws{ws}/{r}": {"factor": factor,
                                                   "fixed_bytes": b.MEM_FIXED_BYTES}
@@ -132,6 +137,40 @@ def test_p13_and_p14_pass_and_fail_with_the_numbers():
     assert "full state 4.00 MB + one unit 2.00 MB" in p14.detail
 
 
+def test_a_slower_machine_widens_c_by_its_probes_and_a_slower_path_is_still_caught():
+    """Portable bounds (bounds/rules.py): the part of a bound that is not the floor scales
+    with max(1, each probe now / at calibration). An unchanged path on a machine whose
+    Python is 3x slower passes; a 3x slower path on the calibrating machine fails; a faster
+    machine never tightens a bound."""
+    cal = _cal()
+    here = {"python": 0.001, "dispatch": 0.002}
+    slow_py = {"python": 0.003, "dispatch": 0.0024}  # interpreter 3x, dispatch 1.2x
+    def meas(probes, **kw):
+        return {ph: {**_m([3 * MB, 3 * MB], **kw), "probe_cpu_s": probes} for ph in b.PHASES}
+
+    # the path's non-floor work 3x slower, as the machine's interpreter is
+    moved = meas(slow_py, time_s=1.5 * 0.02 + 3 * 0.008, cpu_s=2.0 * 0.01 + 3 * 0.012)
+    ann, p13, _ = bp.verdicts(CASE, moved, cal)
+    assert ann["save"]["speed"] == pytest.approx(3.0)
+    assert ann["save"]["work_bound_s"] == pytest.approx(2.0 * 0.01 + 0.02 * 3.0)
+    assert p13.status == "pass", p13.detail
+    assert "speed 3.00 = max(1, dispatch 2.40 ms / 2.00 ms = 1.20, python 3.00 ms / 1.00 ms = 3.00)" \
+        in p13.detail, p13.detail
+    # the same times on the calibrating machine: a 3x slower path, caught
+    _, p13, _ = bp.verdicts(CASE, meas(here, time_s=1.5 * 0.02 + 3 * 0.008,
+                                       cpu_s=2.0 * 0.01 + 3 * 0.012), cal)
+    assert p13.status == "fail" and "x speed 1.00" in p13.detail.splitlines()[0], p13.detail
+    fast = b.TimeBound(2.0, 0.02, PROBES_AT_CALIBRATION)
+    assert fast.speed({"python": 0.0005, "dispatch": 0.001})[0] == 1.0  # never tighter
+    assert b.TimeBound(2.0, 0.02).speed(here) == (1.0, "not scaled (no probe calibrated)")
+
+
+def test_a_calibration_without_probes_is_refused_naming_the_command():
+    with pytest.raises(b.CalibrationError, match=r"'probes' must give .* bounds calibrate"):
+        b.parse_calibration({"schema": b.SCHEMA, "time": {"k": {"a": 1, "c": 1}}, "work": {},
+                             "memory": {}, "scaling": {}}, "old.json")
+
+
 def test_a_missing_calibration_key_is_an_error_naming_key_and_command():
     other = Case(api="fsdp2.full", model=b.BOUNDS_MODEL, world_size=2, steps=1, bounds=True)
     _, p13, p14 = bp.verdicts(other, {"save": _m([0, 0]), "load": _m([0, 0])}, _cal())
@@ -144,9 +183,11 @@ def test_a_missing_calibration_key_is_an_error_naming_key_and_command():
     ({"schema": "x"}, "expected schema"),
     ({"schema": b.SCHEMA, "time": {}, "work": {}, "memory": {}}, "'scaling' must be"),
     ({"schema": b.SCHEMA, "time": {}, "memory": {}, "scaling": {}}, "'work' must be"),
-    ({"schema": b.SCHEMA, "time": {"k": {"a": -1, "c": 0}}, "work": {}, "memory": {},
+    ({"schema": b.SCHEMA, "time": {"k": {"a": -1, "c": 0, "probes": PROBES_AT_CALIBRATION}},
+      "work": {}, "memory": {},
       "scaling": {}}, r"time\['k'\]: 'a' must be a non-negative number"),
-    ({"schema": b.SCHEMA, "time": {}, "work": {"k": {"a": 1, "c": "x"}}, "memory": {},
+    ({"schema": b.SCHEMA, "time": {},
+      "work": {"k": {"a": 1, "c": "x", "probes": PROBES_AT_CALIBRATION}}, "memory": {},
       "scaling": {}}, r"work\['k'\]: 'c' must be a non-negative number"),
     ({"schema": b.SCHEMA, "time": {}, "work": {},
       "memory": {"m": {"factor": -0.5, "fixed_bytes": 0}},
@@ -220,7 +261,7 @@ def test_matrix_has_one_bounds_case_per_path_and_world_size_never_injected():
 
 
 def test_packaged_calibration_covers_the_quick_tier():
-    cal = b.load_calibration()
+    cal = b.load_calibration(b.DEFAULT_CALIBRATION)
     data = json.loads(b.DEFAULT_CALIBRATION.read_text())
     assert data["schema"] == b.SCHEMA and data["runs"] >= 3
     assert data["rules"]["time_margin"] == b.TIME_MARGIN
@@ -243,10 +284,13 @@ def test_packaged_calibration_covers_the_quick_tier():
             assert f"{c.api}/{phase}" in cal.allowed_exponent
     for k, v in data["time"].items():  # every calibration point lies under its bound
         tb = cal.time_bound(k)
-        assert all(tb.bound(f) >= b.WALL_MARGIN * t for f, t in v["points"]), k
+        assert all(tb.bound(f) >= b.WALL_MARGIN * t for f, t, _ in v["points"]), k
+        assert set(tb.probes) == set(PROBES_AT_CALIBRATION), k
     for k, v in data["work"].items():
         wb = cal.work_bound(k)
-        assert all(wb.bound(f) >= b.TIME_MARGIN * t for f, t in v["points"]), k
+        # each point TIME_MARGIN under its own speed-scaled bound (module rules)
+        assert all(wb.bound(f, wb.speed(pr)[0]) >= b.TIME_MARGIN * t * (1 - 1e-12)
+                   for f, t, pr in v["points"]), k
         assert wb.c >= b.WORK_ALLOWANCE_S, k
     assert all(math.isfinite(x) for x in cal.allowed_exponent.values())
 
@@ -285,7 +329,7 @@ def test_stability_summary_counts_passes_worst_ratios_and_detection():
     assert k["all_passed"] and k["per_run"][0]["known"] == [f"{CASE.id}: some-entry"]
     assert f"- `{CASE.id}: some-entry`" in stability_markdown(k)
     assert w["copy_exceeds"] == 0  # + a 2 MB shard: 7 MB <= 7.72 MB, 5 MB <= 5.32 MB
-    assert "| fsdp1.full/save | 0.75 | 1.00 | 0.65 | 2/2 | 2/2 | 4/4 | 0/4 | 0/4 |" in md
+    assert "| fsdp1.full/save | 0.75 | 1.00 | 0.65 | 2/2 | 2/2 | 4/4 | 0/4 | 0/4 | 1.00 |" in md
 
 
 def test_refit_reproduces_the_packaged_fits_from_their_observations():
@@ -296,4 +340,28 @@ def test_refit_reproduces_the_packaged_fits_from_their_observations():
     for k, v in data["scaling"].items():  # exponents recomputed from the work points
         assert again["scaling"][k]["exponents"] == pytest.approx(v["exponents"]), k
     with pytest.raises(b.CalibrationError, match="lacks its observations"):
-        b.refit({**data, "work": {"k/save/ws1/m": {"a": 1, "c": 1}}}, "x.json")
+        b.refit({**data, "work": {"k/save/ws1/m": {"a": 1, "c": 1,
+                                                  "probes": PROBES_AT_CALIBRATION}}}, "x.json")
+
+
+def test_the_run_finds_this_machines_own_calibration_by_fingerprint(tmp_path, monkeypatch):
+    """Issue 32: a calibration is looked up by machine fingerprint in the calibration
+    directory (never in the package), the packaged one is the fallback, and the report's
+    facts say which was used and whether it was fitted on this machine."""
+    from fsdp_conformance.report.io import fingerprint, machine_info
+
+    monkeypatch.setenv(b.CALIBRATION_DIR_ENV, str(tmp_path))
+    assert b.find_calibration() == (b.DEFAULT_CALIBRATION, "the packaged one")
+    here = machine_info()
+    data = json.loads(b.DEFAULT_CALIBRATION.read_text())
+    data["machine_info"] = here
+    own = tmp_path / f"{fingerprint(here)}.json"
+    own.write_text(json.dumps(data))
+    path, why = b.find_calibration()
+    assert path == own and "fingerprint" in why
+    facts = b.calibration_facts()
+    assert facts["same_machine"] is True and facts["source"] == str(own)
+    given = b.calibration_facts(b.DEFAULT_CALIBRATION)
+    assert given["chosen"] == "given" and given["this_fingerprint"] == here["fingerprint"]
+    assert b.machine_calibration() == own
+    assert str(b.DEFAULT_CALIBRATION.parent) not in str(b.machine_calibration())

@@ -648,3 +648,137 @@ def test_the_unreduced_tied_gradient_is_known_by_its_exact_effect_and_a_second_b
         assert "what it does not explain" in residual and f"rank {rank}:" in residual \
             and fqn in residual, v.detail
         assert not any(f"rank {q}:" in residual for q in range(3) if q != rank), v.detail
+
+
+# -- portable digests (issue 32): the same effect on another CPU is the same digest ---------
+
+BASELINE = Path(__file__).resolve().parents[2] / "reports" / "baseline-quick-torch2.13.0-cpu.json"
+
+
+def _last_digits_moved(text: str) -> str:
+    """``text`` as another CPU prints it: the last digits of every long float changed."""
+    import re
+
+    def moved(m):
+        s = m.group(0)
+        mant, e, exp = s.partition("e")
+        d = mant[-1]
+        return mant[:-1] + ("1" if d != "1" else "2") + e + exp
+    return re.sub(r"(?<![\w.])-?\d+\.\d{5,}(?:e[-+]?\d+)?", moved, text)
+
+
+def _observation(detail: str) -> str:
+    """The failure a known verdict's detail quotes (known/apply.py ``_known``)."""
+    return detail.split("\n\n", 1)[1]
+
+
+def test_known_digests_do_not_see_the_last_digits_but_see_a_second_bug():
+    """Every known pair of the committed baseline: its observation with every long float's
+    last digit moved has the same digest (another CPU, other kernels); the same observation
+    with another key named has another (a second bug behind the entry)."""
+    from fsdp_conformance.known.model import observation_digest
+
+    report = json.loads(BASELINE.read_text())
+    by_key = {e.key: e for e in KNOWN}
+    seen, with_floats = 0, 0
+    for c in report["cases"]:
+        for prop, v in c["properties"].items():
+            if v["status"] != "known":
+                continue
+            model = by_key[v["known"]].model
+            obs = _observation(v["detail"])
+            moved = _last_digits_moved(obs)
+            with_floats += moved != obs
+            assert observation_digest(moved, model) == observation_digest(obs, model), (c["id"], prop)
+            seen += 1
+    assert seen > 300 and with_floats > 100, (seen, with_floats)
+
+
+def test_a_second_bug_behind_a_float_effect_still_changes_the_digest():
+    from fsdp_conformance.known.model import observation_digest
+
+    obs = ("2 differences:\n  state['layers.0.weight']['exp_avg']: element 3: expected "
+           "8.022065798524636e-07, got 1.3378810793338453e-06\n  param_groups[0]['lr']: "
+           "expected 0.01, got 0.02")
+    base = observation_digest(obs)
+    assert observation_digest(_last_digits_moved(obs)) == base
+    assert observation_digest(obs.replace("element 3", "element 4")) != base
+    assert observation_digest(obs.replace("'exp_avg'", "'exp_avg_sq'")) != base
+    assert observation_digest(obs.replace("param_groups[0]['lr']", "param_groups[0]['eps']")) != base
+
+
+def test_compare_of_a_run_on_another_cpu_reports_no_regression():
+    """The committed baseline against itself as another CPU writes it: every long float's
+    last digit moved in the known details (digests recomputed as the run computes them), the
+    timings 3x slower and a P13 over on the other machine: no regression; the timings and
+    the P13 change are named as not compared / information. A planted second bug behind a
+    known entry in the same comparison is still a regression."""
+    import copy
+
+    from fsdp_conformance.known.model import observation_digest
+
+    base = json.loads(BASELINE.read_text())
+    by_key = {e.key: e for e in KNOWN}
+    for c in base["cases"]:  # digests as this version computes them
+        for v in c["properties"].values():
+            if v["status"] == "known":
+                v["digest"] = observation_digest(_observation(v["detail"]), by_key[v["known"]].model)
+    base["machine_info"]["fingerprint"] = "aaaaaaaaaaaa"
+    new = copy.deepcopy(base)
+    new["machine_info"].update(fingerprint="bbbbbbbbbbbb", cpu_model="another CPU")
+    bounded = None
+    for c in new["cases"]:
+        for v in c["properties"].values():
+            if v["status"] == "known":
+                obs = _last_digits_moved(_observation(v["detail"]))
+                v["detail"] = v["detail"].split("\n\n", 1)[0] + "\n\n" + obs
+                v["digest"] = observation_digest(obs, by_key[v["known"]].model)
+        for m in (c.get("measurements") or {}).values():
+            for k in ("time_s", "cpu_s"):
+                m[k] *= 3
+        if c.get("measurements") and bounded is None and c["properties"]["P13"]["status"] == "pass":
+            c["properties"]["P13"] = {"status": "fail", "detail": "work (CPU) over its bound"}
+            bounded = c["id"]
+    cmp = compare_runs(base, new)
+    assert not cmp.regressions, [(x.label, x.subject, x.item) for x in cmp.regressions][:5]
+    assert any("machines differ" in n and "not compared" in n for n in cmp.notes), cmp.notes
+    assert [(x.label, x.subject) for x in cmp.changes if x.item == "P13"] == [("bounds changed", bounded)]
+
+    planted = copy.deepcopy(new)
+    for c in planted["cases"]:
+        v = next((v for v in c["properties"].values() if v["status"] == "known"
+                  and isinstance(by_key[v["known"]].model, Effect) and "state[" in v["detail"]), None)
+        if v is not None:
+            obs = _observation(v["detail"]).replace("state[", "state[0][", 1)
+            v["digest"] = observation_digest(obs, by_key[v["known"]].model)
+            break
+    assert v is not None
+    assert [x.label for x in compare_runs(base, planted).regressions] == ["known changed"]
+
+
+def test_one_fingerprint_two_speeds_is_two_machines_for_timings():
+    """Two VMs whose CPUs report one model name ("AMD EPYC") but run Python 3x apart share a
+    fingerprint: the speed probes tell them apart, so 3x slower timings there are not
+    "slower"; on a machine of the same speed they are."""
+    import copy
+
+    base = json.loads(BASELINE.read_text())
+    base["machine_info"]["fingerprint"] = "aaaaaaaaaaaa"
+    for c in base["cases"]:
+        for m in (c.get("measurements") or {}).values():
+            m["probe_cpu_s"] = {"python": 0.0007, "dispatch": 0.0012}
+
+    def slowed(probe_factor):
+        new = copy.deepcopy(base)
+        for c in new["cases"]:
+            for m in (c.get("measurements") or {}).values():
+                for k in ("time_s", "cpu_s"):
+                    m[k] *= 3
+                m["times_s"] = [t * 3 for t in m["times_s"]]
+                m["probe_cpu_s"] = {k: v * probe_factor for k, v in m["probe_cpu_s"].items()}
+        return compare_runs(base, new)
+
+    other = slowed(3.0)
+    assert not other.regressions and any("another speed" in n for n in other.notes), other.notes
+    same = slowed(1.0)
+    assert {c.label for c in same.regressions} == {"slower"}

@@ -189,3 +189,58 @@ def test_reports_are_readable_like_any_user_file(tmp_path):
         os.umask(old)
     for name in ("run.json", "run.md"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+
+
+def _bounds_case(p13: Verdict, correct: Verdict | None = None) -> list[CaseResult]:
+    b = Case(api="fsdp1.full", model="scaled400000", world_size=2, steps=1, bounds=True)
+    rt = Case(api="fsdp1.full")
+    from suites.bounds.test_rules import _m
+
+    meas = {ph: {**_m([1, 1]), "speed": sp} for ph, sp in (("save", 1.0), ("load", 2.5))}
+    return [CaseResult(b, {"P13": p13, "P14": passed()}, {}, meas),
+            CaseResult(rt, {"P0": passed(), "P1": correct or passed()}, {})]
+
+
+def test_correctness_and_bounds_are_two_verdicts_with_their_own_exit_status():
+    """Issue 32: a bound over on this machine never reads as a correctness failure. Exit 0
+    both hold; 3 only the bounds failed (gate); advisory bounds exit 0; 1 correctness
+    failed whatever the bounds."""
+    from fsdp_conformance.report.run_report import exit_code, headline, verdict_lines
+
+    ok = _build(_bounds_case(passed()))
+    assert ok["ok"] and ok["correctness_ok"] and ok["bounds_ok"] and exit_code(ok) == 0
+    lines = verdict_lines(ok)
+    assert lines[0].startswith("correctness OK: 2 cases; 0 fail, 0 error")
+    assert lines[1].startswith("bounds OK: 2 P13/P14 verdicts of 1 bounds cases")
+    assert "judged at speed 1.00-2.50" in lines[1]
+    assert ok["summary"]["bounds"]["speed_max"] == 2.5
+    assert "bounds_calibration" in ok and ok["bounds_calibration"]["source"]
+
+    over = _build(_bounds_case(fail("work (CPU) 5 ms > bound 3 ms")))
+    assert not over["ok"] and over["correctness_ok"] and not over["bounds_ok"]
+    assert exit_code(over) == 3
+    assert headline(over).startswith("FAILED (bounds only): 2 cases")
+    assert verdict_lines(over)[0].startswith("correctness OK")
+    assert verdict_lines(over)[1].startswith("bounds 1 over on this machine")
+    md = render_markdown(over)
+    assert "- correctness OK: 2 cases" in md and "- bounds 1 over on this machine" in md
+
+    advisory = _build(_bounds_case(fail("over")), bounds_mode="advisory")
+    assert advisory["ok"] and exit_code(advisory) == 0
+    assert "(advisory: does not fail the run)" in verdict_lines(advisory)[1]
+
+    both = _build(_bounds_case(fail("over"), fail(FAIL_DETAIL)), bounds_mode="advisory")
+    assert not both["ok"] and not both["correctness_ok"] and exit_code(both) == 1
+    assert verdict_lines(both)[0].startswith("correctness FAILED: 2 cases; 1 fail")
+
+
+def test_the_report_records_the_command_as_typed_and_the_machine_fingerprint(monkeypatch):
+    from fsdp_conformance.report.run_report import machine_line
+    from fsdp_conformance.run.cli import command_line
+
+    monkeypatch.setattr("sys.argv", ["/x/bin/fsdp-conformance", "run", "-k", "fsdp1.full"])
+    assert command_line() == ["fsdp-conformance", "run", "-k", "fsdp1.full"]
+    r = _build(_results())
+    m = r["machine_info"]
+    assert len(m["fingerprint"]) == 12 and m["cpu_model"]
+    assert m["fingerprint"] in machine_line(r) and m["cpu_model"] in machine_line(r)
