@@ -47,8 +47,10 @@ Rules
   run, whose CPU times the probes saw inflated too, from widening ``c`` on a quiet machine:
   the load is paid for by the speed measured when it happens. The
   calibration runs are taken under the machine's ordinary noise, quiet and loaded runs
-  both, so their maximum already holds that noise; TIME_MARGIN = 1.3 covers what they
-  missed and stays well under 3.
+  both, so their maximum already holds that noise; TIME_MARGIN = 1.5 covers what they
+  missed and stays well under 3 (1.3 before the speed scaling: with it, a 4 ms load whose
+  probes, 1 ms each, dodged a burst of load reached 0.99 of its bound in 5 stability runs
+  beside another job; a 3x path still exceeds 1.5x its calibrated worst).
 - Calibration of the wall bound (``fit_wall``): the same ``a``; ``c = WALL_MARGIN * max_i
   t_i + SCHED_ALLOWANCE_S`` (2x the slowest calibrated wall time, plus 2 ms for a scheduler
   slice). It is a coarse net for what is not work: a sleep, a timeout, ranks serialised.
@@ -121,7 +123,7 @@ from .timing import fit_exponent
 
 SCHEMA = "fsdp-conformance/bounds-calibration/3"
 PHASES = ("save", "load")
-TIME_MARGIN = 1.3
+TIME_MARGIN = 1.5
 WALL_MARGIN = 2.0
 MEM_MARGIN = 1.2
 MEM_FIXED_BYTES = 1 << 19

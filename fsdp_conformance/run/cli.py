@@ -27,7 +27,10 @@ import time
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("run", help="run the conformance suite and write reports/latest.{json,md}")
+    p = sub.add_parser("run", help="run the conformance suite and write reports/latest.{json,md}",
+                       description=__doc__.split("\n\n", 1)[1] + "\nExample:\n  "
+                       "fsdp-conformance run -k fsdp2.sharded --world-sizes 1,2 --bounds advisory",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tier", choices=["quick", "full"], default="quick",
                    help="quick: minutes on 2 cores (default); full: the whole matrix")
     p.add_argument("--backend", choices=["gloo", "nccl"], default=None,
