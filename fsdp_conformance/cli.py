@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fsdp-conformance",
                                 description="Conformance suite for optimizer-state "
                                             "checkpointing under PyTorch FSDP.")
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     for name in dict.fromkeys(COMMANDS.values()):  # each module once, in table order
         _module(name).add_parser(sub)

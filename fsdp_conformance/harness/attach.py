@@ -14,14 +14,26 @@ Rules
   torchrun ends the job: a hung call never leaves a hung job. An attached pool cannot be
   rebuilt; after a timeout it is closed.
 - ``close()`` (also run at exit on rank 0 if the caller forgot it) ends the job cleanly: every
-  rank meets at a barrier, then destroys the control group and, if ``attach()`` created it,
-  the default process group. A gloo group left alive at interpreter exit can abort the process
-  with "terminate called without an active exception" (pytorch#190489), which torchrun
-  reports as a failed job although every call succeeded.
+  rank removes its scratch directory, meets the others at a barrier (60 s timeout; a rank that
+  times out says so and leaves without destroying anything), then destroys the control group
+  and, if ``attach()`` created it, the default process group, and drops every handle the pool
+  holds on them (``ctx.group``, ``ctx.cache``, the store). On rank 0 ``close()`` returns only
+  once the gloo threads those groups started have ended (bounded wait; if something else still
+  holds a group it says so on stderr). ``destroy_process_group`` alone does not stop them:
+  gloo's ``shutdown()`` is a no-op, its worker threads are joined only when the last reference
+  to the group goes. A gloo group alive at interpreter exit can abort the process with
+  "terminate called without an active exception" (pytorch#190489), which torchrun reports as
+  a failed job although every call succeeded: a thread that has to take the GIL back while the
+  interpreter finalizes (a gloo worker dropping its last collective, or a Python thread
+  running the group's destructor) is ended by ``pthread_exit`` inside a ``noexcept``
+  destructor.
+- A call's watchdog thread holds the pool; it is joined (bounded) before the call returns or
+  raises, so no thread but the caller's can drop the last reference to the pool or its groups.
 """
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import sys
 import threading
@@ -39,6 +51,8 @@ from .worker import run_call
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 _attached: "AttachedPool | None" = None
 TIMEOUT_EXIT_CODE = 124
+WATCHDOG_JOIN_S = 10.0  # a finished call's watchdog returns at once (<= 0.2 s on ranks 1..N-1)
+GLOO_THREADS_GONE_S = 5.0  # the groups' destructor joins their threads; this only bounds it
 
 
 def in_torchrun() -> bool:
@@ -48,6 +62,24 @@ def in_torchrun() -> bool:
 
 def attached_pool() -> "AttachedPool | None":
     return _attached
+
+
+def _gloo_threads() -> set[int]:
+    """Ids of this process's native threads that gloo started (``gloo_tcp_loop``,
+    ``pt_gloo_runloop``). Linux only (``/proc/self/task``); empty elsewhere."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return set()
+    found = set()
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if "gloo" in f.read():
+                    found.add(int(tid))
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+    return found
 
 
 def _python_stacks() -> str:
@@ -69,6 +101,13 @@ class _Watchdog:
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True, name="fsdpc-watchdog")
         self.thread.start()
+
+    def stop(self) -> None:
+        """The call is over: wake the thread and wait (bounded) until it has ended, so that
+        it no longer holds the pool (see Rules)."""
+        self.done.set()
+        if self.thread is not threading.current_thread():
+            self.thread.join(WATCHDOG_JOIN_S)
 
     def _watch(self) -> None:
         if self.done.wait(self.timeout):
@@ -103,6 +142,7 @@ class AttachedPool:
         self.rank = int(os.environ["RANK"])
         self.world_size = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ["LOCAL_RANK"])
+        gloo_before = _gloo_threads()
         if not dist.is_initialized():
             if backend is None:
                 backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -115,6 +155,8 @@ class AttachedPool:
         self.backend = dist.get_backend()
         self.timeout = float(timeout)
         self._ctrl = dist.new_group(backend="gloo", timeout=timedelta(days=1))
+        # The gloo threads of the groups made here: close() waits until they have ended.
+        self._gloo_tids = _gloo_threads() - gloo_before
         self._store = dist.PrefixStore(
             f"fsdpc-attach/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/",
             dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
@@ -151,14 +193,14 @@ class AttachedPool:
                                    wait_all_ranks=True)
         except RuntimeError:
             if self.rank == 0:
-                dog.done.set()
+                dog.stop()
                 err = self._timeout_error(call_id, timeout, main_thread_stuck=False)
                 self._store.set(f"abandon/{call_id}", "1")
                 self._closed = True
                 raise err from None
             raise
         dist.gather_object(reply, gathered, dst=0, group=self._ctrl)
-        dog.done.set()
+        dog.stop()
         return gathered
 
     def _timeout_error(self, call_id: int, timeout: float, main_thread_stuck: bool) -> RankTimeout:
@@ -219,8 +261,9 @@ class AttachedPool:
         self._teardown()
 
     def _teardown(self) -> None:
-        """All ranks, after "stop": remove the rank's scratch directory, meet, then destroy
-        the groups this pool made (see Rules)."""
+        """All ranks, after "stop": remove the rank's scratch directory, meet, destroy the
+        groups this pool made and drop the pool's handles on them; rank 0 (which goes on to
+        the interpreter's exit) then waits until their gloo threads have ended (see Rules)."""
         import shutil
 
         import torch.distributed as dist
@@ -239,6 +282,30 @@ class AttachedPool:
         dist.destroy_process_group(self._ctrl)
         if self._owns_default_group:
             dist.destroy_process_group()
+        # destroy_process_group only forgets the groups; a gloo group's threads stop when its
+        # last reference goes. Drop ours here, on this thread, while the interpreter is whole.
+        self._ctrl = None
+        self.ctx.group = None
+        self.ctx.cache.clear()
+        self._store = None
+        if self.rank == 0:  # the other ranks leave with os._exit: no interpreter exit there
+            self._wait_gloo_threads_gone()
+
+    def _wait_gloo_threads_gone(self) -> None:
+        alive = self._gloo_tids & _gloo_threads()
+        if alive:
+            gc.collect()  # a group held only by garbage cycles (a module, an FSDP wrapper)
+        deadline = time.monotonic() + GLOO_THREADS_GONE_S
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.01)
+            alive = self._gloo_tids & _gloo_threads()
+        if alive:
+            sys.stderr.write(
+                f"fsdp_conformance: {len(alive)} gloo thread(s) of the process groups the "
+                f"attached pool destroyed are still running on rank {self.rank}: something "
+                f"still holds those groups (a global, a model wrapped on them, a kept "
+                f"ctx.group). If it still does when the interpreter exits, the process can "
+                f"abort with 'terminate called without an active exception'.\n")
 
     def __enter__(self) -> "AttachedPool":
         return self

@@ -13,6 +13,8 @@ from fsdp_conformance.harness import RankError, RankTimeout, attach, probes
 
 
 def main(mode: str, out: str) -> None:
+    if mode == "no-close-late-watchdog":
+        _late_watchdog_and_exit_report(out + ".atexit.json")
     pool = attach(timeout=60)
     seen: dict = {"world_size": pool.world_size}
     if mode == "basic":
@@ -33,7 +35,7 @@ def main(mode: str, out: str) -> None:
         pool.close()
         seen["default_group_after_close"] = torch.distributed.is_initialized()
         seen["scratch_left_after_close"] = [d for d in scratch if os.path.exists(d)]
-    elif mode == "no-close":
+    elif mode in ("no-close", "no-close-late-watchdog"):
         seen["whoami"] = pool.run(probes.whoami)  # the pool is closed at exit
     elif mode == "rank0-free-hang":
         try:
@@ -46,6 +48,35 @@ def main(mode: str, out: str) -> None:
         seen["returned"] = True
     with open(out, "w") as f:
         json.dump(seen, f)
+
+
+def _late_watchdog_and_exit_report(report: str) -> None:
+    """What a loaded machine can do: a call's watchdog thread is not scheduled for a while
+    after its call ended (here: 0.5 s). And, registered before attach() so that it runs after
+    the pool's own exit hook: write which threads are left when the interpreter is about to
+    finalize (gloo threads alive then can abort the process)."""
+    import atexit
+    import importlib
+    import threading
+    import time
+
+    attach_mod = importlib.import_module("fsdp_conformance.harness.attach")
+    watch = attach_mod._Watchdog._watch
+
+    def late_watch(self):
+        if self.done.wait(self.timeout):
+            time.sleep(0.5)
+            return
+        watch(self)
+
+    attach_mod._Watchdog._watch = late_watch
+
+    def exit_report():
+        with open(report, "w") as f:
+            json.dump({"gloo_threads": len(attach_mod._gloo_threads()),
+                       "python_threads": [t.name for t in threading.enumerate()]}, f)
+
+    atexit.register(exit_report)
 
 
 def probes_tensor(r):

@@ -60,6 +60,21 @@ def test_torchrun_job_that_never_closes_its_pool_still_ends_cleanly(tmp_path):
     assert json.loads(out.read_text())["whoami"] == [[0, 2, 1], [1, 2, 1]]
 
 
+def test_never_closed_pool_leaves_no_gloo_thread_at_exit_even_with_a_late_watchdog(tmp_path):
+    """A call's watchdog thread that runs late (a loaded machine) held the pool and so its
+    gloo groups past the exit-time close(): their threads were alive as the interpreter
+    finalized, and the group destructor could then run on that thread mid-finalization and
+    abort rank 0 (issue 32). close() now joins the watchdog and drops the groups itself."""
+    out = tmp_path / "seen.json"
+    proc = _torchrun(_single_node(2), "no-close-late-watchdog", out)
+    log, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, log
+    assert "terminate called" not in log
+    assert json.loads(out.read_text())["whoami"] == [[0, 2, 1], [1, 2, 1]]
+    at_exit = json.loads((tmp_path / "seen.json.atexit.json").read_text())
+    assert at_exit == {"gloo_threads": 0, "python_threads": ["MainThread"]}, log
+
+
 def test_torchrun_two_agents_on_loopback_as_two_nodes(tmp_path):
     out = tmp_path / "seen.json"
     port = _free_port()
