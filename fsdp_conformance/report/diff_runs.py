@@ -69,7 +69,8 @@ from __future__ import annotations
 from collections import Counter
 
 from ..properties.verdict import STATUSES
-from .diff_measure import (MIN_SCALING_EXPONENT_DELTA, compare_peaks, compare_timing, mib_text,
+from .diff_measure import (MIN_SCALING_EXPONENT_DELTA, clock_of, compare_peaks, compare_timing,
+                           mib_text,
                            min_memory_delta, peaks_of, timing_of_measurement)
 from .diff_model import Change, Comparison, Thresholds, facts_notes, sorted_changes
 from .diff_read import run_facts
@@ -193,8 +194,10 @@ def _measurement_changes(base: dict, new: dict, th: Thresholds,
             t = compare_timing(timing_of_measurement(bm[phase]), timing_of_measurement(nm[phase]),
                                th.max_slowdown)
             if t:
-                out.append(Change(t[0], cid, f"{phase} time", f"{bm[phase]['time_s']:.6g} s",
-                                  f"{nm[phase]['time_s']:.6g} s", t[1]))
+                clock = clock_of(nm[phase])
+                key = "cpu_s" if clock == "work" else "time_s"
+                out.append(Change(t[0], cid, f"{phase} {'work' if clock == 'work' else 'time'}",
+                                  f"{bm[phase][key]:.6g} s", f"{nm[phase][key]:.6g} s", t[1]))
             bp = peaks_of(bm[phase], f"{bpath}: case {cid!r}: measurements.{phase}")
             np_ = peaks_of(nm[phase], f"{npath}: case {cid!r}: measurements.{phase}")
             if bp is not None and np_ is not None:
