@@ -99,12 +99,10 @@ def _last_error_line(exc) -> str:
 def calibrate(args) -> int:
     import tempfile
 
-    from .rules import BOUNDS_REPEATS, calibration_data
+    from .rules import BOUNDS_REPEATS, calibration_data, machine_calibration
     from ..harness import close_pools
     from .measure import measure_case
     from ..report.io import write_json_atomic
-
-    from .rules import machine_calibration
 
     out = Path(args.out) if args.out else machine_calibration()
     if args.refit:

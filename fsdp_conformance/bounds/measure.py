@@ -113,7 +113,6 @@ def _phase(group, fn, repeats: int, api: str, phase: str, state_bytes: int,
             "cpu_s": min(times.cpu_s), "cpu_times_s": times.cpu_s,
             "floor_cpu_s": min(floors.cpu_s), "floor_cpu_times_s": floors.cpu_s,
             "probe_cpu_s": {k: min(r.cpu_s) for k, r in probes.items()},
-            "probe_s": {k: min(r.wall_s) for k, r in probes.items()},
             "floor": describe(ops), "peak_bytes": peak.peak_bytes,
             "peak_method": peak.peak_method, "device_peak_bytes": peak.device_peak_bytes}
 

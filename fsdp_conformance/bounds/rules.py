@@ -301,9 +301,9 @@ def calibration_dir() -> Path:
 
 def machine_calibration() -> Path:
     """This machine's own calibration file: ``calibration_dir() / "<fingerprint>.json"``."""
-    from ..report.io import fingerprint, machine_info
+    from ..report.io import machine_fingerprint
 
-    return calibration_dir() / f"{fingerprint(machine_info())}.json"
+    return calibration_dir() / f"{machine_fingerprint()}.json"
 
 
 def find_calibration(path: str | os.PathLike | None = None) -> tuple[Path, str]:
@@ -320,19 +320,18 @@ def find_calibration(path: str | os.PathLike | None = None) -> tuple[Path, str]:
 def calibration_facts(path: str | os.PathLike | None = None) -> dict:
     """What a report says of the calibration its bounds were judged by: the file, why it,
     the machine that fitted it, and whether that machine is this one (by fingerprint)."""
-    from ..report.io import machine_info
+    from ..report.io import machine_fingerprint
 
     p, why = find_calibration(path)
-    here = machine_info()
-    out: dict[str, Any] = {"source": str(p), "chosen": why,
-                           "this_fingerprint": here.get("fingerprint")}
+    here = machine_fingerprint()
+    out: dict[str, Any] = {"source": str(p), "chosen": why, "this_fingerprint": here}
     try:
         cal = load_calibration(p)
     except CalibrationError as e:
         return {**out, "error": str(e)}
     m = cal.machine_info
     out.update(fitted_on=m, fitted_fingerprint=m.get("fingerprint"),
-               same_machine=bool(m.get("fingerprint")) and m.get("fingerprint") == here.get("fingerprint"))
+               same_machine=m.get("fingerprint") == here)
     return out
 
 

@@ -69,18 +69,6 @@ def _case_entry(r: CaseResult) -> dict:
     return out
 
 
-def _by_status(cases: list[dict], props: Iterable[str] | None, keep: bool) -> dict[str, int]:
-    """Verdicts per status over ``cases``, of the properties in ``props`` (keep=True) or of
-    every other property (keep=False)."""
-    sel = set(props or ())
-    by = Counter({s: 0 for s in STATUSES})
-    for c in cases:
-        for prop, v in c["properties"].items():
-            if (prop in sel) == keep:
-                by[v["status"]] += 1
-    return {s: by[s] for s in STATUSES}
-
-
 def _speeds(cases: list[dict]) -> list[float]:
     """The speed (bounds/rules.py) every measured phase was judged at."""
     return [float(m["speed"]) for c in cases for m in (c.get("measurements") or {}).values()
@@ -98,7 +86,10 @@ def summarize(cases: list[dict]) -> dict:
     the first "removed" verdict's detail} for every path whose torch API is gone
     (run/removal.py); ``removed_fixtures``: the golden fixtures ("<torch>/<name>") whose every
     load path is removed, so this torch cannot read them at all."""
+    from ..properties.catalogue import BOUNDS_PROPS
+
     by_status = Counter({s: 0 for s in STATUSES})
+    by_kind = {kind: Counter({s: 0 for s in STATUSES}) for kind in ("correctness", "bounds")}
     by_path: dict[str, dict[str, Counter]] = {}
     failing, fixed = set(), []
     known: dict[str, set[str]] = {}
@@ -107,6 +98,7 @@ def summarize(cases: list[dict]) -> dict:
         path = by_path.setdefault(c["api"], {})
         for prop, v in c["properties"].items():
             by_status[v["status"]] += 1
+            by_kind["bounds" if prop in BOUNDS_PROPS else "correctness"][v["status"]] += 1
             path.setdefault(prop, Counter())[v["status"]] += 1
             if v["status"] in FAILING:
                 failing.add(c["id"])
@@ -116,14 +108,12 @@ def summarize(cases: list[dict]) -> dict:
                 fixed.append([c["id"], prop, v.get("known", "")])
             if v["status"] == "removed":
                 removed.setdefault(c["api"], v.get("detail", ""))
-    from ..properties.catalogue import BOUNDS_PROPS
-
     speeds = _speeds(cases)
-    bounds = _by_status(cases, BOUNDS_PROPS, True)
+    bounds = {s: by_kind["bounds"][s] for s in STATUSES}
     return {
         "cases": len(cases),
         "by_status": {s: by_status[s] for s in STATUSES},
-        "correctness": _by_status(cases, BOUNDS_PROPS, False),
+        "correctness": {s: by_kind["correctness"][s] for s in STATUSES},
         "bounds": {**bounds, "judged": bounds["pass"] + bounds["fail"] + bounds["known"],
                    "over": bounds["fail"],
                    "cases": sum(1 for c in cases if c.get("measurements")),

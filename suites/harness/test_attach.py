@@ -50,14 +50,21 @@ def test_torchrun_two_ranks(tmp_path):
     _check_basic(json.loads(out.read_text()), 2)
 
 
-def test_torchrun_job_that_never_closes_its_pool_still_ends_cleanly(tmp_path):
-    """Rank 0 closes the pool at exit: the serving rank leaves and nothing aborts."""
+def _never_closed_job_ends_cleanly(tmp_path, mode: str) -> str:
+    """Run a 2-rank job of ``mode`` that never closes its pool; it must exit 0 without the
+    gloo abort and with both ranks' answers. Returns the log."""
     out = tmp_path / "seen.json"
-    proc = _torchrun(_single_node(2), "no-close", out)
+    proc = _torchrun(_single_node(2), mode, out)
     log, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, log
     assert "terminate called" not in log
     assert json.loads(out.read_text())["whoami"] == [[0, 2, 1], [1, 2, 1]]
+    return log
+
+
+def test_torchrun_job_that_never_closes_its_pool_still_ends_cleanly(tmp_path):
+    """Rank 0 closes the pool at exit: the serving rank leaves and nothing aborts."""
+    _never_closed_job_ends_cleanly(tmp_path, "no-close")
 
 
 def test_never_closed_pool_leaves_no_gloo_thread_at_exit_even_with_a_late_watchdog(tmp_path):
@@ -65,12 +72,7 @@ def test_never_closed_pool_leaves_no_gloo_thread_at_exit_even_with_a_late_watchd
     gloo groups past the exit-time close(): their threads were alive as the interpreter
     finalized, and the group destructor could then run on that thread mid-finalization and
     abort rank 0 (issue 32). close() now joins the watchdog and drops the groups itself."""
-    out = tmp_path / "seen.json"
-    proc = _torchrun(_single_node(2), "no-close-late-watchdog", out)
-    log, _ = proc.communicate(timeout=180)
-    assert proc.returncode == 0, log
-    assert "terminate called" not in log
-    assert json.loads(out.read_text())["whoami"] == [[0, 2, 1], [1, 2, 1]]
+    log = _never_closed_job_ends_cleanly(tmp_path, "no-close-late-watchdog")
     at_exit = json.loads((tmp_path / "seen.json.atexit.json").read_text())
     assert at_exit == {"gloo_threads": 0, "python_threads": ["MainThread"]}, log
 
