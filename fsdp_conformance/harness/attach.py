@@ -118,7 +118,7 @@ class _Watchdog:
             # Wait for rank 0's verdict; it either raises RankTimeout or exits the job.
             while not self.done.is_set():
                 if p._store.check([f"abandon/{self.call_id}"]):
-                    os._exit(TIMEOUT_EXIT_CODE)
+                    p._leave(TIMEOUT_EXIT_CODE)
                 time.sleep(0.2)
             return
         if self.done.wait(p.stack_grace):
@@ -127,7 +127,7 @@ class _Watchdog:
         p._store.set(f"abandon/{self.call_id}", "1")
         sys.stderr.write(f"\nfsdp_conformance.harness.RankTimeout: {err}\n")
         sys.stderr.flush()
-        os._exit(TIMEOUT_EXIT_CODE)
+        p._leave(TIMEOUT_EXIT_CODE)
 
 
 class AttachedPool:
@@ -197,6 +197,7 @@ class AttachedPool:
                 err = self._timeout_error(call_id, timeout, main_thread_stuck=False)
                 self._store.set(f"abandon/{call_id}", "1")
                 self._closed = True
+                self._remove_scratch()
                 raise err from None
             raise
         dist.gather_object(reply, gathered, dst=0, group=self._ctrl)
@@ -260,15 +261,24 @@ class AttachedPool:
         _attached = None
         self._teardown()
 
+    def _remove_scratch(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.ctx.scratch, ignore_errors=True)
+
+    def _leave(self, code: int) -> None:
+        """End this rank's process now (a timed-out call: no teardown can be trusted), its
+        scratch directory removed first."""
+        self._remove_scratch()
+        os._exit(code)
+
     def _teardown(self) -> None:
         """All ranks, after "stop": remove the rank's scratch directory, meet, destroy the
         groups this pool made and drop the pool's handles on them; rank 0 (which goes on to
         the interpreter's exit) then waits until their gloo threads have ended (see Rules)."""
-        import shutil
-
         import torch.distributed as dist
 
-        shutil.rmtree(self.ctx.scratch, ignore_errors=True)
+        self._remove_scratch()
 
         try:
             dist.monitored_barrier(group=self._ctrl, timeout=timedelta(seconds=60),

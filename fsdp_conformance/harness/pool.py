@@ -64,6 +64,7 @@ DEFAULT_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 120.0
 ERROR_GRACE_S = 3.0
 _LOG_TAIL_LINES = 30
+_CRASH_REASON_LINES = 6  # lines kept above "Fatal Python error" (the C++ reason)
 
 _mp_context = None
 
@@ -147,11 +148,22 @@ def _describe_exit(code: int | None) -> str:
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a rank's log; when the rank crashed (a "Fatal Python
+    error" line) further up, the lines just before that one come first: that is where the
+    C++ reason of an abort is ("terminate called after throwing ...", "what(): ..."),
+    above a Python stack that fills the tail."""
     try:
-        data = path.read_bytes()[-20000:].decode("utf-8", "replace")
+        data = path.read_bytes()[-50000:].decode("utf-8", "replace")
     except OSError:
         return ""
-    return "\n".join(data.splitlines()[-lines:])
+    all_lines = data.splitlines()
+    tail = all_lines[-lines:]
+    start = len(all_lines) - len(tail)
+    fatal = [i for i, ln in enumerate(all_lines) if ln.startswith("Fatal Python error")]
+    if fatal and fatal[-1] < start:
+        head = all_lines[max(0, fatal[-1] - _CRASH_REASON_LINES):fatal[-1] + 1]
+        return "\n".join(head + ["[...]"] + tail)
+    return "\n".join(tail)
 
 
 class RankPool:

@@ -66,6 +66,8 @@ def _case_entry(r: CaseResult) -> dict:
            "timings": {k: float(v) for k, v in r.timings.items()}}
     if r.measurements:
         out["measurements"] = r.measurements
+    if getattr(r, "rerun", ""):
+        out["rerun"] = r.rerun
     return out
 
 
@@ -127,6 +129,7 @@ def summarize(cases: list[dict]) -> dict:
         "fixed_upstream": sorted(fixed),
         "removed": dict(sorted(removed.items())),
         "removed_fixtures": _unreadable_fixtures(cases, set(removed)),
+        "rerun": sorted(c["id"] for c in cases if c.get("rerun")),
     }
 
 
@@ -330,7 +333,11 @@ def verdict_lines(report: dict) -> list[str]:
              f"fail, {c.get('error', 0)} error, {c.get('known', 0)} known, {c.get('pass', 0)} "
              f"pass, {c.get('n/a', 0)} n/a"]
     b = bounds_line(report)
-    return lines + ([b] if b else [])
+    rerun = s.get("rerun") or []
+    r = ([f"rerun: {len(rerun)} case{'s' if len(rerun) != 1 else ''} where a rank died in the "
+          f"first attempt (verdicts from the second; see \"Reruns\"): {', '.join(rerun)}"]
+         if rerun else [])
+    return lines + ([b] if b else []) + r
 
 
 def removed_line(summary: dict) -> str:
@@ -410,7 +417,8 @@ def render_table(report: dict, console=None) -> None:
     for line in verdict_lines(report):
         bad = line.startswith("correctness FAILED") or (line.startswith("bounds") and
                                                        not line.startswith("bounds OK"))
-        console.print(Text(line, style="bold red" if bad else "bold green"))
+        style = "bold yellow" if line.startswith("rerun") else "bold red" if bad else "bold green"
+        console.print(Text(line, style=style))
     console.print(Text(headline(report), style="bold green" if report["ok"] else "bold red"))
 
 
@@ -510,6 +518,20 @@ def render_markdown(report: dict) -> str:
         fence = _fence(body)
         out += [f"### `{cid}` {p}: {v['status']}", "", fence, body, fence, "",
                 f"Rerun: `{rerun_command(cid)}`", ""]
+
+    reruns = [c for c in report["cases"] if c.get("rerun")]
+    if reruns:
+        out += [f"## Reruns ({len(reruns)})", "",
+                "A rank process died in the first attempt of these cases (a signal, an OOM "
+                "kill): each ran once more on a fresh pool and its verdicts are the second "
+                "attempt's (run/lifecycle.py). The first death is below: a torch crash that "
+                "does not come every time is still worth reporting upstream.", ""]
+        for c in reruns:
+            lines, more = _first_lines(c["rerun"], DETAIL_LINES_MD)
+            body = "\n".join(lines) + (f"\n... {more} more lines in the JSON report"
+                                       if more else "")
+            fence = _fence(body)
+            out += [f"### `{c['id']}`", "", fence, body, fence, ""]
 
     removed = s.get("removed") or {}
     if removed:

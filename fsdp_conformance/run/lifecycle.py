@@ -15,6 +15,13 @@ Rules
         machine, sut/records.py), each is "n/a" with torch's refusal as the reason;
     any other exception -> "error" of origin "suite": a bug of this package, never turned
         "known" by a torch limitation.
+- A rank process that died in a pool call (a signal: SIGABRT, SIGSEGV; an OOM kill; an
+  exit) may be the machine or a rare race in torch's native code, not what the case checks:
+  the case runs once more from the start on a fresh pool, and the second attempt's verdicts
+  stand. The first death is never dropped: ``CaseResult.rerun`` keeps its failure text
+  (which rank, which signal, the C++ reason and stack from the rank's log) and every report
+  lists the case. A death that comes again is the case's "error" as before. (A fault
+  case's load that kills a rank is judged by P15 itself, never rerun.)
   Ctrl-C (KeyboardInterrupt) and SystemExit propagate: the run decides what to keep.
 - A removed torch API (run/removal.py) turns the verdicts that show it "removed"; then the
   known torch limitations (``known.apply``) are applied to every verdict of every kind, once.
@@ -159,27 +166,16 @@ def execute(case: Case, env: CaseEnv, kind: CaseKind) -> CaseResult:
     from ..known.apply import apply_known
     from .removal import mark_removed
 
-    workdir = workdir_of(case, env.rundir)
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
-    step = Step(case=case, env=env, workdir=workdir)
     t0 = time.perf_counter()
-    measurements: Mapping[str, dict] = {}
-    modelled: Mapping[str, Mapping[str, Verdict]] = {}
-    try:
-        try:
-            out = kind.run(step)
-            decided, measurements = dict(out.verdicts), out.measurements
-            modelled = out.modelled
-        except StepFailed as exc:
-            why = not_applicable_here(exc)
-            decided = all_props(na(why) if why else error(str(exc)), kind.decides(case))
-        except Exception:  # noqa: BLE001  (a bug of the suite: say so, keep going)
-            decided = all_props(suite_error(f"the suite failed while running this {kind.name} "
-                                            f"case:\n" + traceback.format_exc()),
-                                kind.decides(case))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    first_death = ""
+    for attempt in range(2):
+        step, decided, measurements, modelled, died = _attempt(case, env, kind)
+        if not died or attempt:
+            break
+        first_death = died  # a rank died: once more on a fresh pool (module rules)
+    if first_death:
+        first_death = (f"{first_death}\n(second attempt: "
+                       f"{'a rank died again' if died else 'completed'})")
     verdicts = {**kind.undecided(case), **decided}
     missing = [p for p in PROPS if p not in verdicts]
     if missing:
@@ -188,4 +184,36 @@ def execute(case: Case, env: CaseEnv, kind: CaseKind) -> CaseResult:
     ordered = mark_removed(case, {p: verdicts[p] for p in PROPS})
     judged = (kind.known(case, ordered, modelled) if hasattr(kind, "known")
               else apply_known(case, ordered, modelled))
-    return CaseResult(case, judged, dict(step.timings), dict(measurements))
+    return CaseResult(case, judged, dict(step.timings), dict(measurements), rerun=first_death)
+
+
+def _attempt(case: Case, env: CaseEnv, kind: CaseKind) -> tuple:
+    """One run of the case in a fresh work directory: ``(step, decided, measurements,
+    modelled, died)``, ``died`` the failure text when a rank process died in a pool call
+    (harness ``RankDied``), else ""."""
+    from ..harness.errors import RankDied
+
+    workdir = workdir_of(case, env.rundir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    step = Step(case=case, env=env, workdir=workdir)
+    measurements: Mapping[str, dict] = {}
+    modelled: Mapping[str, Mapping[str, Verdict]] = {}
+    died = ""
+    try:
+        try:
+            out = kind.run(step)
+            decided, measurements = dict(out.verdicts), out.measurements
+            modelled = out.modelled
+        except StepFailed as exc:
+            why = not_applicable_here(exc)
+            decided = all_props(na(why) if why else error(str(exc)), kind.decides(case))
+            if isinstance(exc.exc, RankDied):
+                died = str(exc)
+        except Exception:  # noqa: BLE001  (a bug of the suite: say so, keep going)
+            decided = all_props(suite_error(f"the suite failed while running this {kind.name} "
+                                            f"case:\n" + traceback.format_exc()),
+                                kind.decides(case))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return step, decided, measurements, modelled, died

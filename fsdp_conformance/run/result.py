@@ -19,3 +19,6 @@ class CaseResult:
     """Seconds by step ("save", "load", "total")."""
     measurements: dict[str, dict] = field(default_factory=dict)
     """A bounds case's measurements ({phase: measurement}, bounds.rules.annotate)."""
+    rerun: str = ""
+    """Why the case ran twice: the first attempt's failure when a rank process died in it
+    (run/lifecycle.py rules); the verdicts are the second attempt's. "" = it ran once."""

@@ -69,3 +69,32 @@ def unplant_crash(ctx) -> None:
 
     if "optim_state_dict" in _ORIGINAL:
         FSDP.optim_state_dict = _ORIGINAL.pop("optim_state_dict")
+
+
+ABORT_REASON = "planted abort: the reason a rank prints before it aborts"
+
+
+def plant_abort(ctx, bad_rank: int) -> None:
+    """On ``bad_rank``: FSDP1's ``optim_state_dict`` prints ``ABORT_REASON`` to stderr, then
+    aborts the process (SIGABRT) from 40 frames deep, so the Python stack the crash handler
+    writes is longer than the log tail a failure keeps (harness/pool.py ``_tail``)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    if ctx.rank != bad_rank or "optim_state_dict" in _ORIGINAL:
+        return
+    _ORIGINAL["optim_state_dict"] = FSDP.__dict__["optim_state_dict"]
+
+    def deep(n: int) -> None:
+        if n:
+            deep(n - 1)
+        import os
+        import sys
+
+        sys.stderr.write(f"{ABORT_REASON} {ctx.rank}\n")
+        sys.stderr.flush()
+        os.abort()
+
+    def crash(*args, **kwargs):
+        deep(40)
+
+    FSDP.optim_state_dict = staticmethod(crash)

@@ -20,9 +20,17 @@ def _free_port() -> int:
 
 
 def _torchrun(args, mode, out, timeout=120):
+    """The job, its temporary files under ``out``'s folder ``tmp/`` (``_scratch_left``)."""
     cmd = [PYTHON, "-m", "torch.distributed.run", *args, str(JOB), mode, str(out)]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env_for_subprocess(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    tmp = out.parent / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return subprocess.Popen(cmd, cwd=ROOT, env={**env_for_subprocess(), "TMPDIR": str(tmp)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _scratch_left(out) -> list[str]:
+    """The ranks' scratch directories a job of ``_torchrun`` left behind."""
+    return sorted(p.name for p in (out.parent / "tmp").glob("fsdpc-attach-*"))
 
 
 def _single_node(nproc: int) -> list[str]:
@@ -59,6 +67,7 @@ def _never_closed_job_ends_cleanly(tmp_path, mode: str) -> str:
     assert proc.returncode == 0, log
     assert "terminate called" not in log
     assert json.loads(out.read_text())["whoami"] == [[0, 2, 1], [1, 2, 1]]
+    assert _scratch_left(out) == []
     return log
 
 
@@ -97,6 +106,7 @@ def test_torchrun_hang_with_free_controller_raises_rank_timeout(tmp_path):
     assert seen["timeout"]["ranks"] == [1, 2]
     assert "skip_collective" in seen["timeout"]["text"]
     assert proc.returncode != 0, "the stuck ranks must be made to exit (torchrun fails the job)"
+    assert _scratch_left(out) == [], "a timed-out job still removes every rank's scratch"
 
 
 def test_torchrun_hang_inside_controller_dumps_stacks_and_exits_124(tmp_path):
@@ -108,3 +118,4 @@ def test_torchrun_hang_inside_controller_dumps_stacks_and_exits_124(tmp_path):
     assert "RankTimeout" in log and "rank 0 itself is stuck" in log
     assert "skip_collective" in log and "all_reduce" in log
     assert "exitcode  : 124" in log or "exit code 124" in log or "124" in log
+    assert _scratch_left(out) == [], "a timed-out job still removes every rank's scratch"

@@ -179,3 +179,43 @@ def test_function_of_a_stdin_main_is_refused_before_any_rank_starts():
     assert "cannot start a RankPool" in start and "<stdin>" in start
     assert out.count("PIDS: []") == 2, out
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_case_whose_rank_died_once_runs_again_and_keeps_the_first_death(tmp_path):
+    """A rank that aborts in the first attempt (a planted SIGABRT in the save call) does
+    not decide the case: it runs once more on a fresh pool (which has no plant) and passes;
+    the first death is kept, with the signal and the reason printed above the long stack."""
+    case = Case(api="fsdp1.full", world_size=2)
+    pool = _pool2()
+    pool.run(cp.plant_abort, 1)
+    result = runner.run_case(case, tmp_path, backend=None, timeout=DEFAULT_TIMEOUT_S,
+                             fault_timeout=30.0)
+    if get_pool(2).alive:
+        get_pool(2).run(cp.unplant_crash)
+    checked = {p: v.status for p, v in result.properties.items() if v.status != "n/a"}
+    assert checked and set(checked.values()) <= {"pass", "known"}, checked
+    assert "rank(s) [1] died during the call" in result.rerun
+    assert "SIGABRT" in result.rerun
+    assert f"{cp.ABORT_REASON} 1" in result.rerun, result.rerun
+    assert result.rerun.rstrip().endswith("(second attempt: completed)")
+
+
+def test_case_whose_rank_dies_every_time_is_an_error_naming_the_death(tmp_path, monkeypatch):
+    """A death that comes again in the second attempt is the case's error, as before."""
+    from fsdp_conformance.run import lifecycle
+
+    case = Case(api="fsdp1.full", world_size=2)
+    real = lifecycle._attempt
+
+    def plant_then_attempt(*args):
+        get_pool(2).run(cp.plant_abort, 1)
+        return real(*args)
+
+    monkeypatch.setattr(lifecycle, "_attempt", plant_then_attempt)
+    result = runner.run_case(case, tmp_path, backend=None, timeout=DEFAULT_TIMEOUT_S,
+                             fault_timeout=30.0)
+    if get_pool(2).alive:
+        get_pool(2).run(cp.unplant_crash)
+    v = result.properties["P1"]
+    assert v.status == "error" and "died during the call" in v.detail and "SIGABRT" in v.detail
+    assert result.rerun.rstrip().endswith("(second attempt: a rank died again)")

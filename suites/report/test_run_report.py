@@ -244,3 +244,26 @@ def test_the_report_records_the_command_as_typed_and_the_machine_fingerprint(mon
     m = r["machine_info"]
     assert len(m["fingerprint"]) == 12 and m["cpu_model"]
     assert m["fingerprint"] in machine_line(r) and m["cpu_model"] in machine_line(r)
+
+
+def test_a_case_rerun_after_a_rank_died_is_listed_in_every_report_without_failing_it(tmp_path):
+    """run/lifecycle.py reruns a case whose rank died; the reports name it, keep the first
+    death's text, and the verdicts (the second attempt's) decide the run."""
+    from fsdp_conformance.report.run_report import exit_code, verdict_lines
+
+    a = Case(api="fsdp1.full")
+    death = "save side failed: rank(s) [0] died during the call\nkilled by SIGABRT"
+    r = _build([CaseResult(a, {"P0": passed(), "P1": passed()}, {"total": 1.0}, rerun=death)])
+    assert r["correctness_ok"] and exit_code(r) == 0
+    assert r["summary"]["rerun"] == [a.id]
+    assert [c["rerun"] for c in r["cases"]] == [death]
+    assert verdict_lines(r)[-1] == (f"rerun: 1 case where a rank died in the first attempt "
+                                    f"(verdicts from the second; see \"Reruns\"): {a.id}")
+    md = render_markdown(r)
+    assert "## Reruns (1)" in md and f"### `{a.id}`" in md and "killed by SIGABRT" in md
+    path = tmp_path / "r.json"
+    write_run_report(r, path, tmp_path / "r.md")
+    assert load_report(path)["cases"][0]["rerun"] == death
+    once = _build([CaseResult(a, {"P0": passed()}, {})])
+    assert once["summary"]["rerun"] == [] and "rerun" not in once["cases"][0]
+    assert "## Reruns" not in render_markdown(once)
