@@ -45,7 +45,9 @@ def test_fabric_save_load(fsdp_roundtrip, shard):
 
 
 # What a fresh LambdaLR of make_scheduler holds (step 0, lr 5e-3 * 1/2) vs at the save (step 2).
-FRESH_SCHEDULER = ("ranks [0, 1]: scheduler after the load vs at the save: '_last_lr': "
+FRESH_SCHEDULER = ("likely cause: the LR scheduler was not restored (ranks [0, 1]: its state "
+                   "after the load is a fresh scheduler's, last_epoch 0; saved 2)\n"
+                   "ranks [0, 1]: scheduler after the load vs at the save: '_last_lr': "
                    "expected [0.003333333333333333], got [0.0025]\n"
                    "ranks [0, 1]: scheduler after the load vs at the save: '_step_count': "
                    "expected 3, got 1\n"

@@ -23,6 +23,7 @@ from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..zoo import model_spec
 from . import expectation as expect
 from . import run_props as rp
+from .precision import judged_dtype, own_mp_of, with_precision
 from .catalogue import NO_REKEY
 from .layouts import reference_layout
 from .reference_props import p0_layout
@@ -139,15 +140,18 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         why = (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank on "
                f"the rank's own rows, and they feed every other param's gradient, so no "
                f"single-process run can match") if ignored else ""
-        v["P2"] = na(why) if why else rp.p2_vs_local(layout, full, local, case.compute_dtype)
+        mp = own_mp_of(save_obs)
+        dt, _ = judged_dtype(case, mp)
+        v["P2"] = na(why) if why else with_precision(
+            case, rp.p2_vs_local(layout, full, local, dt), always=False, own_mp=mp)
         same = case.loads_where_saved
         v["P3"] = p3_loaded(dst, full, load_obs, own=save_obs if same else None)
         v["P4"] = rp.p4_flatten(dst, load_obs, api)
-        v["P6"] = na(why) if why else rp.p6_resume(
-            dst, load_obs, local, case.compute_dtype, gather=gather,
+        v["P6"] = na(why) if why else with_precision(case, rp.p6_resume(
+            dst, load_obs, local, dt, gather=gather,
             resume_steps=case.resume_steps, case=case,
             start=rp.save_point(layout, save_obs, gather)
-            if case.compute_dtype == "bf16" else None)
+            if dt == "bf16" else None), always=False, own_mp=mp)
         load_error = next((e for e in map(error_of, (o.loaded for o in load_obs)) if e), None)
         v["P7"] = (rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan,
                                     dst.shard_groups())

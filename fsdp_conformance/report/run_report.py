@@ -445,6 +445,19 @@ def known_limitations(report: dict) -> list[tuple[str, int, list[str], Any]]:
             for key, n in report["summary"]["known"].items()]
 
 
+def _declared_reason(report: dict, key: str) -> str:
+    """The user's reason for a limitation their tests declared (user/limitations.py
+    ``apply_declared`` writes it first in the verdict), or "" when none is."""
+    from ..user.limitations import DECLARED
+
+    for c in report["cases"]:
+        for v in c["properties"].values():
+            head = v.get("detail", "").split("\n", 1)[0]
+            if v.get("known") == key and head.startswith(f"{DECLARED}{key!r}: "):
+                return head[len(f"{DECLARED}{key!r}: "):]
+    return ""
+
+
 def bounds_markdown(report: dict) -> list[str]:
     """The "Timing and memory bounds" section: per bounds case and phase the time against its
     floor and P13 bound and the worst rank's peak against its P14 bound, then the scaling
@@ -549,7 +562,10 @@ def render_markdown(report: dict) -> str:
         out += ["None seen in this run.", ""]
     for key, n, props, k in known_limitations(report):
         out.append(f"- **{key}**: {n} case{'s' if n != 1 else ''} ({', '.join(props)})")
-        if k is None:
+        declared = _declared_reason(report, key) if k is None else ""
+        if declared:
+            out.append(f"  declared by your tests (fsdp_known marker or known=): {declared}")
+        elif k is None:
             out.append("  (no longer recorded in fsdp_conformance/known/entries.py)")
         else:
             out += [f"  torch {k.torch_versions}: {k.reason}", f"  Upstream: {k.upstream}"]

@@ -400,3 +400,23 @@ def load_full(ctx, case: Case, full: dict, nonstrict: bool = True) -> dict:
                            "meta": param_layout(model)}
     out.update(load_paths(ctx, case, case.dst_plan, full, strict_off=nonstrict))
     return out
+
+
+def own_mixed_precision(model: nn.Module) -> str:
+    """The dtype name ("bf16", "fp16", "fp32") a ``MixedPrecisionPolicy`` applied by the
+    model's own sharding (a user's ``shard_fn``) computes in, where it is coarser than the
+    params; "" where no FSDP module of the model has one."""
+    import torch
+    from torch.distributed.fsdp import FSDPModule
+
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+    params = {p.dtype for p in model.parameters()}
+    for m in model.modules():
+        if not isinstance(m, FSDPModule):
+            continue
+        policy = getattr(m._get_fsdp_state(), "_mp_policy", None)
+        dtype = getattr(policy, "param_dtype", None)
+        if dtype is not None and dtype not in params and dtype in names:
+            return names[dtype]
+    return ""
+

@@ -50,7 +50,8 @@ import torch
 from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler, freeze_at_save
 from .fsdp1 import named_local, optimizer_keys, train
-from .fsdp2 import local_to_cpu, is_dtensor, mesh_shape, param_layout, torch_piece, wrap_fsdp2
+from .fsdp2 import (local_to_cpu, is_dtensor, mesh_shape, own_mixed_precision, param_layout,
+                    torch_piece, wrap_fsdp2)
 from .common import guarded, is_error, timed
 from .app_state import APP_KEY, AppState
 from .trained import keep, trained
@@ -332,7 +333,8 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
                       mesh_shape=mesh, timings=timings, saved=record,
                       saved_devices=saved_devices, params=params if ctx.rank == 0 else None,
                       all_ranks=all_ranks, offloaded=offloaded,
-                      offloaded_devices=offloaded_devices, device=str(ctx.device))
+                      offloaded_devices=offloaded_devices, device=str(ctx.device),
+                      own_mixed_precision=own_mixed_precision(model))
 
 
 def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path, sched=None) -> None:

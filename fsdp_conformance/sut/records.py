@@ -83,6 +83,10 @@ class SaveRecord:
     mesh_shape: tuple[int, ...] | None = None
     """FSDP2: the device mesh's shape (``(W,)``, or ``(replicas, shards)`` under HSDP). P0.
     None for FSDP1."""
+    own_mixed_precision: str = ""
+    """FSDP2 with a user's ``shard_fn``: the dtype a ``MixedPrecisionPolicy`` it applied
+    computes in (``sut.fsdp2.own_mixed_precision``; "" none). P2/P6 judge by it
+    (properties/precision.py)."""
     params: dict | None = None
     """Rank 0: every param after training, unsharded, by clean FQN (also written to the
     model file the load side starts from). None on other ranks."""
@@ -181,3 +185,6 @@ class LoadRecord:
     sched_final: dict | None = None
     """Custom path with the training state: the scheduler's ``state_dict()`` after resuming
     (P6: the learning rates it produced)."""
+    diagnosis: dict | None = None
+    """Custom path: what the rank saw right after the user's load (user/diagnosis.py
+    ``after_load``: params the optimizer no longer holds, state off its param's device)."""

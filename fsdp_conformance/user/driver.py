@@ -80,6 +80,58 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
                        rerun=rerun, on_result=on_result)
 
 
+ZOO_SWEEP = ("mlp", "tied", "frozen", "late_frozen", "unused", "buffers", "conv")
+"""The zoo models ``check_zoo`` runs a user's save/load on: nested wrapping, tied weights,
+frozen and late-frozen params, a param the forward never uses, buffers (and an ignored
+module), convolutions."""
+
+
+def zoo_cases(custom: CustomPath, *, models: Sequence[str] = ZOO_SWEEP,
+              world_sizes: Sequence = ("2", "2->3"), optimizer: str = "adamw",
+              seed: int = 0) -> list[Case]:
+    """The cases of a zoo sweep (``check_zoo``): each zoo model wrapped per submodule
+    ("nested") at each world-size spec, plus the extras that change what a save meets: two
+    param groups, and bfloat16 params (on "mlp")."""
+    from .spec import parse_sizes
+    from ..zoo import MODELS
+
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise ValueError(f"models {unknown} are not zoo models; the zoo has {sorted(MODELS)}")
+    out = []
+    for n, m, hsdp in (parse_sizes(w) for w in world_sizes):
+        common = dict(api=custom.api, optimizer=optimizer, plan="nested", world_size=n,
+                      load_world_size=m if m != n else None, seed=seed,
+                      strategy="HYBRID_SHARD" if hsdp else "FULL_SHARD",
+                      scheduler=custom.app_state)
+        out += [Case(model=name, **common) for name in models]
+        if "mlp" in models:
+            out += [Case(model="mlp", groups=2, **common),
+                    Case(model="mlp", dtype="bf16", **common)]
+    return out
+
+
+def check_zoo(save_fn: SaveFn | str, load_fn: LoadFn | str, *,
+              models: Sequence[str] = ZOO_SWEEP, world_sizes: Sequence = ("2", "2->3"),
+              optimizer: str = "adamw", fsdp_version: int = 2, custom_name: str | None = None,
+              seed: int = 0, backend: str | None = None, timeout: float = 120.0,
+              known: Sequence = (), only: Sequence[str] | None = None,
+              rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
+    """Run the user's own ``save_fn`` / ``load_fn`` on the suite's zoo models
+    (``zoo_cases``: buffers, tied weights, frozen and late-frozen params, an unused param,
+    two param groups, bfloat16, HSDP with an "RxS" spec) instead of their own model, so a save
+    path that breaks on a buffer or a frozen param is found before their next model meets
+    it; judged as ``check`` judges a custom path. Raises :class:`RoundtripFailure` naming
+    each case that failed."""
+    custom = CustomPath.of(save_fn, load_fn, custom_name, family=f"fsdp{fsdp_version}")
+    cases = zoo_cases(custom, models=models, world_sizes=world_sizes, optimizer=optimizer,
+                      seed=seed)
+    if only:
+        cases = [c for c in cases if c.id in set(only)]
+    return run_checked(cases, None, custom, backend=backend, timeout=timeout, known=known,
+                       rerun=rerun, on_result=on_result)
+
+
 def run_checked(cases: Sequence[Case], user: UserModel | None = None,
                 custom: CustomPath | None = None, *, backend: str | None = None,
                 timeout: float = 120.0, known: Sequence = (),

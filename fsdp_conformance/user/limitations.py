@@ -101,6 +101,11 @@ class Limitation:
                    strict=strict)
 
 
+DECLARED = "declared known limitation "
+"""How a declared limitation's verdict begins: ``<DECLARED>'<key>': <the user's reason>``
+(the reports read the reason back from it)."""
+
+
 def apply_declared(verdicts: dict[str, Verdict], declared: Sequence[Limitation],
                    hits: set | None = None, case: "Case | None" = None) -> dict[str, Verdict]:
     """Failing verdicts covered by a declared limitation become "known" (module rules;
@@ -111,8 +116,8 @@ def apply_declared(verdicts: dict[str, Verdict], declared: Sequence[Limitation],
         if v.status in ("fail", "error"):
             lim = next((d for d in declared if d.covers(p, v, case)), None)
             if lim is not None:
-                v = Verdict("known", f"declared known limitation {lim.key!r}: {lim.reason}"
-                                     f"\n\n{v.detail}", lim.key)
+                v = Verdict("known", f"{DECLARED}{lim.key!r}: {lim.reason}\n\n{v.detail}",
+                            lim.key)
                 if hits is not None:
                     hits.add(lim.key)
         out[p] = v

@@ -44,6 +44,7 @@ from ..sut.fsdp2 import local_to_cpu
 from ..sut.paths import MODEL_FILE, full_params, grouping_name, load_params
 from ..zoo import build_optimizer, build_scheduler, scheduler_state
 from .app_state import TrainState
+from .diagnosis import after_load
 from .model import CustomPath, UserModel
 
 CKPT_DIR = "ckpt"
@@ -191,7 +192,9 @@ def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
                            "meta": fam.meta(state.model), "mesh_shape": fam.mesh_shape(ctx, case),
                            "local": _local(state.optimizer, keys),
                            "sched": scheduler_state(state.scheduler),
-                           "step": state.step if custom.app_state else None}
+                           "step": state.step if custom.app_state else None,
+                           "own_mixed_precision": (fsdp2.own_mixed_precision(state.model)
+                                                   if case.family == "fsdp2" else "")}
     params = _save_model_params(ctx, case, state.model, workdir)
     if ctx.rank == 0:
         out["params"] = params
@@ -224,7 +227,8 @@ def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
            "mesh_shape": fam.mesh_shape(ctx, case), "timings": {"load": time.perf_counter() - t0},
            "loaded": _local(state.optimizer, keys),
            "sched_loaded": scheduler_state(state.scheduler),
-           "step_loaded": state.step if custom.app_state else None}
+           "step_loaded": state.step if custom.app_state else None,
+           "diagnosis": after_load(state.model, state.optimizer)}
     _stash(ctx, case, state, keys)
     return out
 

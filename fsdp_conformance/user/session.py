@@ -297,6 +297,15 @@ class Roundtrip:
             pytest.skip(f"no case of this test matches --fsdp-case {self.only}")
         return results
 
+    def zoo(self, save_fn, load_fn, **kwargs) -> list:
+        """Your ``save_fn`` / ``load_fn`` on the suite's zoo models (``driver.check_zoo``):
+        ``fsdp_roundtrip.zoo(save_fn=..., load_fn=...)``; returns the CaseResults."""
+        from .driver import check_zoo
+
+        return self._fail_clean(check_zoo, save_fn, load_fn, backend=self.backend,
+                                timeout=self.timeout, known=self.known, only=self.only,
+                                rerun=self.rerun, on_result=self._record, **kwargs)
+
     def check(self, case, user=None, custom=None):
         """Run one ready ``Case`` (a zoo model, or ``user``'s; through a built-in path or
         ``custom``); fail the test if a property fails. Returns the CaseResult."""

@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import reference as ref
+from .diagnosis import likely_causes, with_causes
 from ..cases import Case
 from ..properties.statediff import diff_state_dicts, format_diff
 from ..properties.fault_props import exception_line
 from ..properties.baseline import local_run
 from ..properties import expectation as expect
 from ..properties import run_props as rp
+from ..properties.precision import judged_dtype, own_mp_of, with_precision
 from ..properties.verdict import Verdict, error, fail, na, passed
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..properties.catalogue import ONLY_BOUNDS, ONLY_GOLDEN, PROPS
@@ -266,8 +268,11 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     ignored = model_spec(case.model).ignored
     why = (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank, so no "
            f"single-process run can match") if ignored else ""
+    mp = own_mp_of(save_obs)
+    dt, _ = judged_dtype(case, mp)
     with expect.expecting(expect.EXACT):  # the state in memory: no save went through torch
-        v["P2"] = na(why) if why else rp.p2_vs_local(layout, full, local, case.dtype)
+        v["P2"] = na(why) if why else with_precision(
+            case, rp.p2_vs_local(layout, full, local, dt), own_mp=mp)
     for stage, what in (("save", "the save function"), ("load", "the load function")):
         if errors.get(stage) is not None:
             detail = f"{what} raised:\n" + rank_error_text(errors[stage])
@@ -283,10 +288,10 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
         v["P6"] = fail("training after the load raised (the loaded state cannot be trained "
                        "on):\n" + rank_error_text(errors["resume"]))
     else:
-        v["P6"] = na(why) if why else rp.p6_resume(
-            dst, load_obs, local, case.dtype, gather=gather, resume_steps=case.resume_steps,
+        v["P6"] = na(why) if why else with_precision(case, rp.p6_resume(
+            dst, load_obs, local, dt, gather=gather, resume_steps=case.resume_steps,
             case=case, start=rp.save_point(layout, save_obs, gather)
-            if case.dtype == "bf16" else None)
+            if dt == "bf16" else None), own_mp=mp)
         if app_state and local.sched_at_end is not None:
             v["P6"] = _with(v["P6"], by_ranks([(o.rank, _state_diffs(
                 "scheduler after resuming vs the uninterrupted run", local.sched_at_end,
@@ -299,7 +304,18 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     if app_state:
         v["P11"] = _with(v["P11"], p11_app_state(case, save_obs, load_obs, local),
                          f"step {case.steps} and the scheduler restored")
-    return {p: v[p] for p in PROPS}
+    return with_causes({p: v[p] for p in PROPS}, _causes(case, save_obs, load_obs, app_state))
+
+
+def _causes(case: Case, save_obs, load_obs, app_state: bool) -> list[str]:
+    """The named resume bugs (user/diagnosis.py) in a custom round trip's records."""
+    from ..properties.baseline import fresh_training
+    from ..zoo import scheduler_state
+
+    _, optim, sched, _ = fresh_training(case)
+    return likely_causes(save_obs, load_obs, fresh_groups=optim.state_dict()["param_groups"],
+                         fresh_sched=scheduler_state(sched),
+                         saved_step=case.steps if app_state else None)
 
 
 def evaluate_user(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
@@ -308,6 +324,9 @@ def evaluate_user(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRec
     (which params the single-process run has state for) where the zoo's rule does not
     know the model."""
     v = round_trip_verdicts(case, save_obs, load_obs, workdir)
+    mp = own_mp_of(save_obs)
+    if not judged_dtype(case, mp)[1]:  # else round_trip_verdicts said it already
+        v.update({p: with_precision(case, v[p], own_mp=mp) for p in ("P2", "P6")})
     if v["P10"].status == "n/a":
         refs = family_refs(case)
         local = local_run(case)

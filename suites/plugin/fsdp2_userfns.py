@@ -125,3 +125,30 @@ def load_raising_the_same_message(model, optimizer, directory):
     """Not torch: the user's own loader fails with the very message of a known torch
     limitation (dsd-stateless-full-load), raised from its own code."""
     raise AssertionError("Expected device to be set")
+
+
+class SkipsStep(AppState):
+    """Restores model, optimizer and scheduler but not the trainer's step counter."""
+
+    def load_state_dict(self, sd):
+        super().load_state_dict(sd)
+        self.state.step = 0
+
+
+def load_skips_step(state, directory):
+    dcp.load({"app": SkipsStep(state)}, checkpoint_id=directory)
+
+
+def load_full_optim_skipping(model, optimizer, directory):
+    """A loader that keeps only the state whose key it finds under a new name (a refactor
+    renamed ``out`` to ``head``; what does not match is skipped) and loads with
+    ``strict=False``, so torch does not object: the head's params resume with no optimizer
+    state."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                         set_optimizer_state_dict)
+
+    sd = torch.load(_full_file(directory), weights_only=True)
+    renamed = {k.replace("out.", "head."): v for k, v in sd["state"].items()}
+    sd["state"] = {k: v for k, v in renamed.items() if not k.startswith("head.")}
+    set_optimizer_state_dict(model, optimizer, sd,
+                             options=StateDictOptions(full_state_dict=True, strict=False))

@@ -5,7 +5,7 @@ the property and the param, group or key; the correct asynchronous save passes. 
 import pytest
 
 from examples.fsdp2_trainer import (TinyTransformerish, batch, load_checkpoint,
-                                    make_optimizer, make_scheduler, shard)
+                                    make_optimizer, make_scheduler, save_checkpoint, shard)
 from fsdp_conformance.user import RoundtripFailure, check
 from suites.plugin import fsdp2_userfns as bug
 
@@ -32,6 +32,8 @@ def _verdict(message: str, prop: str) -> str:
 def test_a_save_that_drops_a_groups_lr_fails_p11():
     v = _verdict(_failure(bug.save_drops_lr, bug.load_drops_lr), "P11")
     assert "FAIL" in v and "param_groups after loading differ" in v and "[0]['lr']" in v
+    assert "likely cause: the param groups after the load hold the fresh optimizer's " \
+        "hyperparameters" in v, v
 
 
 def test_state_rounded_to_bf16_fails_p3_naming_the_param():
@@ -45,7 +47,23 @@ def test_a_skipped_scheduler_fails_p11_and_p6():
     p11 = _verdict(msg, "P11")
     assert "FAIL" in p11 and "scheduler after the load vs at the save: 'last_epoch': " \
         "expected 2, got 0" in p11, p11
+    assert "likely cause: the LR scheduler was not restored" in p11, p11
     assert "scheduler after resuming vs the uninterrupted run" in _verdict(msg, "P6")
+
+
+def test_a_step_counter_left_at_zero_is_named():
+    msg = _failure(save_checkpoint, bug.load_skips_step, "2")
+    p11 = _verdict(msg, "P11")
+    assert "state.step after the load is 0, expected 2" in p11, p11
+    assert "likely cause: the training step counter was not restored" in p11, p11
+
+
+def test_state_a_load_skipped_is_named():
+    msg = _failure(bug.save_full_optim, bug.load_full_optim_skipping, "2", scheduler=None)
+    p3 = _verdict(msg, "P3")
+    assert "FAIL" in p3 and "likely cause: 2 of 16 param(s) had optimizer state at the save " \
+        "and have none, or a fresh all-zero one, after the load" in p3, p3
+    assert "'out.bias'" in p3 and "strict=False" in p3
 
 
 def test_an_unwaited_async_save_fails_p7():

@@ -267,3 +267,15 @@ def test_a_case_rerun_after_a_rank_died_is_listed_in_every_report_without_failin
     once = _build([CaseResult(a, {"P0": passed()}, {})])
     assert once["summary"]["rerun"] == [] and "rerun" not in once["cases"][0]
     assert "## Reruns" not in render_markdown(once)
+
+
+def test_a_limitation_the_users_tests_declared_is_reported_as_theirs_with_their_reason():
+    from fsdp_conformance.user.limitations import Limitation, apply_declared
+
+    lim = Limitation.of("P2,P6", reason="our bf16 head drifts (team issue 12)")
+    v = apply_declared({"P2": fail("differs")}, [lim])["P2"]
+    md = render_markdown(_build([CaseResult(Case(api="fsdp1.full"), {"P2": v}, {})]))
+    assert "- **P2,P6**: 1 case (P2)" in md
+    assert ("declared by your tests (fsdp_known marker or known=): our bf16 head drifts "
+            "(team issue 12)") in md
+    assert "no longer recorded" not in md

@@ -1,0 +1,59 @@
+"""A user's full-state-dict checkpoint code (``fsdp2_checkpointer.py``) under the plugin,
+with the defaults (``dtype="fp64"`` asked; the model computes its loss in float32, and is
+judged at float32's tolerance, saying so):
+
+- through torch's distributed state-dict API it round-trips at the same size, onto another
+  size and from an HSDP mesh (torch's param-group tuple -> list is a known limitation);
+- the hand-written flavour fails, and the failure names the cause: the optimizer no longer
+  holds the model's parameters after ``load_state_dict(..., assign=True)``.
+"""
+import pytest
+
+from examples.fsdp2_checkpointer import (Decoder, data, dsd_load, dsd_save, make_optimizer,
+                                         manual_load, manual_save, shard, shard_bf16)
+
+
+@pytest.mark.parametrize("sizes", ["2", "2->3", "2x2->2"])
+def test_dsd_checkpointer(fsdp_roundtrip, sizes):
+    results = fsdp_roundtrip(Decoder, data, fsdp_version=2, shard_fn=shard,
+                             optimizer=make_optimizer, save_fn=dsd_save, load_fn=dsd_load,
+                             world_sizes=[sizes])
+    p2 = results[0].properties["P2"]
+    assert p2.status == "pass" and "judged at fp32's tolerance" in p2.detail, p2
+
+
+def test_manual_checkpointer_names_the_parameter_swap(fsdp_roundtrip):
+    with pytest.raises(pytest.fail.Exception) as failure:  # the fixture fails the test
+        fsdp_roundtrip(Decoder, data, fsdp_version=2, shard_fn=shard,
+                       optimizer=make_optimizer, save_fn=manual_save, load_fn=manual_load,
+                       world_sizes=["2"])
+    text = str(failure.value)
+    assert "likely cause: the optimizer no longer holds the model's parameters" in text
+    assert "assign=True" in text
+    assert "tolerance: fp32 (rtol 0.0001, atol 1e-06): the model computes its loss in " \
+        "torch.float32 although the case runs in torch.float64" in text
+
+
+@pytest.mark.parametrize("sizes", ["2", "2->3", "2x2->2"])
+def test_dsd_checkpointer_with_bf16_mixed_precision(fsdp_roundtrip, sizes):
+    """The same code, sharded with a bf16 MixedPrecisionPolicy in the user's shard_fn: the
+    single-process run does not compute in bf16, so P2/P6 judge by bfloat16's rules, and
+    say so."""
+    results = fsdp_roundtrip(Decoder, data, fsdp_version=2, shard_fn=shard_bf16,
+                             optimizer=make_optimizer, save_fn=dsd_save, load_fn=dsd_load,
+                             world_sizes=[sizes])
+    p2 = results[0].properties["P2"]
+    assert p2.status == "pass" and "MixedPrecisionPolicy computing in bf16" in p2.detail, p2
+
+
+def test_zoo_sweep_finds_the_buffer_crash_of_the_manual_save(fsdp_roundtrip):
+    """The same save/load on the suite's zoo models: the hand-written save calls
+    ``full_tensor()`` on every state-dict entry, and a plain buffer is no DTensor."""
+    with pytest.raises(pytest.fail.Exception) as failure:
+        fsdp_roundtrip.zoo(save_fn=manual_save, load_fn=manual_load,
+                           models=("mlp", "buffers"), world_sizes=["2"])
+    text = str(failure.value)
+    buffers = text[text.index("case fsdp2.custom:manual_save/adamw/buffers.nested"):]
+    assert "the save function raised" in buffers
+    assert "AttributeError: 'Tensor' object has no attribute 'full_tensor'" in buffers
+    assert "in manual_save" in buffers

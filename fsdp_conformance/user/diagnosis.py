@@ -1,0 +1,174 @@
+"""The classic resume bugs of user checkpoint code, named: what the ranks see right after the
+user's ``load_fn`` (``after_load``, on the rank) and what the controller reads from the
+records (``likely_causes``), each cause in its own words.
+
+Rules
+- Each check looks for one cause and says it in one line that names the parameters, the
+  keys or the ranks, what was expected and what was seen, and the usual fix:
+    the optimizer no longer holds the model's parameters (``load_state_dict(...,
+        assign=True)``, a model rebuilt inside the load): the resumed run would never
+        update them;
+    the param groups' hyperparameters are the fresh optimizer's, not the saved ones (the
+        load did not restore ``param_groups``);
+    the step counter or the LR scheduler not restored (still a fresh one's);
+    optimizer state on another device than its parameter, or in another dtype than saved;
+    params that had optimizer state at the save have none, or a fresh all-zero one (torch's
+        ``strict=False`` loads initialise what they skip), after the load.
+- A cause is a diagnosis, never a verdict: the properties fail on what they compare (P3, P6,
+  P11), and a failing verdict of the custom path carries the causes found
+  (``with_causes``), so the user reads the cause before the diff.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from ..properties.verdict import Verdict
+
+HYPERPARAMS_SKIPPED = ("params", "initial_lr")
+
+
+def after_load(model, optimizer) -> dict:
+    """On a rank, right after the user's load: ``{"unheld": [fqn...], "stray": n,
+    "off_device": ["fqn.key: cpu, param on meta", ...]}``: trainable params of the model the
+    optimizer does not hold, how many of the optimizer's params are not the model's, and
+    state tensors not on their param's device."""
+    import torch
+
+    mine = {id(p): n for n, p in model.named_parameters()}
+    held = [p for g in optimizer.param_groups for p in g["params"]]
+    held_ids = {id(p) for p in held}
+    unheld = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in held_ids]
+    stray = sum(1 for p in held if id(p) not in mine)
+    off = []
+    for p in held:
+        for k, v in optimizer.state.get(p, {}).items():
+            if isinstance(v, torch.Tensor) and v.dim() and v.device != p.device:
+                off.append(f"{mine.get(id(p), '<not the model s>')}.{k}: on {v.device}, "
+                           f"its param on {p.device}")
+    return {"unheld": unheld, "stray": stray, "off_device": off}
+
+
+def _groups(d: dict | None) -> list[dict]:
+    if not d:
+        return []
+    return [{k: v for k, v in g.items() if k not in HYPERPARAMS_SKIPPED}
+            for g in d.get("param_groups", [])]
+
+
+def likely_causes(save_obs: Sequence, load_obs: Sequence, *, fresh_groups: list[dict],
+                  fresh_sched: dict | None, saved_step: int | None) -> list[str]:
+    """The named causes (module rules) found in the records of a custom round trip:
+    ``save_obs`` / ``load_obs`` (``SaveRecord`` / ``LoadRecord``: ``local`` at the save,
+    ``loaded`` / ``diagnosis`` after the load), a fresh optimizer's param groups and
+    scheduler state (what a load that restored nothing leaves), the step saved (None: the
+    user's functions do not take the training state)."""
+    causes: list[str] = []
+    swapped = {o.rank: o.diagnosis for o in load_obs
+               if o.diagnosis and (o.diagnosis.get("unheld") or o.diagnosis.get("stray"))}
+    if swapped:
+        r, d = next(iter(swapped.items()))
+        causes.append(
+            f"the optimizer no longer holds the model's parameters after load_fn (rank(s) "
+            f"{sorted(swapped)}; rank {r}: {len(d['unheld'])} trainable param(s) not in any "
+            f"param group, e.g. {d['unheld'][:3]}, and {d['stray']} optimizer param(s) that "
+            f"are not the model's): the load replaced the Parameter objects "
+            f"(load_state_dict(..., assign=True), or a model rebuilt inside the load), so "
+            f"optimizer.step() updates the old ones and the model never trains. Load the "
+            f"model without assign=True, or build the optimizer after loading the model")
+    off = {o.rank: o.diagnosis["off_device"] for o in load_obs
+           if o.diagnosis and o.diagnosis.get("off_device")}
+    if off:
+        r, items = next(iter(off.items()))
+        causes.append(f"optimizer state on another device than its param after the load "
+                      f"(rank(s) {sorted(off)}; rank {r}: {items[:3]}): load the state onto "
+                      f"the param's device (map_location, or let set_optimizer_state_dict "
+                      f"place it)")
+    for o in load_obs:
+        got = _groups(o.loaded)
+        saved = _groups(save_obs[0].local) if save_obs else []
+        fresh = [{k: v for k, v in g.items() if k not in HYPERPARAMS_SKIPPED}
+                 for g in fresh_groups]
+        if got and got != saved and got == fresh:
+            causes.append(f"the param groups after the load hold the fresh optimizer's "
+                          f"hyperparameters, not the saved ones (rank {o.rank}: e.g. lr "
+                          f"{got[0].get('lr')!r}, saved {saved[0].get('lr')!r}): the load "
+                          f"did not restore param_groups")
+            break
+    unstepped = [o for o in load_obs if saved_step is not None
+                 and o.step_loaded != saved_step and o.step_loaded == 0]
+    if unstepped:
+        causes.append(f"the training step counter was not restored (state.step is 0 after "
+                      f"the load on {_ranks(unstepped)}, the save was at step {saved_step}): "
+                      f"the resumed run restarts its schedule")
+    saved_sched = next((s.sched for s in save_obs if s.sched is not None), None)
+    fresh = [o for o in load_obs if fresh_sched is not None and o.sched_loaded is not None
+             and o.sched_loaded == fresh_sched and saved_sched != fresh_sched]
+    if fresh:
+        causes.append(f"the LR scheduler was not restored ({_ranks(fresh)}: its state after "
+                      f"the load is a fresh scheduler's, last_epoch "
+                      f"{fresh[0].sched_loaded.get('last_epoch')!r}; saved "
+                      f"{(saved_sched or {}).get('last_epoch')!r})")
+    saved_st = _state_union([o.local for o in save_obs])
+    loaded_st = _state_union([o.loaded for o in load_obs])
+    if saved_st and loaded_st is not None:
+        had = _nonzero([o.local for o in save_obs])
+        lost = sorted(had - _nonzero([o.loaded for o in load_obs]))
+        if lost:
+            causes.append(f"{len(lost)} of {len(saved_st)} param(s) had optimizer state at the "
+                          f"save and have none, or a fresh all-zero one, after the load on "
+                          f"every rank (e.g. {lost[:4]}): the load skipped what it did not "
+                          f"match (strict=False, or keys renamed between the save and the "
+                          f"load)")
+        cast = [f"{k}.{n}: {loaded_st[k][n]}, saved {dt}" for k, names in saved_st.items()
+                if k in loaded_st for n, dt in names.items()
+                if n in loaded_st[k] and loaded_st[k][n] != dt]
+        if cast:
+            causes.append(f"optimizer state loaded in another dtype than saved (e.g. "
+                          f"{cast[:3]})")
+    return causes
+
+
+def _ranks(records) -> str:
+    """``rank 0`` / ``ranks [0, 1]``."""
+    rs = sorted(o.rank for o in records)
+    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {rs}"
+
+
+def _state_union(dicts) -> dict[str, dict[str, str]] | None:
+    """``{param key: {state name: dtype}}`` over the ranks' optimizer dicts that hold a
+    non-empty state (None: no rank recorded a dict)."""
+    out: dict[str, dict[str, str]] = {}
+    seen = False
+    for d in dicts:
+        if not isinstance(d, dict) or not isinstance(d.get("state"), dict):
+            continue
+        seen = True
+        for k, st in d["state"].items():
+            if st:
+                out.setdefault(k, {}).update({n: str(getattr(v, "dtype", type(v).__name__))
+                                              for n, v in st.items()})
+    return out if seen else None
+
+
+def _nonzero(dicts) -> set[str]:
+    """The param keys whose state (``step`` aside) has a non-zero element on some rank."""
+    out: set[str] = set()
+    for d in dicts:
+        if not isinstance(d, dict) or not isinstance(d.get("state"), dict):
+            continue
+        for k, st in d["state"].items():
+            if any(n != "step" and hasattr(v, "any") and v.numel() and bool(v.any())
+                   for n, v in st.items()):
+                out.add(k)
+    return out
+
+
+def with_causes(verdicts: dict[str, Verdict], causes: list[str],
+                props: Sequence[str] = ("P3", "P6", "P11")) -> dict[str, Verdict]:
+    """``verdicts`` with the likely causes written first in each failing one of ``props``."""
+    if not causes:
+        return verdicts
+    head = "\n".join(f"likely cause: {c}" for c in causes)
+    return {p: replace(v, detail=f"{head}\n{v.detail}")
+            if p in props and v.status == "fail" else v for p, v in verdicts.items()}

@@ -1,0 +1,68 @@
+"""The named resume causes (user/diagnosis.py) on real torch objects, one process: the ones a
+CPU-only FSDP run cannot plant end to end (state on another device; state loaded in another
+dtype, which torch's own Optimizer.load_state_dict casts back). The others are planted in a
+user's save/load on real FSDP2 ranks: suites/plugin/test_fsdp2_user_code.py and
+examples/test_fsdp2_checkpointer.py."""
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from fsdp_conformance.properties.verdict import fail, passed
+from fsdp_conformance.user.diagnosis import after_load, likely_causes, with_causes
+
+
+def _trained():
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(4, 3)).pow(2).mean().backward()
+    opt.step()
+    return model, opt
+
+
+def test_assign_true_leaves_the_optimizer_holding_the_old_parameters():
+    model, opt = _trained()
+    assert after_load(model, opt) == {"unheld": [], "stray": 0, "off_device": []}
+    model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
+    seen = after_load(model, opt)
+    assert seen["unheld"] == ["weight", "bias"] and seen["stray"] == 2
+    text = likely_causes([], [SimpleNamespace(rank=0, diagnosis=seen, loaded=None,
+                                              step_loaded=None, sched_loaded=None)],
+                         fresh_groups=[], fresh_sched=None, saved_step=None)
+    assert text and text[0].startswith("the optimizer no longer holds the model's parameters")
+
+
+def test_state_on_another_device_than_its_param_is_named():
+    model, opt = _trained()
+    opt.state[model.weight]["exp_avg"] = torch.empty(2, 3, device="meta")
+    assert after_load(model, opt)["off_device"] == ["weight.exp_avg: on meta, its param on cpu"]
+
+
+def test_state_loaded_in_another_dtype_is_named_and_written_first_in_failures():
+    def osd(dtype):
+        return {"state": {"w": {"step": torch.tensor(2.0),
+                                "exp_avg": torch.ones(2, dtype=dtype)}},
+                "param_groups": [{"lr": 0.1, "params": ["w"]}]}
+
+    save = [SimpleNamespace(rank=0, local=osd(torch.float64), sched=None)]
+    load = [SimpleNamespace(rank=0, loaded=osd(torch.float32), diagnosis=None,
+                            step_loaded=None, sched_loaded=None)]
+    causes = likely_causes(save, load, fresh_groups=[{"lr": 0.1, "params": [0]}],
+                           fresh_sched=None, saved_step=None)
+    assert causes == ["optimizer state loaded in another dtype than saved (e.g. "
+                      "['w.exp_avg: torch.float32, saved torch.float64'])"]
+    out = with_causes({"P3": fail("differs"), "P6": passed("ok")}, causes)
+    assert out["P3"].detail.startswith("likely cause: optimizer state loaded in another dtype")
+    assert out["P6"].detail == "ok"
+
+
+def test_a_zoo_model_is_judged_at_the_dtype_it_asks_for():
+    from fsdp_conformance.cases import Case
+    from fsdp_conformance.properties.precision import judged_dtype, tolerance_note
+
+    case = Case(api="fsdp1.full")
+    assert judged_dtype(case) == ("fp64", "")
+    assert tolerance_note(case).startswith("tolerance: fp64 (rtol 1e-09, atol 1e-12), the dtype "
+                                           "the case runs and computes in")
+    assert judged_dtype(Case(api="fsdp2.full", mixed_precision="bf16", dtype="fp32")) == ("bf16", "")
