@@ -78,6 +78,10 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     impl.finish(session)
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    impl.terminal_summary(terminalreporter, config)
+
+
 # --------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="session")
 def rank_pool(request):

@@ -261,8 +261,24 @@ def failures(report: dict) -> list[tuple[str, str, dict]]:
 
 
 def rerun_command(case_id: str) -> str:
-    """The command that reruns exactly this case."""
-    return "fsdp-conformance run -k '" + case_id.replace("'", "'\"'\"'") + "'"
+    """The command that reruns exactly this case: ``fsdp-conformance run -k`` for a case of
+    the conformance matrix; ``pytest --fsdp-case`` for a case a test of the user's made (its
+    own save/load, ``custom:``, or its own model: no zoo model), which only their tests
+    can build."""
+    quoted = "'" + case_id.replace("'", "'\"'\"'") + "'"
+    if _plugin_case(case_id):
+        return f"pytest --fsdp-case {quoted}"
+    return f"fsdp-conformance run -k {quoted}"
+
+
+def _plugin_case(case_id: str) -> bool:
+    from ..zoo import MODELS
+
+    parts = case_id.split("/")
+    if "custom:" in parts[0]:
+        return True
+    model = next((p.split(".")[0] for p in parts[1:] if "." in p), "")
+    return bool(model) and model not in MODELS
 
 
 def exit_code(report: dict) -> int:
@@ -447,15 +463,12 @@ def known_limitations(report: dict) -> list[tuple[str, int, list[str], Any]]:
 
 def _declared_reason(report: dict, key: str) -> str:
     """The user's reason for a limitation their tests declared (user/limitations.py
-    ``apply_declared`` writes it first in the verdict), or "" when none is."""
-    from ..user.limitations import DECLARED
+    ``declared_reason``), or "" when none is."""
+    from ..user.limitations import declared_reason
 
-    for c in report["cases"]:
-        for v in c["properties"].values():
-            head = v.get("detail", "").split("\n", 1)[0]
-            if v.get("known") == key and head.startswith(f"{DECLARED}{key!r}: "):
-                return head[len(f"{DECLARED}{key!r}: "):]
-    return ""
+    return next((declared_reason(v.get("detail", ""), key) for c in report["cases"]
+                 for v in c["properties"].values() if v.get("known") == key
+                 and declared_reason(v.get("detail", ""), key)), "")
 
 
 def bounds_markdown(report: dict) -> list[str]:

@@ -149,7 +149,8 @@ def run_checked(cases: Sequence[Case], user: UserModel | None = None,
             on_result(r)
     if any(failing(r) for r in results):
         raise RoundtripFailure(failure_message(results, user=user, custom=custom, rerun=rerun),
-                               results)
+                               results, brief=failure_message(results, user=user, custom=custom,
+                                                              rerun=rerun, scripts=False))
     unused = [d for d in declared if d.strict and d.key not in hits]
     if unused and results:
         raise RoundtripFailure(

@@ -18,9 +18,11 @@ class RoundtripFailure(AssertionError):
     """A round trip failed a property; the message names the case, the property, the
     key/param/rank with expected vs got, and how to rerun just that case."""
 
-    def __init__(self, message: str, results=()):
+    def __init__(self, message: str, results=(), brief: str = ""):
         super().__init__(message)
         self.results = list(results)
+        self.brief = brief
+        """The same message without the reproducer scripts ("" = the message is brief)."""
 
 
 def failing(result) -> dict[str, Verdict]:
@@ -50,9 +52,9 @@ def _indent(text: str, n: int) -> str:
 def failure_message(results, *, user: UserModel | None = None,
                     custom: CustomPath | None = None,
                     rerun: Callable[[Case], str] | None = None,
-                    detail_lines: int = 30) -> str:
+                    detail_lines: int = 30, scripts: bool = True) -> str:
     """Which cases failed which property, with the detail (key/param/rank, expected vs got)
-    and how to rerun each case alone."""
+    and how to rerun each case alone (``scripts``: and a standalone reproducer script)."""
     bad = [r for r in results if failing(r)]
     out = [f"fsdp round trip: {len(bad)} of {len(results)} case(s) failed"]
     for r in bad:
@@ -75,7 +77,8 @@ def failure_message(results, *, user: UserModel | None = None,
                 out.append(f"      ... {len(lines) - detail_lines} more line(s)")
         if rerun is not None:
             out.append(f"  rerun just this case: {rerun(r.case)}")
-        out.append("  standalone reproducer (save as repro.py, run from your project root):")
-        out.append(_indent(reproducer(r.case, user, custom), 4))
+        if scripts:
+            out.append("  standalone reproducer (save as repro.py, run from your project root):")
+            out.append(_indent(reproducer(r.case, user, custom), 4))
     return "\n".join(out)
 

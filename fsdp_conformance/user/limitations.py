@@ -106,6 +106,14 @@ DECLARED = "declared known limitation "
 (the reports read the reason back from it)."""
 
 
+def declared_reason(detail: str, key: str) -> str:
+    """The user's reason in the detail of a verdict a declared limitation ``key`` turned
+    "known" (``apply_declared``), or "" when it is not such a verdict."""
+    head = detail.split("\n", 1)[0]
+    prefix = f"{DECLARED}{key!r}: "
+    return head[len(prefix):] if head.startswith(prefix) else ""
+
+
 def apply_declared(verdicts: dict[str, Verdict], declared: Sequence[Limitation],
                    hits: set | None = None, case: "Case | None" = None) -> dict[str, Verdict]:
     """Failing verdicts covered by a declared limitation become "known" (module rules;

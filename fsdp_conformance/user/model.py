@@ -71,6 +71,10 @@ class UserModel:
 
     @property
     def plan_name(self) -> str:
+        """What case ids show as the wrapping: the plan's name, or, where the user's own
+        ``shard_fn`` shards the model (the plan unused), the function's name."""
+        if self.shard_fn is not None and not self.plan:
+            return "by-" + self.shard_fn.target.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
         return plan_name(self.plan)
 
     @property

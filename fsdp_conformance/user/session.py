@@ -52,6 +52,9 @@ def add_options(parser) -> None:
                          "this session ran")
     group.addoption("--fsdp-case", action="append", default=None, metavar="ID",
                     help="run only the round-trip case with this id (repeatable)")
+    group.addoption("--fsdp-reproducer", action="store_true", default=False,
+                    help="print a standalone reproducer script under each failing case "
+                         "(default: the failure, its likely cause and the rerun line only)")
     parser.addini("fsdp_timeout", "per-call timeout in seconds for rank pools", default="120")
     parser.addini("fsdp_backend", "process-group backend (gloo or nccl)", default="")
     parser.addini("fsdp_world_sizes", "comma-separated world sizes allowed", default="")
@@ -205,7 +208,14 @@ def generate_tests(metafunc) -> None:
 
 def mark_items(config, items) -> None:
     """``fsdp_known`` on a test without a round-trip fixture: xfail; ``gpu`` without CUDA:
-    skip, with the reason."""
+    skip, with the reason; with ``--fsdp-case``, only the tests that run round trips are
+    kept (the others deselected), so the report's rerun line reruns just that case."""
+    if config.getoption("fsdp_case", default=None):
+        fixtures = {"fsdp_roundtrip", "fsdp_case"}
+        other = [i for i in items if not fixtures & set(getattr(i, "fixturenames", ()))]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [i for i in items if i not in other]
     for item in items:
         uses = {"fsdp_roundtrip", "fsdp_case"} & set(getattr(item, "fixturenames", ()))
         for m in item.iter_markers("fsdp_known"):
@@ -282,6 +292,10 @@ class Roundtrip:
             return fn(*args, **kwargs)
         except RoundtripFailure as exc:
             message = str(exc)
+            if exc.brief and not self._request.config.getoption("fsdp_reproducer",
+                                                                  default=False):
+                message = (exc.brief + "\n(a standalone reproducer script of each case: "
+                           "rerun with --fsdp-reproducer)")
         pytest.fail(message, pytrace=False)  # outside the except: no chained repeat
 
     def __call__(self, model, data, *, world_sizes=None, **kwargs) -> list:
@@ -370,6 +384,40 @@ def write_report(config, path: str) -> None:
         selection=config.getoption("keyword", default=None) or None,
         tolerances={k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()})
     write_run_report(report, path, os.path.splitext(path)[0] + ".md")
+
+
+def terminal_summary(terminalreporter, config) -> None:
+    """After the tests: one line per known torch limitation the session's round trips met
+    (as pytest lists xfails), and each case that ran twice because a rank died; passing
+    tests hide both otherwise."""
+    results = config.stash.get(RESULTS, [])
+    from .limitations import declared_reason
+
+    known: dict[str, tuple[set, list]] = {}
+    declared: dict[str, str] = {}
+    for r in results:
+        for p, v in r.properties.items():
+            if v.status == "known" and v.known:
+                props, ids = known.setdefault(v.known, (set(), []))
+                props.add(p)
+                if r.case.id not in ids:
+                    ids.append(r.case.id)
+                if declared_reason(v.detail, v.known):
+                    declared[v.known] = declared_reason(v.detail, v.known)
+    reruns = [r for r in results if getattr(r, "rerun", "")]
+    if not known and not reruns:
+        return
+    from ..report.run_report import prop_key
+
+    terminalreporter.write_sep("=", "fsdp-conformance: known torch limitations met")
+    for key, (props, ids) in sorted(known.items()):
+        why = f" [declared by your tests: {declared[key]}]" if key in declared else ""
+        terminalreporter.write_line(
+            f"KNOWN {key}{why}: {len(ids)} case{'s' if len(ids) != 1 else ''} "
+            f"({', '.join(sorted(props, key=prop_key))}), e.g. {ids[0]}")
+    for r in reruns:
+        terminalreporter.write_line(f"RERUN {r.case.id}: a rank died in the first attempt "
+                                    f"({r.rerun.splitlines()[0]})")
 
 
 def finish(session) -> None:

@@ -65,7 +65,14 @@ def test_planted_bug_dropped_group_lr_is_named(fsdp_roundtrip, request):
     assert "P3 (load) FAIL" in msg and "P6 (resume) FAIL" in msg and "KeyError: 'lr'" in msg
     # how to rerun just that case
     assert f"rerun just this case: pytest '{request.node.nodeid}' --fsdp-case '{case}'" in msg
-    assert "reproduce(Case(model='GatedNet'" in msg
+    # the reproducer script only on request: the failure stays one block
+    assert "reproduce(Case(" not in msg and "rerun with --fsdp-reproducer" in msg
+
+
+def test_reproducer_scripts_on_request(fsdp_roundtrip, request, monkeypatch):
+    monkeypatch.setattr(request.config.option, "fsdp_reproducer", True)
+    msg = _failure(fsdp_roundtrip, "save_dropping_lr")
+    assert "reproduce(Case(model='GatedNet'" in msg and "--fsdp-reproducer" not in msg
 
 
 def test_planted_bug_extra_step_on_save_is_named(fsdp_roundtrip):

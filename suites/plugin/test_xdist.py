@@ -39,3 +39,32 @@ def test_xdist_two_workers_report_and_no_leftover_processes(tmp_path):
     while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert len(pids) >= 5 and not [pid for pid in pids if pid_alive(pid)]
+
+
+def test_known_limitations_met_are_listed_after_the_tests_even_when_they_pass():
+    """A passing round trip that met a known torch limitation says so in pytest's terminal
+    summary (one line per entry, as pytest lists xfails), merged from the xdist workers."""
+    p = subprocess.run([PYTHON, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
+                        "examples/test_fsdp2_trainer.py::test_builtin_fsdp2_paths"],
+                       cwd=ROOT, env=env_for_subprocess(), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "fsdp-conformance: known torch limitations met" in p.stdout
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("KNOWN "))
+    assert line.startswith("KNOWN dsd-full-load-tuple-to-list: 1 case (P6, P7, P11), e.g. "
+                           "fsdp2.full/"), line
+
+
+def test_fsdp_case_keeps_only_the_tests_that_run_round_trips():
+    """``pytest --fsdp-case ID`` (the report's rerun line of a plugin case) deselects the
+    tests that cannot make a case, so it reruns just that case."""
+    p = subprocess.run([PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                        "--collect-only", "examples/test_lightning_trainer.py",
+                        "--fsdp-case", "no-such-case"],
+                       cwd=ROOT, env=env_for_subprocess(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    kept = [ln for ln in p.stdout.splitlines() if "::" in ln]
+    assert "4/8 tests collected (4 deselected)" in p.stdout, p.stdout[-2000:]
+    assert all("test_fabric_save_load" in ln or "restores_the_scheduler" in ln
+               for ln in kept), kept

@@ -279,3 +279,14 @@ def test_a_limitation_the_users_tests_declared_is_reported_as_theirs_with_their_
     assert ("declared by your tests (fsdp_known marker or known=): our bf16 head drifts "
             "(team issue 12)") in md
     assert "no longer recorded" not in md
+
+
+def test_the_rerun_line_of_a_case_only_a_users_test_makes_is_a_pytest_command():
+    from fsdp_conformance.report.run_report import rerun_command
+
+    zoo = Case(api="fsdp1.full").id
+    assert rerun_command(zoo) == f"fsdp-conformance run -k '{zoo}'"
+    custom = "fsdp2.custom:manual_save/make_optimizer/Decoder.root/dtensor/ws2/fp64"
+    assert rerun_command(custom) == f"pytest --fsdp-case '{custom}'"
+    user = "fsdp2.full/make_optimizer/TinyTransformerish.root/dtensor/ws2->3/fp64"
+    assert rerun_command(user) == f"pytest --fsdp-case '{user}'"
