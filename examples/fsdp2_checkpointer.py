@@ -119,15 +119,20 @@ def manual_save(model, optimizer, directory: str) -> None:
         torch.save({"state": state, "param_groups": groups}, f"{directory}/{OPTIM_FILE}")
 
 
-def manual_load(model, optimizer, directory: str) -> None:
-    """Every rank reads the full dicts and cuts its own shard with ``distribute_tensor``."""
-    names = _names(model, optimizer)
+def manual_load_model(model, directory: str) -> None:
+    """Every rank reads the full model dict and cuts its own shard with
+    ``distribute_tensor``; ``assign=True`` puts new Parameter objects into the model."""
     full = torch.load(f"{directory}/{MODEL_FILE}", weights_only=True)
-    current = model.state_dict()
     sharded = {k: nn.Parameter(distribute_tensor(full[k].to(v.dtype), v.device_mesh,
                                                  v.placements))
-               for k, v in current.items()}
-    model.load_state_dict(sharded, assign=True)  # bug 2: new Parameter objects
+               for k, v in model.state_dict().items()}
+    model.load_state_dict(sharded, assign=True)
+
+
+def manual_load_optimizer(model, optimizer, directory: str, names=None) -> None:
+    """The optimizer's part: each saved state cut to the rank's shard of its param
+    (``names``: the FQN of each of the optimizer's params, in its order)."""
+    names = names or _names(model, optimizer)
     saved = torch.load(f"{directory}/{OPTIM_FILE}", weights_only=False)
     params = dict(model.named_parameters())
     state = {}
@@ -140,3 +145,13 @@ def manual_load(model, optimizer, directory: str) -> None:
     ids = {n: i for i, n in enumerate(names)}
     groups = [{**g, "params": [ids[n] for n in g["params"]]} for g in saved["param_groups"]]
     optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def manual_load(model, optimizer, directory: str) -> None:
+    """Both parts, with the optimizer built before the load (bug 2: after
+    ``manual_load_model`` it holds the old Parameter objects). Passing
+    ``load_fn=(manual_load_model, manual_load_optimizer)`` instead builds the optimizer
+    after the model's load, as a trainer that loads the model first does."""
+    names = _names(model, optimizer)
+    manual_load_model(model, directory)
+    manual_load_optimizer(model, optimizer, directory, names)

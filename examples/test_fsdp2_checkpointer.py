@@ -13,7 +13,9 @@ judged at float32's tolerance, saying so):
 import pytest
 
 from examples.fsdp2_checkpointer import (Decoder, data, dsd_load, dsd_save, make_optimizer,
-                                         manual_load, manual_save, shard, shard_bf16)
+                                         manual_load, manual_load_model,
+                                         manual_load_optimizer, manual_save, shard,
+                                         shard_bf16)
 
 
 @pytest.mark.parametrize("sizes", ["2", "2->3", "2x2->2"])
@@ -42,6 +44,21 @@ def test_manual_checkpointer_names_the_parameter_swap(fsdp_roundtrip):
     assert "tolerance: fp32 (rtol 0.0001, atol 1e-06): the model computes its loss in " \
         "torch.float32 although the case runs in torch.float64" in text
 
+
+
+@pytest.mark.parametrize("sizes", ["2", "2->3"])
+def test_manual_checkpointer_with_the_optimizer_built_after_the_model_load(fsdp_roundtrip,
+                                                                           sizes):
+    """The same hand-written code, as a trainer that loads the model first and builds its
+    optimizer afterwards: ``load_fn=(load_model, load_optimizer)`` builds the optimizer on
+    the parameters the model holds after ``load_model``, and the round trip passes."""
+    results = fsdp_roundtrip(Decoder, data, fsdp_version=2, shard_fn=shard,
+                             optimizer=make_optimizer, save_fn=manual_save,
+                             load_fn=(manual_load_model, manual_load_optimizer),
+                             world_sizes=[sizes])
+    assert {p: v.status for p, v in results[0].properties.items()
+            if p in ("P3", "P6", "P7", "P11")} == dict.fromkeys(("P3", "P6", "P7", "P11"),
+                                                                "pass")
 
 
 def test_zoo_sweep_finds_the_buffer_crash_of_the_manual_save(fsdp_roundtrip):

@@ -229,9 +229,24 @@ class CustomPath:
     app_state: bool = False
     """The functions take the training state (``save(state, directory)``), not
     ``(model, optimizer, directory)``: decided from their signatures."""
+    load_model: Ref | None = None
+    """``load_model(model, directory) -> model or None``: the model's part of a load that
+    builds its optimizer after loading the model (``load_fn=(load_model, load)``); the
+    optimizer is then built on the parameters the model holds after it, and ``load``
+    restores the optimizer. None: the optimizer is built before ``load``."""
 
     @classmethod
     def of(cls, save, load, name: str | None = None, family: str = "fsdp2") -> "CustomPath":
+        """``load`` may be a pair ``(load_model, load_optimizer)``: see ``load_model``."""
+        model_part = None
+        if isinstance(load, tuple):
+            if len(load) != 2:
+                raise TypeError(f"load_fn as a tuple is (load_model, load_optimizer), got "
+                                f"{len(load)} items")
+            model_part = Ref.of(load[0], "load_fn[0] (load_model)")
+            if _arity(model_part.resolve(), "load_fn[0] (load_model)") != 2:
+                raise TypeError("load_fn[0] (load_model) takes (model, directory)")
+            load = load[1]
         s, l_ = Ref.of(save, "save_fn"), Ref.of(load, "load_fn")
         n_save, n_load = _arity(s.resolve(), "save_fn"), _arity(l_.resolve(), "load_fn")
         if n_save != n_load:
@@ -241,7 +256,7 @@ class CustomPath:
         if family not in CUSTOM_PREFIXES:
             raise ValueError(f"fsdp_version must be 1 or 2, got family {family!r}")
         return cls(s, l_, name=name or pair_name(s, l_), family=family,
-                   app_state=n_save == 2)
+                   app_state=n_save == 2, load_model=model_part)
 
     @property
     def api(self) -> str:

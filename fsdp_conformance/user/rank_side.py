@@ -84,8 +84,14 @@ def _family(case: Case) -> Family:
 
 def _build(ctx, case: Case, load_side: bool):
     """A fresh ``TrainState`` (step 0) at this side's plan and the optimizer's keys."""
+    model = _family(case).wrap(ctx, case, case.dst_plan if load_side else case.plan)
+    return _equip(case, model)
+
+
+def _equip(case: Case, model):
+    """A ``TrainState`` of ``model`` with a fresh optimizer (and scheduler) built on the
+    parameters it holds now, and the optimizer's keys."""
     fam = _family(case)
-    model = fam.wrap(ctx, case, case.dst_plan if load_side else case.plan)
     named = [(fam.grouping(n, p), p) for n, p in model.named_parameters()]
     optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
     sched = build_scheduler(optim, case.model) if case.scheduler else None
@@ -173,10 +179,19 @@ def _take(ctx, case: Case):
 
 
 def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
-    """A fresh training state at the load world size/plan with the saved params, then the
-    user's load."""
-    state, keys = _build(ctx, case, load_side=True)
-    _family(case).load_params(ctx, state.model, params)
+    """A fresh model at the load world size/plan with the saved params, then the user's
+    load: with ``custom.load_model``, that first (on the model alone), then the optimizer
+    built on the parameters the model holds after it, then ``custom.load``; else the
+    optimizer built first, then ``custom.load`` (the order README documents)."""
+    fam = _family(case)
+    model = fam.wrap(ctx, case, case.dst_plan)
+    fam.load_params(ctx, model, params)
+    if custom.load_model is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = custom.load_model.resolve()(model, str(ckpt))
+        model = model if out is None else out
+    state, keys = _equip(case, model)
     _call(custom.load.resolve(), custom, state, ckpt)
     return state, keys
 
