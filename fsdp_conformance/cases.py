@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     import torch
 
 DTYPE_NAMES = ("fp64", "fp32", "bf16")
+# The zoo's LR schedules (zoo/optimizers.py ``SCHEDULES``), named here without torch.
+SCHEDULE_NAMES = ("exp", "warmup_cosine", "onecycle", "sequential", "chained")
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 # API paths of the conformance run (sut/registry.py: one save path and its load path each),
 # plus "fsdp1" / "fsdp2": the differential observers that call every path of that API.
@@ -65,7 +67,9 @@ class Case:
     seed: int = 0
     dtype: str = "fp64"
     resume_steps: int = 2
-    scheduler: bool = False
+    # The LR scheduler stepped after every optimizer step and checkpointed beside it: a
+    # zoo schedule name (``SCHEDULE_NAMES``; True is "exp"), "" = none (False).
+    scheduler: bool | str = False
     impl: str = "default"
     fault: str = ""
     # Golden-fixture case (P12 only): "<torch version>/<fixture name>" of a checkpoint stored
@@ -127,6 +131,12 @@ class Case:
     load_tensor_parallel: int | None = None
 
     def __post_init__(self) -> None:
+        # the LR schedule: True is the zoo's "exp" (its id is "+sched", as it always was)
+        if self.scheduler is True or self.scheduler is False:
+            object.__setattr__(self, "scheduler", "exp" if self.scheduler else "")
+        if self.scheduler not in ("",) + SCHEDULE_NAMES:
+            raise ValueError(f"scheduler must be one of {SCHEDULE_NAMES} (True: 'exp'), or "
+                             f"empty, got {self.scheduler!r}")
         if self.api not in APIS and custom_family(self.api) is None:
             raise ValueError(f"api must be one of {APIS}, 'custom:<name>' or "
                              f"'fsdp2.custom:<name>', got {self.api!r}")
@@ -300,7 +310,8 @@ class Case:
         if self.impl != "default":
             opt += f".{self.impl}"
         if self.scheduler:
-            opt += "+sched" + ("@load" if self.scheduler_after_load else "")
+            opt += "+sched" + ("" if self.scheduler == "exp" else f":{self.scheduler}") + (
+                "@load" if self.scheduler_after_load else "")
         strat = "" if self.strategy == "FULL_SHARD" else f"/{self.strategy.lower()}"
         if self.reshard_after_forward:
             strat += f"/raf{self.reshard_after_forward}"

@@ -82,6 +82,34 @@ def initial_lr_from_scheduler_built_after(d: dict, case: Any) -> dict:
                                   for g in d.get("param_groups", [])]}
 
 
+SCHEDULE_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
+"""The param-group keys an LR scheduler's constructor writes (OneCycleLR: all four)."""
+
+
+def lr_set_by_scheduler_built_after(d: dict, case: Any) -> dict:
+    """Each param group's ``lr`` (and the other ``SCHEDULE_KEYS`` a schedule writes) is what
+    building the case's LR schedule on the loaded optimizer sets: the constructor takes a
+    first step (``LRScheduler.__init__`` -> ``_initial_step`` -> ``step``, torch 2.13
+    lr_scheduler.py:174-180, :284-296) that writes the schedule's step-0 lr into every group,
+    and the scheduler's ``load_state_dict`` that follows restores the scheduler's own fields,
+    not the groups' (:192-199). Computed by torch itself: the same schedule built on a
+    stand-in optimizer holding the loaded groups (a group without ``initial_lr`` gets its
+    ``lr``, as the constructor's ``setdefault`` does)."""
+    import torch
+
+    from ..zoo import build_scheduler
+
+    groups = d.get("param_groups", [])
+    if not groups:
+        return d
+    stand_in = torch.optim.SGD(
+        [{**{k: v for k, v in g.items() if k != "params"},
+          "params": [torch.zeros(1, requires_grad=True)]} for g in groups], lr=groups[0]["lr"])
+    build_scheduler(stand_in, case.model, case.scheduler)
+    return {**d, "param_groups": [{**g, **{k: s[k] for k in SCHEDULE_KEYS if k in s}}
+                                  for g, s in zip(groups, stand_in.param_groups)]}
+
+
 def state_cast_to_param_dtype(d: dict, case: Any) -> dict:
     """Every floating-point state tensor but ``step`` has the params' dtype (the case's
     ``dtype``: every zoo param has it), whatever dtype it was saved in; the values are the

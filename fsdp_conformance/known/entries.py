@@ -21,6 +21,7 @@ from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_state
                       hybrid_rows_chunked_globally, ignored_state_of_dcp_writer, untie_tied_model,
                       drop_frozen_state, dummy_step_state, empty_state_for_every_param,
                       frozen_state_as_fresh, initial_lr_from_scheduler_built_after,
+                      lr_set_by_scheduler_built_after,
                       state_cast_to_param_dtype,
                       stateless_rekey_is_a_noop, tuples_to_lists, unshare_when_resharded,
                       unused_params_get_zero_grads)
@@ -439,6 +440,34 @@ KNOWN: tuple[KnownLimitation, ...] = (
         model=Effect(what="each group's initial_lr is the loaded lr (fsdp2.sharded, "
                      "fsdp1.dsd_sharded: every rank; fsdp2.full: ranks other than 0)",
                      load=initial_lr_from_scheduler_built_after)),
+    KnownLimitation(
+        "scheduler-built-after-load-resets-lr", ("P11",),
+        lambda c: (c.scheduler_after_load and c.scheduler not in ("", "exp")
+                   and c.steps > 0 and not c.golden),
+        "2.13 (the full tier's +sched:<schedule>@load cases)",
+        "An LR scheduler built after the optimizer's state is loaded writes its step-0 "
+        "learning rate into every param group: the constructor takes a first step "
+        "(LRScheduler.__init__ -> _initial_step -> step, lr_scheduler.py:174-180, :284-296), "
+        "and the scheduler's load_state_dict that follows restores the scheduler's own fields "
+        "(last_epoch, _last_lr, a lambda's fields, the children of SequentialLR / "
+        "ChainedScheduler) but not the groups' lr (:192-199). So the loaded lr (the "
+        "schedule's value at the save) is replaced by its value at step 0, and OneCycleLR "
+        "also rewrites initial_lr, max_lr and min_lr from its constructor's arguments. The "
+        "first resumed step runs at that lr; a closed-form schedule (LambdaLR, OneCycleLR) "
+        "is back on its curve at the next step, a chainable one (LinearLR inside "
+        "SequentialLR / ChainedScheduler) keeps the error. Not an FSDP or DCP bug: every path "
+        "shows it alike, plain Optimizer.load_state_dict included; ExponentialLR is immune "
+        "(at step 0 it keeps group['lr']). Minimal reproducer, one process: "
+        "notes/repro/scheduler_built_after_load_resets_lr.py.",
+        "https://github.com/pytorch/pytorch/issues/119168 (restoring SequentialLR has side "
+        "effects on the optimizer; closed, the maintainers: most schedulers do, load after "
+        "building the scheduler) and https://github.com/pytorch/pytorch/issues/65342 "
+        "(CosineAnnealingLR resets the lr when built before its state is loaded; open)",
+        also=("P3", "P6", "P7"),  # P3: an FSDP1 rank's local dict holds its param_groups
+        model=Effect(what="each group's lr (OneCycleLR: and initial_lr, max_lr, min_lr) is "
+                     "the schedule's step-0 value, as building the schedule on the loaded "
+                     "optimizer sets it",
+                     load=lr_set_by_scheduler_built_after)),
     # --- found by the conformance run, FSDP2 paths (sut/fsdp2_paths.py) -------------------
     KnownLimitation(
         "dtensor-no-fused-sgd-adagrad", ALL_PROPS,

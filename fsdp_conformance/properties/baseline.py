@@ -284,7 +284,7 @@ def fresh_training(case: Case):
     model = build_model(case.model, case.seed, case.torch_dtype)
     named = list(model.named_parameters())
     optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
-    sched = build_scheduler(optim, case.model) if case.scheduler else None
+    sched = build_scheduler(optim, case.model, case.scheduler) if case.scheduler else None
     order = {id(p): n for n, p in named}
     return model, optim, sched, [order[id(p)] for g in optim.param_groups for p in g["params"]]
 

@@ -24,6 +24,7 @@ from ..zoo import model_spec
 from . import expectation as expect
 from . import run_props as rp
 from .precision import judged_dtype, own_mp_of, with_precision
+from .training_state import p6_scheduler, p11_training_state, with_problems
 from .catalogue import NO_REKEY
 from .layouts import reference_layout
 from .reference_props import p0_layout
@@ -167,6 +168,14 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
                    else rp.p9_flags(layout, api, save_obs))
         v["P10"] = rp.p10_partial(case, layout, dst, full, load_obs, local, gather=gather)
         v["P11"] = rp.p11_groups(full, load_obs, local)
+        if case.scheduler and not case.golden and load_error is None:
+            v["P11"] = with_problems(v["P11"], p11_training_state(
+                save_obs, load_obs, local, step=case.steps if case.app_state else None),
+                "the scheduler" + (f" and step {case.steps}" if case.app_state else "")
+                + " restored")
+            if v["P6"].status != "n/a":
+                v["P6"] = with_problems(v["P6"], p6_scheduler(load_obs, local),
+                                        "the scheduler after resuming as uninterrupted")
     if not api_path(api).rekeys:
         v["P5"] = na(NO_REKEY)
     elif full is None:

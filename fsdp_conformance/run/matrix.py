@@ -26,13 +26,16 @@ import dataclasses
 import itertools
 from typing import Iterable, Sequence
 
-from ..cases import FAULTS, Case
+from ..cases import FAULTS, SCHEDULE_NAMES, Case
 from ..sut.paths import FSDP1_PATHS, resizable
 from ..sut.registry import family_of
 from ..zoo import FUSED, MODELS, OPTIMIZERS, runs_on
 from ..zoo.optimizers import STATE_DTYPE_OPTIMIZERS
 
 OPTS = tuple(OPTIMIZERS)
+# The zoo's LR schedules whose lr depends on the scheduler's own state (every one but the
+# chainable "exp"): the +sched cases of each tier go through them too.
+STATEFUL_SCHEDULES = tuple(k for k in SCHEDULE_NAMES if k != "exp")
 WS_PAIRS = tuple(itertools.product((1, 2, 3, 4), repeat=2))
 # Load-side plan per model that differs from "nested" (a second wrapping for N->M).
 # (tied "split" shares a param across units: a known FSDP1 failure, probed by
@@ -98,6 +101,10 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer="sgd_momentum", groups=2, scheduler=True,
                           scheduler_after_load=True, world_size=3,
                           load_world_size=2 if resizable(api) else None))
+        # a schedule whose lr depends on the scheduler's own state, one per path in turn
+        cases.append(Case(api=api, optimizer="adamw", groups=2,
+                          scheduler=STATEFUL_SCHEDULES[p % len(STATEFUL_SCHEDULES)],
+                          world_size=2, load_world_size=3 if resizable(api) else None))
         # bfloat16 round trips: one per path, the optimizers in turn, resharded where the
         # path can (P2 and P6 by each tensor's own scale, run_props)
         cases.append(Case(api=api, optimizer=OPTS[(p + 1) % len(OPTS)], dtype="bf16",
@@ -143,6 +150,10 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases += state_dtype(api, ((2, 3), (3, 2), (2, 2), (1, 2)))
     for api, opt, after in itertools.product(paths, OPTS, (False, True)):
         cases.append(Case(api=api, optimizer=opt, groups=2, scheduler=True,
+                          scheduler_after_load=after, world_size=3,
+                          load_world_size=2 if resizable(api) else None))
+    for api, kind, after in itertools.product(paths, STATEFUL_SCHEDULES, (False, True)):
+        cases.append(Case(api=api, optimizer="adamw", groups=2, scheduler=kind,
                           scheduler_after_load=after, world_size=3,
                           load_world_size=2 if resizable(api) else None))
     for api in paths:
@@ -263,6 +274,9 @@ def dcp_writes(api: str, optimizers: Sequence[str]) -> list[Case]:
         for asynchronous in (False, True):
             out.append(Case(api=api, optimizer=opt, groups=2, scheduler=True, world_size=2,
                             load_world_size=3, app_state=True, async_save=asynchronous))
+    # the app state with a schedule whose lr depends on the scheduler's own state
+    out.append(Case(api=api, optimizer=optimizers[0], groups=2, scheduler="warmup_cosine",
+                    world_size=2, load_world_size=3, app_state=True))
     return out
 
 

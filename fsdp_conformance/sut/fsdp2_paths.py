@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from ..cases import Case
-from ..zoo import build_optimizer, build_scheduler, freeze_at_save
+from ..zoo import build_optimizer, build_scheduler, freeze_at_save, scheduler_state
 from .fsdp1 import named_local, optimizer_keys, train
 from .fsdp2 import (local_to_cpu, is_dtensor, mesh_shape, own_mixed_precision, param_layout,
                     torch_piece, wrap_fsdp2)
@@ -120,7 +120,7 @@ def _build(ctx, case: Case, load_side: bool):
         freeze_at_save(model, case.model)
     optim = build_optimizer(case.optimizer, list(model.named_parameters()), case.groups,
                             impl=case.impl)
-    sched = (build_scheduler(optim, case.model)
+    sched = (build_scheduler(optim, case.model, case.scheduler)
              if case.scheduler and not (load_side and case.scheduler_after_load) else None)
     return model, optim, sched, optimizer_keys(model, optim)
 
@@ -295,6 +295,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
 
     tr = trained(ctx, case, lambda: _build(ctx, case, load_side=False), train_then_freeze)
     model, optim, sched, keys, losses = tr.model, tr.optim, tr.sched, tr.keys, tr.losses
+    sched_at_save = scheduler_state(sched)  # before an async write's racing step moves it
     run = runs[0] if runs else model  # a kept training is never a compiled one (sut/trained.py)
     mesh, meta, local = mesh_shape(ctx, case, tp), param_layout(model), local_state(optim, keys)
     params = full_params(model)
@@ -334,13 +335,14 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
                       saved_devices=saved_devices, params=params if ctx.rank == 0 else None,
                       all_ranks=all_ranks, offloaded=offloaded,
                       offloaded_devices=offloaded_devices, device=str(ctx.device),
-                      own_mixed_precision=own_mixed_precision(model))
+                      own_mixed_precision=own_mixed_precision(model),
+                      sched=sched_at_save)
 
 
-def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path, sched=None) -> None:
+def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path, sched=None):
     """The path's load call on this rank (it ends in ``optim.load_state_dict``);
-    ``Case.app_state``: ``dcp.load`` of an ``AppState`` (it restores ``sched`` too, and the
-    step, which must be the save's)."""
+    ``Case.app_state``: ``dcp.load`` of an ``AppState`` (it restores ``sched`` too), which
+    returns the step the app state restored (None otherwise)."""
     from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
                                                          set_optimizer_state_dict)
 
@@ -355,10 +357,7 @@ def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path, sched=No
     if case.app_state:
         app = AppState(model, optim, sched, step=-1, options=_load_options(case))
         dcp.load({APP_KEY: app}, checkpoint_id=str(workdir / DCP_DIR), process_group=ctx.group)
-        if app.step != case.steps:
-            raise ValueError(f"the app state's step after dcp.load is {app.step}, the save's "
-                             f"was {case.steps}")
-        return
+        return app.step  # P11 compares it with the save's
     template = get_optimizer_state_dict(model, optim, options=_options(case))
     dcp.load({"optim": template}, checkpoint_id=str(workdir / DCP_DIR),
              process_group=ctx.group)
@@ -428,10 +427,12 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     if is_error(res):
         return LoadRecord(**head, loaded=res)
     if case.scheduler_after_load:  # built now, on the loaded optimizer (Case)
-        sched = build_scheduler(optim, case.model)
+        sched = build_scheduler(optim, case.model, case.scheduler)
     if sched is not None and not case.app_state:  # the app state restored it from DCP
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     loaded = local_state(optim, keys)
+    head.update(sched_loaded=scheduler_state(sched),
+                step_loaded=res if case.app_state else None)
     if case.golden:  # P12 reads the loaded state alone (golden/kind.py): no resave, no resume
         return LoadRecord(**head, loaded=loaded)
     resaved, timings["resave"] = guarded(save_path, case, run, optim)
@@ -441,5 +442,5 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     final_local = local_state(optim, keys)
     params = full_params(model)
     return LoadRecord(**head, loaded=loaded, resaved=resaved, losses=losses,
-                      final_local=final_local,
+                      final_local=final_local, sched_final=scheduler_state(sched),
                       final_params=params)

@@ -58,7 +58,7 @@ from typing import Any
 import torch
 
 from ..cases import Case
-from ..zoo import build_optimizer, build_scheduler
+from ..zoo import build_optimizer, build_scheduler, scheduler_state
 from . import fsdp1
 from .trained import keep, trained
 from .common import guarded, is_error, timed
@@ -96,7 +96,7 @@ def _build(ctx, case: Case, load_side: bool):
     model = fsdp1.wrap_fsdp1(ctx, case, plan=case.dst_plan if load_side else case.plan)
     names = [(grouping_name(n, p), p) for n, p in model.named_parameters()]
     optim = build_optimizer(case.optimizer, names, case.groups, impl=case.impl)
-    sched = (build_scheduler(optim, case.model)
+    sched = (build_scheduler(optim, case.model, case.scheduler)
              if case.scheduler and not (load_side and case.scheduler_after_load) else None)
     return model, optim, sched, optimizer_keys(model, optim)
 
@@ -262,6 +262,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     tr = trained(ctx, case, lambda: _build(ctx, case, load_side=False),  # or the kept one
                  lambda m, o, s: fsdp1.train(ctx, case, m, o, case.steps, sched=s))
     model, optim, sched, keys, losses = tr.model, tr.optim, tr.sched, tr.keys, tr.losses
+    sched_at_save = scheduler_state(sched)
     meta = fsdp1.flat_metadata(model)
     local = to_cpu(named_local(optim.state_dict(), keys))
     params = full_params(model)
@@ -295,7 +296,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
                       timings=timings, saved=record, saved_devices=saved_devices,
                       params=params if ctx.rank == 0 else None, saved_ids=saved_ids,
                       all_ranks=all_ranks, unoffloaded=unoffloaded, offloaded=offloaded,
-                      device=str(ctx.device))
+                      device=str(ctx.device), sched=sched_at_save)
 
 
 def read_saved(ctx, case: Case, workdir: Path) -> tuple[Any, str]:
@@ -402,10 +403,11 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     if is_error(res):
         return LoadRecord(**head, loaded=res)
     if case.scheduler_after_load:  # built now, on the loaded optimizer (Case)
-        sched = build_scheduler(optim, case.model)
+        sched = build_scheduler(optim, case.model, case.scheduler)
     if sched is not None:
         sched.load_state_dict(torch.load(workdir / SCHED_FILE, weights_only=True))
     loaded = to_cpu(named_local(optim.state_dict(), keys))
+    head.update(sched_loaded=scheduler_state(sched))
     if case.golden:  # P12 reads the loaded state alone (golden/kind.py): no resave, no resume
         return LoadRecord(**head, loaded=loaded)
     resaved, timings["resave"] = guarded(save_path, case, model, optim)
@@ -415,5 +417,5 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     final_local = to_cpu(named_local(optim.state_dict(), keys))
     params = full_params(model)
     return LoadRecord(**head, loaded=loaded, resaved=resaved, losses=losses,
-                      final_local=final_local,
+                      final_local=final_local, sched_final=scheduler_state(sched),
                       final_params=params)

@@ -115,8 +115,8 @@ class SaveRecord:
     """Custom path: the rank's ``optim.state_dict()`` right after the user's save (P7: a save
     must not change it). None for the built-in paths."""
     sched: dict | None = None
-    """Custom path with the training state: the LR scheduler's ``state_dict()`` at the save
-    (P11). None without a scheduler, and for the built-in paths."""
+    """The LR scheduler's ``state_dict()`` at the save (P11; ``zoo.scheduler_state``). None
+    without a scheduler."""
     step: int | None = None
     """Custom path with the training state: ``TrainState.step`` at the save (P11)."""
     pending: str = ""
@@ -177,14 +177,15 @@ class LoadRecord:
     reloaded: dict | None = None
     """Custom path, P7: the state after loading what was saved again."""
     sched_loaded: dict | None = None
-    """Custom path with the training state: the scheduler's ``state_dict()`` right after the
-    user's load (P11). None without a scheduler."""
+    """The LR scheduler's ``state_dict()`` right after the load restored it (P11). None
+    without a scheduler."""
     step_loaded: Any = None
-    """Custom path with the training state: ``TrainState.step`` after the user's load (P11;
-    training resumes there)."""
+    """The training step the load restored: a custom path's ``TrainState.step`` after the
+    user's load, an app-state case's step after ``dcp.load`` (P11; training resumes
+    there). None where nothing restores a step."""
     sched_final: dict | None = None
-    """Custom path with the training state: the scheduler's ``state_dict()`` after resuming
-    (P6: the learning rates it produced)."""
+    """The LR scheduler's ``state_dict()`` after resuming (P6: the learning rates it
+    produced). None without a scheduler."""
     diagnosis: dict | None = None
     """Custom path: what the rank saw right after the user's load (user/diagnosis.py
     ``after_load``: params the optimizer no longer holds, state off its param's device)."""

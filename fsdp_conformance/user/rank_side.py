@@ -94,7 +94,7 @@ def _equip(case: Case, model):
     fam = _family(case)
     named = [(fam.grouping(n, p), p) for n, p in model.named_parameters()]
     optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
-    sched = build_scheduler(optim, case.model) if case.scheduler else None
+    sched = build_scheduler(optim, case.model, case.scheduler) if case.scheduler else None
     return TrainState(model=model, optimizer=optim, scheduler=sched), \
         fsdp1.optimizer_keys(model, optim)
 

@@ -33,6 +33,7 @@ from ..properties.baseline import local_run
 from ..properties import expectation as expect
 from ..properties import run_props as rp
 from ..properties.precision import judged_dtype, own_mp_of, with_precision
+from ..properties.training_state import p6_scheduler, p11_training_state, with_problems
 from ..properties.verdict import Verdict, error, fail, na, passed
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..properties.catalogue import ONLY_BOUNDS, ONLY_GOLDEN, PROPS
@@ -187,57 +188,6 @@ def _p7_custom(save_obs: list[SaveRecord], load_obs: list[LoadRecord], again_err
     return passed("the save leaves the state unchanged; load -> save -> load bitwise the same")
 
 
-def _state_diffs(what: str, want: dict | None, got: dict | None) -> list[str]:
-    """The keys where two scheduler ``state_dict()``s differ: ``what: key: want X, got Y``."""
-    if want == got:
-        return []
-    if want is None or got is None:
-        return [f"{what}: expected {'no scheduler state' if want is None else want}, got "
-                f"{'none' if got is None else got}"]
-    return [f"{what}: {k!r}: expected {want.get(k, '<missing>')!r}, got {got.get(k, '<missing>')!r}"
-            for k in sorted(set(want) | set(got), key=str) if want.get(k) != got.get(k)]
-
-
-def by_ranks(per_rank: Sequence[tuple[int, list[str]]], side: str = "") -> list[str]:
-    """Problems found on several ranks, each once: ``rank 0: X`` / ``ranks [0, 1, 2]: X``."""
-    ranks: dict[str, list[int]] = {}
-    for r, found in per_rank:
-        for d in found:
-            ranks.setdefault(d, []).append(r)
-    return [f"{side}{'rank ' + str(rs[0]) if len(rs) == 1 else 'ranks ' + str(rs)}: {d}"
-            for d, rs in ranks.items()]
-
-
-def p11_app_state(case: Case, save_obs: Sequence[SaveRecord], load_obs: Sequence[LoadRecord],
-                  local) -> list[str]:
-    """The training state's other parts, as a trainer checkpoints them: on every rank the
-    step the load restored is the save's (``case.steps``), and the scheduler's state after
-    the load is the state it had at the save (== the single-process run's)."""
-    def loaded(o: LoadRecord) -> list[str]:
-        step = ([] if o.step_loaded == case.steps else
-                [f"state.step after the load is {o.step_loaded!r}, expected {case.steps} (the "
-                 f"step the checkpoint was taken at)"])
-        return step + _state_diffs("scheduler after the load vs at the save",
-                                   local.sched_at_save, o.sched_loaded)
-
-    return by_ranks([(o.rank, _state_diffs("scheduler vs the single-process run",
-                                           local.sched_at_save, o.sched)) for o in save_obs],
-                    "save side, ") + by_ranks([(o.rank, loaded(o)) for o in load_obs])
-
-
-def _with(verdict: Verdict, problems: list[str], what: str) -> Verdict:
-    """``verdict`` with more problems: a fail listing them after its own (a pass becomes a
-    fail; an error or n/a stays, with them added)."""
-    if not problems:
-        return verdict if verdict.status != "pass" else passed(f"{verdict.detail}; {what}")
-    text = "\n".join(problems)
-    if verdict.status == "fail":
-        return fail(verdict.detail + "\n\n" + text)
-    if verdict.status == "pass":
-        return fail(text)
-    return Verdict(verdict.status, verdict.detail + "\n\n" + text)
-
-
 def _p7_pending(save_obs: Sequence[SaveRecord]) -> list[str]:
     pending = [o for o in save_obs if o.pending]
     if not pending:
@@ -293,17 +243,16 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
             case=case, start=rp.save_point(layout, save_obs, gather)
             if dt == "bf16" else None), own_mp=mp)
         if app_state and local.sched_at_end is not None:
-            v["P6"] = _with(v["P6"], by_ranks([(o.rank, _state_diffs(
-                "scheduler after resuming vs the uninterrupted run", local.sched_at_end,
-                o.sched_final)) for o in load_obs]),
-                "the scheduler after resuming as in the uninterrupted run")
-    v["P7"] = _with(_p7_custom(save_obs, load_obs, errors.get("again")),
+            v["P6"] = with_problems(v["P6"], p6_scheduler(load_obs, local),
+                                    "the scheduler after resuming as in the uninterrupted run")
+    v["P7"] = with_problems(_p7_custom(save_obs, load_obs, errors.get("again")),
                     _p7_pending(save_obs), "the save was complete when save_fn returned")
     v["P10"] = p10_user(case, layout, dst, None, load_obs, local, gather)
     v["P11"] = rp.p11_groups(written, load_obs, local)
     if app_state:
-        v["P11"] = _with(v["P11"], p11_app_state(case, save_obs, load_obs, local),
-                         f"step {case.steps} and the scheduler restored")
+        v["P11"] = with_problems(v["P11"], p11_training_state(save_obs, load_obs, local,
+                                                              step=case.steps),
+                                 f"step {case.steps} and the scheduler restored")
     return with_causes({p: v[p] for p in PROPS}, _causes(case, save_obs, load_obs, app_state))
 
 

@@ -144,18 +144,76 @@ def _checked(name: str, optim) -> torch.optim.Optimizer:
     return optim
 
 
-def build_scheduler(optim: torch.optim.Optimizer,
-                    model: str | None = None) -> torch.optim.lr_scheduler.LRScheduler:
-    """The LR scheduler of cases with ``scheduler=True``: the registered user model's
-    ``scheduler_fn(optim)`` if ``model`` has one, else ExponentialLR(gamma=0.9), which adds
-    ``initial_lr`` to every param group (an extra key every path must keep)."""
+class WarmupCosine:
+    """``LambdaLR``'s factor: linear warm-up over ``warmup`` steps, then cosine decay to
+    ``floor`` at ``total`` steps (the default shape of torchtitan's and transformers'
+    schedules). A callable object, so ``LambdaLR.state_dict()`` saves its fields and a load
+    restores them."""
+
+    def __init__(self, warmup: int = 2, total: int = 8, floor: float = 0.1):
+        self.warmup, self.total, self.floor = warmup, total, floor
+
+    def __call__(self, step: int) -> float:
+        import math
+
+        if step < self.warmup:
+            return (step + 1) / (self.warmup + 1)
+        t = min(1.0, (step - self.warmup) / max(1, self.total - self.warmup))
+        return self.floor + (1 - self.floor) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+def _exp(optim):
+    return torch.optim.lr_scheduler.ExponentialLR(optim, gamma=0.9)
+
+
+def _warmup_cosine(optim):
+    return torch.optim.lr_scheduler.LambdaLR(optim, WarmupCosine())
+
+
+def _onecycle(optim):
+    return torch.optim.lr_scheduler.OneCycleLR(
+        optim, max_lr=[g["lr"] * 4 for g in optim.param_groups], total_steps=8,
+        cycle_momentum=False)
+
+
+def _sequential(optim):
+    lr = torch.optim.lr_scheduler
+    return lr.SequentialLR(optim, [lr.LinearLR(optim, start_factor=0.25, total_iters=2),
+                                   lr.ExponentialLR(optim, gamma=0.8)], milestones=[2])
+
+
+def _chained(optim):
+    lr = torch.optim.lr_scheduler
+    return lr.ChainedScheduler([lr.LinearLR(optim, start_factor=0.5, total_iters=3),
+                                lr.ExponentialLR(optim, gamma=0.9)])
+
+
+SCHEDULES = {"exp": _exp, "warmup_cosine": _warmup_cosine, "onecycle": _onecycle,
+             "sequential": _sequential, "chained": _chained}
+"""The zoo's LR schedules by name (``Case.scheduler``). "exp" (ExponentialLR 0.9) is
+chainable: its next lr comes from the optimizer's lr, not from its own state. The others'
+lr depends on the scheduler's own state (``last_epoch``, a lambda's fields, the child
+schedulers' states), so a scheduler restored wrongly changes the learning rates after a
+resume: warm-up then cosine decay through ``LambdaLR``, ``OneCycleLR``, and the two
+compositions whose ``load_state_dict`` recurses into children (``SequentialLR``,
+``ChainedScheduler``)."""
+
+
+def build_scheduler(optim: torch.optim.Optimizer, model: str | None = None,
+                    kind: str = "exp") -> torch.optim.lr_scheduler.LRScheduler:
+    """The LR scheduler of cases with a ``scheduler``: the registered user model's
+    ``scheduler_fn(optim)`` if ``model`` has one, else the zoo's ``SCHEDULES[kind]``
+    (every one adds ``initial_lr`` to each param group: an extra key every path must
+    keep)."""
     if model is not None:
         from .models import model_spec
 
         fn = model_spec(model).scheduler_fn
         if fn is not None:
             return fn(optim)
-    return torch.optim.lr_scheduler.ExponentialLR(optim, gamma=0.9)
+    if kind not in SCHEDULES:
+        raise ValueError(f"scheduler must be one of {sorted(SCHEDULES)}, got {kind!r}")
+    return SCHEDULES[kind](optim)
 
 
 def scheduler_state(sched) -> dict | None:

@@ -54,7 +54,7 @@ def test_a_skipped_scheduler_fails_p11_and_p6():
 def test_a_step_counter_left_at_zero_is_named():
     msg = _failure(save_checkpoint, bug.load_skips_step, "2")
     p11 = _verdict(msg, "P11")
-    assert "state.step after the load is 0, expected 2" in p11, p11
+    assert "the step after the load is 0, expected 2" in p11, p11
     assert "likely cause: the training step counter was not restored" in p11, p11
 
 

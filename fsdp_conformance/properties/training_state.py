@@ -1,0 +1,79 @@
+"""What trainers checkpoint beside the optimizer: the LR scheduler and the step counter. One
+definition, read by the conformance run's round trips (properties/roundtrip.py) and by the
+plugin's custom paths (user/verdicts.py).
+
+Rules
+- P11: on every save rank the scheduler's ``state_dict()`` at the save equals the
+  single-process run's; on every load rank the scheduler's state right after the load
+  equals the state at the save, and where a step is restored (a training state's
+  ``step``, an app state's), it is the save's.
+- P6: on every load rank the scheduler's state after resuming equals the uninterrupted
+  run's (its ``last_epoch``, the learning rates it produced: ``_last_lr``, the child
+  schedulers of a composition).
+- Each difference is one line naming the key, the expected and the seen value, and the
+  ranks it was seen on (``by_ranks``); a verdict takes them as more problems
+  (``with_problems``).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .verdict import Verdict, fail, passed
+
+
+def state_diffs(what: str, want: dict | None, got: dict | None) -> list[str]:
+    """The keys where two scheduler ``state_dict()``s differ: ``what: key: want X, got Y``."""
+    if want == got:
+        return []
+    if want is None or got is None:
+        return [f"{what}: expected {'no scheduler state' if want is None else want}, got "
+                f"{'none' if got is None else got}"]
+    return [f"{what}: {k!r}: expected {want.get(k, '<missing>')!r}, got {got.get(k, '<missing>')!r}"
+            for k in sorted(set(want) | set(got), key=str) if want.get(k) != got.get(k)]
+
+
+def by_ranks(per_rank: Sequence[tuple[int, list[str]]], side: str = "") -> list[str]:
+    """Problems found on several ranks, each once: ``rank 0: X`` / ``ranks [0, 1, 2]: X``."""
+    ranks: dict[str, list[int]] = {}
+    for r, found in per_rank:
+        for d in found:
+            ranks.setdefault(d, []).append(r)
+    return [f"{side}{'rank ' + str(rs[0]) if len(rs) == 1 else 'ranks ' + str(rs)}: {d}"
+            for d, rs in ranks.items()]
+
+
+def p11_training_state(save_obs: Sequence, load_obs: Sequence, local, *,
+                       step: int | None = None) -> list[str]:
+    """P11's part (module rules): ``save_obs`` / ``load_obs`` the ranks' records (``sched``,
+    ``sched_loaded``, ``step_loaded``), ``local`` the single-process run (``sched_at_save``),
+    ``step`` the step the load must restore (None: nothing restores one)."""
+    def loaded(o) -> list[str]:
+        lines = ([] if step is None or o.step_loaded == step else
+                 [f"the step after the load is {o.step_loaded!r}, expected {step} (the step "
+                  f"the checkpoint was taken at)"])
+        return lines + state_diffs("scheduler after the load vs at the save",
+                                   local.sched_at_save, o.sched_loaded)
+
+    return by_ranks([(o.rank, state_diffs("scheduler vs the single-process run",
+                                          local.sched_at_save, o.sched)) for o in save_obs],
+                    "save side, ") + by_ranks([(o.rank, loaded(o)) for o in load_obs])
+
+
+def p6_scheduler(load_obs: Sequence, local) -> list[str]:
+    """P6's part (module rules): the scheduler after resuming vs the uninterrupted run."""
+    return by_ranks([(o.rank, state_diffs("scheduler after resuming vs the uninterrupted run",
+                                          local.sched_at_end, o.sched_final))
+                     for o in load_obs])
+
+
+def with_problems(verdict: Verdict, problems: list[str], what: str) -> Verdict:
+    """``verdict`` with more problems: a fail listing them after its own (a pass becomes a
+    fail; an error or n/a stays, with them added); no problems: a pass says ``what`` held."""
+    if not problems:
+        return verdict if verdict.status != "pass" else passed(f"{verdict.detail}; {what}")
+    text = "\n".join(problems)
+    if verdict.status == "fail":
+        return fail(verdict.detail + "\n\n" + text)
+    if verdict.status == "pass":
+        return fail(text)
+    return Verdict(verdict.status, verdict.detail + "\n\n" + text)
