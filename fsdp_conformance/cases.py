@@ -44,7 +44,7 @@ MIXED_PRECISION = ("", "bf16")
 # reset is what its save side sees (run/saves.py shares saves by it) and what the
 # single-process baseline trains (properties/baseline.py).
 LOAD_ONLY = {"load_world_size": None, "load_plan": None, "scheduler_after_load": False,
-             "nonstrict": False, "load_tensor_parallel": None}
+             "nonstrict": False, "load_tensor_parallel": None, "no_broadcast": False}
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,9 @@ class Case:
     # loading a checkpoint whose params do not all have state, e.g. ones that never had a
     # gradient); the save is unchanged.
     nonstrict: bool = False
+    # fsdp2.full only: the load without ``broadcast_from_rank0``: every rank loads the full
+    # dict it read itself (``set_optimizer_state_dict(full_state_dict=True)``).
+    no_broadcast: bool = False
     # FSDP2 round trips only: every state-dict call of both sides passes
     # ``StateDictOptions(ignore_frozen_params=True)`` (the model's frozen params are left out
     # of its state dict; the optimizer's dict is documented as unchanged).
@@ -194,6 +197,9 @@ class Case:
                 raise ValueError(f"reshard_after_forward must be a factor (at least 2) of both "
                                  f"world sizes {self.world_size} and {self.dst_world_size}, "
                                  f"got {raf}")
+        if self.no_broadcast and self.api != "fsdp2.full":
+            raise ValueError(f"no_broadcast=True is fsdp2.full's load without "
+                             f"broadcast_from_rank0, got api={self.api!r}")
         if self.scheduler_after_load and not self.scheduler:
             raise ValueError("scheduler_after_load needs scheduler=True")
         if self.scheduler_after_load:
@@ -333,6 +339,7 @@ class Case:
                 + ("/async_save" if self.async_save else "")
                 + ("/app_state" if self.app_state else "")
                 + ("/nonstrict" if self.nonstrict else "")
+                + ("/no_broadcast" if self.no_broadcast else "")
                 + ("/ignore_frozen" if self.ignore_frozen_params else ""))
 
     def to_dict(self) -> dict:

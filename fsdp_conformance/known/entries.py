@@ -414,20 +414,24 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "dsd-load-drops-group-keys-the-optimizer-lacks", ("P11",),
         lambda c: (c.api in ("fsdp2.full", "fsdp2.sharded", "fsdp1.dsd_sharded")
                    and c.scheduler_after_load and c.steps > 0  # else lr == initial_lr
+                   and not c.no_broadcast  # raises instead: the next entry
                    and (c.api != "fsdp2.full" or c.dst_world_size > 1)),  # rank 0 keeps it
         "2.13, 2.15 (the full tier's cases; the reproducer also on 2.8)",
-        "set_optimizer_state_dict loads a param-group key only where the rank's fresh "
-        "optimizer already has it, so the LR scheduler's initial_lr, in the checkpoint but not "
-        "in an optimizer whose scheduler is built after the load, is dropped; the scheduler "
-        "built then sets it to the loaded (decayed) lr (lr_scheduler.py, setdefault "
-        "'initial_lr'), 0.05 -> 0.0405 after two ExponentialLR(0.9) steps. fsdp2.sharded and "
-        "DSD on FSDP1 (fsdp1.dsd_sharded): the DCP template (the fresh optimizer's dict) has "
-        "no initial_lr key, so dcp.load never reads it, on every rank. fsdp2.full with broadcast_from_rank0: "
-        "_broadcast_state_dict writes a non-tensor value only into keys the rank's local dict "
-        "has (_state_dict_utils.py:670-673); rank 0 then adds the keys its full dict has and "
+        "A param-group key in the checkpoint that the loading optimizer lacks (the LR "
+        "scheduler's initial_lr, when the scheduler is built after the load) is lost on the "
+        "way in by two of torch's loads, each its own way; the scheduler built then sets it "
+        "to the loaded (decayed) lr (lr_scheduler.py, setdefault 'initial_lr'), 0.05 -> "
+        "0.0405 after two ExponentialLR(0.9) steps. Through DCP (fsdp2.sharded, "
+        "fsdp1.dsd_sharded), on every rank: dcp.load reads only the keys of its template, "
+        "the fresh optimizer's dict, which has none (set_optimizer_state_dict itself keeps "
+        "the key: the same sharded dict loaded in memory, without DCP, keeps initial_lr on "
+        "every rank). fsdp2.full with broadcast_from_rank0: _broadcast_state_dict writes a "
+        "non-tensor value only into keys the rank's local dict has "
+        "(_state_dict_utils.py:670-673); rank 0 then adds the keys its full dict has and "
         "the local lacks (state_dict.py:1168-1176), the others have an empty dict there: ranks "
-        "1.. lose initial_lr, rank 0 keeps it. The FSDP1 paths, fsdp1.dsd_full and "
-        "Optimizer.load_state_dict keep it. (fsdp1.dsd_sharded at 2 -> 3 raises "
+        "1.. lose initial_lr, rank 0 keeps it. Without broadcast_from_rank0 it is not lost but "
+        "raises (entry dsd-full-load-no-broadcast-missing-group-key). The FSDP1 paths, "
+        "fsdp1.dsd_full and Optimizer.load_state_dict keep it. (fsdp1.dsd_sharded at 2 -> 3 raises "
         "dcp-zero-local-shard-falls-back-to-old-keys first; seen at 3 -> 2.) Training is unchanged (the chainable schedulers "
         "step from group['lr']); a scheduler or code that reads initial_lr later (closed-form "
         "schedulers, a scheduler rebuilt with last_epoch) starts from the wrong value, and on "
@@ -440,6 +444,28 @@ KNOWN: tuple[KnownLimitation, ...] = (
         model=Effect(what="each group's initial_lr is the loaded lr (fsdp2.sharded, "
                      "fsdp1.dsd_sharded: every rank; fsdp2.full: ranks other than 0)",
                      load=initial_lr_from_scheduler_built_after)),
+    KnownLimitation(
+        "dsd-full-load-no-broadcast-missing-group-key", ("P3",),
+        lambda c: c.api == "fsdp2.full" and c.no_broadcast and c.scheduler_after_load,
+        "2.13 (the quick tier's fsdp2.full .../no_broadcast @load case)",
+        "set_optimizer_state_dict(full_state_dict=True) without broadcast_from_rank0, every "
+        "rank loading its own full dict, raises KeyError: 'param_groups.0.initial_lr' on "
+        "every rank when the checkpoint's param groups hold a key the fresh optimizer lacks "
+        "(the LR scheduler's initial_lr, the scheduler built after the load): "
+        "_distribute_state_dict copies every non-tensor value into the rank's flattened local "
+        "dict (_state_dict_utils.py:711-712), so the loop that adds the keys the local dict "
+        "lacks together with their mapping (state_dict.py:1168-1175) skips that key, and "
+        "_unflatten_state_dict, called at state_dict.py:1176, finds no mapping for it "
+        "(_state_dict_utils.py:828). Nothing is loaded, so nothing resumes (P6), is saved "
+        "again (P7) or has param groups to compare (P11). The setup of pytorch#126948 (keep "
+        "initial_lr in set_optimizer_state_dict; closed), whose fix does not cover this load. "
+        "Reproducer: notes/repro/dsd_load_drops_initial_lr.py (its 'full, no broadcast' "
+        "line).",
+        "https://github.com/pytorch/pytorch/issues/126948 (closed) and "
+        "https://github.com/pytorch/pytorch/issues/140900 (closed)",
+        also=("P6", "P7", "P11"),
+        model=Raises(exc="KeyError", message=r"^'param_groups\.\d+\.initial_lr'$",
+                     where=("_unflatten_state_dict",))),
     KnownLimitation(
         "scheduler-built-after-load-resets-lr", ("P11",),
         lambda c: (c.scheduler_after_load and c.scheduler not in ("", "exp")

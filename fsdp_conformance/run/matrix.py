@@ -101,6 +101,12 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer="sgd_momentum", groups=2, scheduler=True,
                           scheduler_after_load=True, world_size=3,
                           load_world_size=2 if resizable(api) else None))
+        if api == "fsdp2.full":  # the load without broadcast_from_rank0, plain and @load
+            cases.append(Case(api=api, optimizer="adam", world_size=2, load_world_size=3,
+                              no_broadcast=True))
+            cases.append(Case(api=api, optimizer="sgd_momentum", groups=2, scheduler=True,
+                              scheduler_after_load=True, world_size=3, load_world_size=2,
+                              no_broadcast=True))
         # a schedule whose lr depends on the scheduler's own state, one per path in turn
         cases.append(Case(api=api, optimizer="adamw", groups=2,
                           scheduler=STATEFUL_SCHEDULES[p % len(STATEFUL_SCHEDULES)],

@@ -347,6 +347,10 @@ def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path, sched=No
                                                          set_optimizer_state_dict)
 
     _check(case.api)
+    if case.api == "fsdp2.full" and case.no_broadcast:  # every rank its own full dict
+        set_optimizer_state_dict(model, optim, saved,
+                                 options=_load_options(case, full_state_dict=True))
+        return
     if case.api == "fsdp2.full":
         set_optimizer_state_dict(
             model, optim, saved if ctx.rank == 0 else {},

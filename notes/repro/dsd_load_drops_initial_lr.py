@@ -8,7 +8,12 @@ Run: python notes/repro/dsd_load_drops_initial_lr.py   (2 processes, gloo, CPU)
 Prints each rank's initial_lr after the load for
   - plain Optimizer.load_state_dict (keeps it: 0.1 on both ranks),
   - full_state_dict=True, broadcast_from_rank0=True (rank 0 keeps 0.1, rank 1 gets 0.081),
+  - full_state_dict=True without broadcast, each rank its own full dict: no drop, every rank
+    raises KeyError 'param_groups.0.initial_lr' (entry dsd-full-load-no-broadcast-group-key),
+  - the sharded dict in memory, no DCP (keeps it: 0.1 on both ranks),
   - the sharded dict through dcp.save / dcp.load (both ranks 0.081).
+So the drop is not set_optimizer_state_dict's in general: through DCP it is dcp.load, whose
+template (the fresh optimizer's dict) has no such key; with broadcast it is the broadcast.
 
 Mechanism (2.13): full: _broadcast_state_dict writes a non-tensor value only into keys the
 rank's local dict has (torch/distributed/_state_dict_utils.py:670-673); rank 0 then adds the
@@ -72,7 +77,28 @@ def run(rank: int, world_size: int, port: int, tmp: str) -> None:
                                                       broadcast_from_rank0=True))
     report("full, broadcast_from_rank0", optim2)
 
+    model2, optim2 = build(True)  # every rank its own full dict, no broadcast
+    full_everywhere = get_optimizer_state_dict(model, optim, options=StateDictOptions(
+        full_state_dict=True))  # without cpu_offload every rank gets the full dict
+    try:
+        set_optimizer_state_dict(model2, optim2, full_everywhere,
+                                 options=StateDictOptions(full_state_dict=True))
+        report("full, no broadcast", optim2)
+    except KeyError as exc:
+        import traceback
+
+        where = traceback.extract_tb(exc.__traceback__)
+        inner = next(f for f in reversed(where) if "_state_dict_utils" in f.filename)
+        outer = next(f for f in reversed(where) if f.filename.endswith("state_dict.py"))
+        print(f"rank {rank} full, no broadcast: KeyError {exc} at "
+              f"_state_dict_utils.py:{inner.lineno} ({inner.name}), from "
+              f"state_dict.py:{outer.lineno} ({outer.name})", flush=True)
+
     sharded = get_optimizer_state_dict(model, optim)
+    model2, optim2 = build(True)  # the sharded dict in memory, no DCP
+    set_optimizer_state_dict(model2, optim2, sharded)
+    report("sharded, in memory", optim2)
+
     dcp.save({"optim": sharded}, checkpoint_id=tmp)
     model2, optim2 = build(True)
     template = {"optim": get_optimizer_state_dict(model2, optim2)}

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fsdp_conformance.run import matrix
-from fsdp_conformance.cases import Case
+from fsdp_conformance.cases import SCHEDULE_NAMES, Case
 from fsdp_conformance.zoo.optimizers import STATE_DTYPE_OPTIMIZERS
 from fsdp_conformance.properties.roundtrip import round_trip_verdicts as evaluate
 from fsdp_conformance.run.execute import run_cases
@@ -85,14 +85,20 @@ def test_compiled_models_are_in_both_tiers_and_compile_the_named_side():
 
 def test_a_scheduler_built_after_the_load_is_in_both_tiers_on_every_path():
     """``scheduler_after_load``: the quick tier has one case per path (SGD momentum, two
-    groups, resharded where the path can), the full tier every optimizer on every path,
-    beside the same cases with the scheduler built before; it needs a scheduler."""
+    groups, resharded where the path can; fsdp2.full a second, loading without
+    broadcast_from_rank0), the full tier every optimizer and every stateful schedule on
+    every path, beside the same cases with the scheduler built before; it needs a
+    scheduler."""
     paths = matrix.default_paths()
     full = matrix.full(paths)
     for api in paths:
-        assert len([c for c in QUICK if c.api == api and c.scheduler_after_load]) == 1, api
+        after_load = [c for c in QUICK if c.api == api and c.scheduler_after_load]
+        assert len([c for c in after_load if not c.no_broadcast]) == 1, api
+        assert len(after_load) == (2 if api == "fsdp2.full" else 1), api
         after = {c.optimizer for c in full if c.api == api and c.scheduler_after_load}
         assert after == set(OPTIMIZERS), api
+        kinds = {c.scheduler for c in full if c.api == api and c.scheduler_after_load}
+        assert kinds == set(SCHEDULE_NAMES), api
     case = Case(api="fsdp2.full", scheduler=True, scheduler_after_load=True)
     assert "+sched@load/" in case.id
     with pytest.raises(ValueError, match="needs scheduler=True"):
