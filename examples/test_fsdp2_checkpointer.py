@@ -1,6 +1,7 @@
 """A user's full-state-dict checkpoint code (``fsdp2_checkpointer.py``) under the plugin,
-with the defaults (``dtype="fp64"`` asked; the model computes its loss in float32, and is
-judged at float32's tolerance, saying so):
+with the defaults (the model computes its loss in float32, so it runs in float32: case ids
+end in ``/fp32`` and P2/P6 use float32's tolerance; ``dtype="fp64"`` asked for explicitly
+keeps float64 params and says it judges at float32's tolerance):
 
 - through torch's distributed state-dict API it round-trips at the same size, onto another
   size and from an HSDP mesh (torch's param-group tuple -> list is a known limitation), with
@@ -20,7 +21,7 @@ from examples.fsdp2_checkpointer import (Decoder, data, dsd_load, dsd_save, make
 
 @pytest.mark.parametrize("sizes", ["2", "2->3", "2x2->2"])
 @pytest.mark.parametrize("shard_fn, judged", [
-    (shard, "judged at fp32's tolerance"),
+    (shard, "within rtol=0.0001, atol=1e-06"),
     # a bf16 MixedPrecisionPolicy in the user's shard_fn: the single-process run does not
     # compute in bf16, so P2/P6 judge by bfloat16's rules, and say so
     (shard_bf16, "MixedPrecisionPolicy computing in bf16"),
@@ -30,7 +31,20 @@ def test_dsd_checkpointer(fsdp_roundtrip, sizes, shard_fn, judged):
                              optimizer=make_optimizer, save_fn=dsd_save, load_fn=dsd_load,
                              world_sizes=[sizes])
     p2 = results[0].properties["P2"]
+    assert results[0].case.id.endswith("/fp32") and f".by-{shard_fn.__name__}/" \
+        in results[0].case.id
     assert p2.status == "pass" and judged in p2.detail, p2
+
+
+def test_fp64_asked_for_a_float32_model_is_judged_at_float32_and_says_so(fsdp_roundtrip):
+    results = fsdp_roundtrip(Decoder, data, fsdp_version=2, shard_fn=shard, dtype="fp64",
+                             optimizer=make_optimizer, save_fn=dsd_save, load_fn=dsd_load,
+                             world_sizes=["2->3"])
+    p2 = results[0].properties["P2"]
+    assert results[0].case.id.endswith("/fp64")
+    assert p2.status == "pass" and p2.detail.endswith(
+        "(the model computes its loss in torch.float32 although the case runs in "
+        "torch.float64, so it is judged at fp32's tolerance)"), p2
 
 
 def test_manual_checkpointer_names_the_parameter_swap(fsdp_roundtrip):
@@ -41,8 +55,8 @@ def test_manual_checkpointer_names_the_parameter_swap(fsdp_roundtrip):
     text = str(failure.value)
     assert "likely cause: the optimizer no longer holds the model's parameters" in text
     assert "assign=True" in text
-    assert "tolerance: fp32 (rtol 0.0001, atol 1e-06): the model computes its loss in " \
-        "torch.float32 although the case runs in torch.float64" in text
+    assert "tolerance: fp32 (rtol 0.0001, atol 1e-06), the dtype the case runs and " \
+        "computes in" in text
 
 
 

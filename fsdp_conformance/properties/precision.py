@@ -48,6 +48,14 @@ def loss_dtype(case: Case) -> torch.dtype:
         return loss_of(model, x[:2]).dtype
 
 
+def loss_name(case: Case) -> str:
+    """``case.dtype``, or the coarser dtype name the case's model computes its loss in."""
+    seen = _name(loss_dtype(case))
+    if seen is None or _ORDER.index(seen) <= _ORDER.index(case.dtype):
+        return case.dtype
+    return seen
+
+
 def judged_dtype(case: Case, own_mp: str = "") -> tuple[str, str]:
     """``(dtype name P2/P6 judge at, why)``: ``case.compute_dtype``, or the model's coarser
     loss dtype, or the compute dtype of a ``MixedPrecisionPolicy`` the user's own sharding

@@ -45,6 +45,16 @@ def check_units_fit_groups(user: UserModel, case: Case) -> None:
                     f"groups' modules separately or pass use_orig_params=True")
 
 
+def model_dtype(user: UserModel, seed: int = 0) -> str:
+    """The dtype a user's model runs in by default: "fp64" (the tightest comparisons), or
+    the dtype its loss comes out in when that is coarser (a forward that returns
+    ``.float()``): then the case, its id and its tolerances say what the model computes in
+    (properties/precision.py ``loss_dtype``, one forward in this process)."""
+    from ..properties.precision import loss_name
+
+    return loss_name(Case(model=user.name, plan=user.plan_name, api="fsdp1", seed=seed))
+
+
 def _paths(fsdp_version: int, tier: str, paths, custom: CustomPath | None) -> list[str]:
     if fsdp_version not in FSDP_VERSIONS:
         raise ValueError(f"fsdp_version must be one of {FSDP_VERSIONS}, got {fsdp_version!r}")
@@ -68,13 +78,18 @@ def _paths(fsdp_version: int, tier: str, paths, custom: CustomPath | None) -> li
 def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
                world_sizes: Sequence | None = None, use_orig_params: bool = False,
                custom: CustomPath | None = None, steps: int = 2, resume_steps: int = 2,
-               batch: int = 12, dtype: str = "fp64", seed: int = 0, groups: int | None = None,
+               batch: int = 12, dtype: str | None = None, seed: int = 0,
+               groups: int | None = None,
                tier: str = "quick", fsdp_version: int = 2) -> list[Case]:
     """The cases of one round trip: each path (or the custom one) x each world-size spec
     (``spec.parse_sizes``: an HSDP spec runs as HYBRID_SHARD). Paths that cannot change
     world size or wrapping (``sut.paths.resizable``) keep their same-size pairs only. The
     LR scheduler runs (``Case.scheduler``) when the user gave one, or when their own
-    save/load takes the training state (then the zoo's, if they gave none)."""
+    save/load takes the training state (then the zoo's, if they gave none). ``dtype``
+    None: the model runs as it computes (``model_dtype``)."""
+    user.register()
+    if dtype is None:
+        dtype = model_dtype(user, seed)
     if dtype not in DTYPE_NAMES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_NAMES)}, got {dtype!r}")
     specs = [parse_sizes(w) for w in (world_sizes or DEFAULT_PAIRS[tier])]
@@ -89,7 +104,6 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
     if fsdp_version == 2 and user.load_plan is not None and user.shard_fn is not None:
         raise ValueError("load_plan= and shard_fn= were both given: shard_fn shards both sides")
     scheduler = user.scheduler is not None or (custom is not None and custom.app_state)
-    user.register()
     n_groups = _groups_of(user, seed) if groups is None else groups
     model, plan = user.name, user.plan_name
     load_plan = user.load_plan_name if user.load_plan_name != plan else None

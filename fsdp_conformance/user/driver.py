@@ -39,7 +39,8 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
           scheduler=None, save_fn: SaveFn | str | None = None,
           load_fn: LoadFn | str | None = None,
           custom_name: str | None = None, steps: int = 2, resume_steps: int = 2,
-          batch: int = 12, dtype: str = "fp64", seed: int = 0, groups: int | None = None,
+          batch: int = 12, dtype: str | None = None, seed: int = 0,
+          groups: int | None = None,
           tier: str = "quick", backend: str | None = None, timeout: float = 120.0,
           known: Sequence = (), only: Sequence[str] | None = None,
           rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
@@ -53,8 +54,10 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
     (``FullyShardedDataParallel``; ``use_orig_params`` is its option). ``save_fn(state,
     directory)`` / ``load_fn(state, directory)`` checkpoint the whole training state
     (``TrainState``: model, optimizer, ``scheduler``, step); ``(model, optimizer,
-    directory)`` functions the optimizer only. ``only``: run just the cases with these ids;
-    ``known``: declared limitations (:meth:`Limitation.of` arguments)."""
+    directory)`` functions the optimizer only. ``dtype``: the params' dtype ("fp64",
+    "fp32", "bf16"); None: "fp64", or the coarser dtype the model computes its loss in
+    (``cases.user_cases``). ``only``: run just the cases with these ids; ``known``:
+    declared limitations (:meth:`Limitation.of` arguments)."""
     if model is None or data is None:
         raise TypeError("check needs a model factory and a data factory")
     if (save_fn is None) != (load_fn is None):
