@@ -37,8 +37,12 @@ def add_parser(sub) -> None:
                    help="default: gloo on CPU (nccl needs one GPU per rank)")
     p.add_argument("--world-sizes", default=None,
                    help="comma-separated, e.g. 1,2,3,4 (default: what the machine can hold)")
-    p.add_argument("-k", dest="keyword", default=None,
-                   help="only cases whose id contains every word (`not WORD` excludes)")
+    p.add_argument("-k", dest="keyword", default=None, metavar="EXPR",
+                   help="only the cases this expression selects, as pytest's -k: words of "
+                        "case ids (a word matches an id that contains it, ignoring case) "
+                        "with and / or / not and parentheses; words side by side are "
+                        "joined by and, e.g. -k 'fsdp1.full or fsdp2.full', "
+                        "-k 'sched and not fsdp1'")
     p.add_argument("--json", default="reports/latest.json", help="JSON report path")
     p.add_argument("--md", default=None, help="Markdown report path (default: JSON path .md)")
     p.add_argument("--seed", type=int, default=0, help="seed of every case (default 0)")
@@ -121,7 +125,10 @@ def main(args: argparse.Namespace) -> int:
         tier_cases = matrix.TIERS[args.tier](matrix.default_paths(), fixtures=args.fixtures)
     except FixtureError as exc:
         return _usage(f"--fixtures: {exc}")
-    cases = matrix.select(tier_cases, world_sizes=world_sizes, keyword=args.keyword)
+    try:
+        cases = matrix.select(tier_cases, world_sizes=world_sizes, keyword=args.keyword)
+    except ValueError as exc:
+        return _usage(str(exc))
     if args.bounds == "off":
         cases = [c for c in cases if not c.bounds]
     if args.seed:

@@ -369,25 +369,16 @@ def _dedupe(cases: Iterable[Case]) -> list[Case]:
 
 def select(cases: Sequence[Case], *, world_sizes: Sequence[int] = (1, 2, 3, 4),
            keyword: str | None = None) -> list[Case]:
-    """Cases whose save and load world sizes are allowed and whose id contains every
-    space-separated word of ``keyword`` (a word starting with ``not `` excludes)."""
+    """Cases whose save and load world sizes are allowed and whose id ``keyword`` selects
+    (run/keyword.py: pytest's ``-k`` grammar over words of case ids; ValueError for a
+    malformed one)."""
     allowed = set(world_sizes)
     out = [c for c in cases if c.world_size in allowed and c.dst_world_size in allowed]
     if keyword:
-        words = keyword.split()
-        keep = []
-        for c in out:
-            ok, neg = True, False
-            for w in words:
-                if w == "not":
-                    neg = True
-                    continue
-                if (w in c.id) == neg:
-                    ok = False
-                neg = False
-            if ok:
-                keep.append(c)
-        out = keep
+        from .keyword import compile_keyword
+
+        matches = compile_keyword(keyword)
+        out = [c for c in out if matches(c.id)]
     return out
 
 
