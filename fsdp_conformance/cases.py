@@ -73,7 +73,7 @@ class Case:
     impl: str = "default"
     fault: str = ""
     # Golden-fixture case (P12 only): "<torch version>/<fixture name>" of a checkpoint stored
-    # under ``fixtures`` (a directory; "" = the repository's fixtures/), loaded through
+    # under ``fixtures`` (a directory; "" = the fixtures the package ships), loaded through
     # ``api`` at ``dst_world_size``. "" = a normal case.
     golden: str = ""
     fixtures: str = ""

@@ -4,8 +4,10 @@ exit code.
 Steps (each one a subprocess with its own log file and time limit):
 1. environments: the baseline is this interpreter's torch unless ``--baseline`` names
    another; the candidate (and a named baseline) get their own virtual environment, built
-   by the set-up's own script (``scripts/setup-env``: torch first, then this package), kept
-   under ``--venvs`` and reused while its torch spec and pyproject.toml are unchanged;
+   by the set-up script the package ships (``gate/setup_env.sh``, which a clone's
+   ``scripts/setup-env`` runs too: torch first, then this package, from the clone or, for
+   an installed package, its own files), kept under ``--venvs`` (relative to the current
+   directory) and reused while its torch spec and the package are unchanged;
 2. the baseline writes fresh golden fixtures (``fixtures generate``) into the gate's
    directory, and so does the candidate when its torch release differs (``<dir>/<torch
    version>/`` each);
@@ -51,8 +53,9 @@ from typing import Sequence
 
 from ..report.io import write_json_atomic, write_text_atomic
 
-REPO = Path(__file__).resolve().parents[2]
-SETUP_ENV = REPO / "scripts" / "setup-env"
+SETUP_ENV = Path(__file__).resolve().parent / "setup_env.sh"
+"""Builds an environment per torch (shipped with the package, so the gate needs no clone;
+scripts/setup-env runs the same file)."""
 _SPEC = re.compile(r"^torch(==|>=|<=|~=)?[0-9][0-9A-Za-z.+\-]*$")
 
 
@@ -79,7 +82,7 @@ class GateConfig:
     candidate_python: str | None = None
     baseline_python: str | None = None
     out: Path = Path("reports/gate")
-    venvs: Path = REPO / ".gate-venvs"
+    venvs: Path = Path(".gate-venvs")
     tier: str = "quick"
     keyword: str | None = None
     world_sizes: str | None = None
@@ -119,7 +122,7 @@ def run_step(name: str, argv: Sequence[str], log: Path, *, timeout: float,
     with open(log, "w") as f:
         f.write(f"$ {shlex.join(argv)}\n")
         f.flush()
-        proc = subprocess.Popen(list(argv), stdout=f, stderr=subprocess.STDOUT, cwd=REPO,
+        proc = subprocess.Popen(list(argv), stdout=f, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {}), "FSDPC_PROGRESS": "0"},
                                 start_new_session=True)
         try:
@@ -138,14 +141,11 @@ def run_step(name: str, argv: Sequence[str], log: Path, *, timeout: float,
 
 
 def ensure_env(spec: str, venvs: Path, logs: Path, timeout: float) -> str:
-    """Build (or reuse) the environment for ``spec`` with scripts/setup-env; its python."""
-    if not SETUP_ENV.exists():
-        raise GateError(f"the gate builds environments with {SETUP_ENV}, which is not here: "
-                        f"run the gate from a source checkout of fsdp-conformance")
+    """Build (or reuse) the environment for ``spec`` with ``SETUP_ENV``; its python."""
     d = venv_dir(venvs, spec)
     log = logs / f"setup-{d.name}.log"
     try:
-        run_step(f"environment {spec}", [str(SETUP_ENV), str(d)], log, timeout=timeout,
+        run_step(f"environment {spec}", ["bash", str(SETUP_ENV), str(d)], log, timeout=timeout,
                  env={"TORCH_SPEC": spec})
     except GateError as e:
         text = log.read_text(errors="replace") if log.exists() else ""
@@ -516,8 +516,9 @@ def add_parser(sub) -> None:
                       help="or: an interpreter that has the baseline torch and this package")
     g.add_argument("--out", default=None,
                    help="new directory for the gate's reports (default reports/gate-<candidate>-<time>)")
-    g.add_argument("--venvs", default=str(REPO / ".gate-venvs"),
-                   help="where environments are built and reused (default .gate-venvs/)")
+    g.add_argument("--venvs", default=".gate-venvs",
+                   help="where environments are built and reused (default .gate-venvs/ in "
+                        "the current directory)")
     g.add_argument("--tier", choices=["quick", "full"], default="quick")
     g.add_argument("-k", dest="keyword", default=None, help="case selection, as in `run -k`")
     g.add_argument("--world-sizes", default=None, help="as in `run --world-sizes`")
@@ -544,7 +545,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"fsdp-conformance gate: error: {e}", file=sys.stderr)
         return 2
     slug = re.sub(r"[^0-9A-Za-z.]+", "-", cand or "python").strip("-")
-    out = Path(args.out) if args.out else REPO / "reports" / f"gate-{slug}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(args.out) if args.out else Path("reports") / f"gate-{slug}-{time.strftime('%Y%m%d-%H%M%S')}"
     cfg = GateConfig(candidate=cand, baseline=base, candidate_python=args.candidate_python,
                      baseline_python=args.baseline_python, out=out, venvs=Path(args.venvs),
                      tier=args.tier, keyword=args.keyword, world_sizes=args.world_sizes,

@@ -62,7 +62,7 @@ def add_parser(sub) -> None:
                         "`fsdp-conformance bounds calibrate`, else the packaged one)")
     p.add_argument("--fixtures", default=None, metavar="DIR",
                    help="golden fixtures root for P12: every <DIR>/<torch version>/ is loaded "
-                        "(default: the repository's fixtures/)")
+                        "(default: the fixtures the package ships)")
 
 
 def _world_sizes(arg: str | None, backend: str) -> list[int]:
