@@ -1,15 +1,15 @@
-"""``fsdp-conformance bench NAME``: run a benchmark and write ``reports/bench-<name>.json``.
-Exit codes: 0 ok, 1 a target was missed or a case failed, 2 usage error.
+"""``fsdp-conformance bench harness|reference|scaling``: run a benchmark and write
+``reports/bench-<name>.json``. Exit codes: 0 ok, 1 a target was missed or a case failed,
+2 usage error.
 
-Options beyond ``--out``/``--quick`` (``--paths``, ``--sizes``, ``--world-sizes``,
-``--repeats``) are passed to a benchmark only when given, and only to one whose ``main``
-takes them; giving one to a benchmark that does not is a usage error naming both.
+Each benchmark is its own subcommand with its own options (``SCALING_OPTIONS`` only on
+``scaling``), so ``bench scaling --help`` shows what scaling takes.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
-import inspect
+import textwrap
 import sys
 from typing import Callable
 
@@ -21,9 +21,17 @@ BENCHMARKS: dict[str, str] = {
     "scaling": "fsdp_conformance.bench.scaling",
 }
 
-# option dest -> its flag, for the messages
-OPTIONS: dict[str, str] = {"paths": "--paths", "sizes": "--sizes",
-                           "world_sizes": "--world-sizes", "repeats": "--repeats"}
+# what each benchmark measures (its subcommand's help and description)
+ABOUT = {
+    "harness": "what a call on a live rank pool costs against spawning ranks per call",
+    "reference": "what the reference implementation's gather and reshard cost against "
+                 "copying the same bytes",
+    "scaling": "time and peak memory of every API path's save and load over state sizes "
+               "and world sizes, with plots (reports/bench-scaling-*.png) and an HTML page",
+}
+# the options only the scaling benchmark takes: dest -> flag
+SCALING_OPTIONS: dict[str, str] = {"paths": "--paths", "sizes": "--sizes",
+                                   "world_sizes": "--world-sizes", "repeats": "--repeats"}
 
 
 def _csv(convert: Callable[[str], object], what: str) -> Callable[[str], list]:
@@ -62,30 +70,34 @@ def _world_sizes(text: str) -> list[int]:
 
 
 def add_parser(sub) -> None:
-    bench = sub.add_parser("bench", help="run a benchmark and write reports/bench-<name>.json")
-    bench.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
-    bench.add_argument("--out", default=None, help="JSON path (default reports/bench-<name>.json)")
-    bench.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
-    bench.add_argument("--paths", type=_csv(str, "an API path"), default=None,
-                       help="scaling: comma-separated API paths (default: all eight)")
-    bench.add_argument("--sizes", type=_csv(_whole, "a whole number of state elements"),
-                       default=None, help="scaling: optimizer state elements, e.g. 1e5,1e6")
-    bench.add_argument("--world-sizes", type=_world_sizes, default=None,
-                       help="scaling: world sizes, e.g. 1,2,4")
-    bench.add_argument("--repeats", type=int, default=None,
-                       help="scaling: timed calls per case and phase (default by size)")
+    bench = sub.add_parser("bench", help="run a benchmark and write reports/bench-<name>.json",
+                           description=__doc__.split("\n\n")[0].replace("``", ""))
+    names = bench.add_subparsers(dest="name", required=True, metavar="BENCHMARK")
+    for name in sorted(BENCHMARKS):
+        b = names.add_parser(
+            name, help=ABOUT[name], formatter_class=argparse.RawDescriptionHelpFormatter,
+            description=textwrap.fill(f"{ABOUT[name]}. Exit codes: 0 ok, 1 a target was "
+                                      f"missed or a case failed, 2 usage error.", 88),
+            epilog=f"example: fsdp-conformance bench {name} --quick" + (
+                " --paths fsdp1.full,fsdp2.sharded --sizes 1e5,1e6 --world-sizes 1,2,4"
+                if name == "scaling" else ""))
+        b.add_argument("--out", default=None,
+                       help=f"JSON path (default reports/bench-{name}.json)")
+        b.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+        if name != "scaling":
+            continue
+        b.add_argument("--paths", type=_csv(str, "an API path"), default=None,
+                       help="comma-separated API paths (default: every path)")
+        b.add_argument("--sizes", type=_csv(_whole, "a whole number of state elements"),
+                       default=None, help="optimizer state elements, e.g. 1e5,1e6")
+        b.add_argument("--world-sizes", type=_world_sizes, default=None,
+                       help="world sizes, e.g. 1,2,4")
+        b.add_argument("--repeats", type=int, default=None,
+                       help="timed calls per case and phase (default: by size)")
 
 
 def main(args) -> int:
     run = importlib.import_module(BENCHMARKS[args.name]).main
-    accepted = inspect.signature(run).parameters
-    options = {k: getattr(args, k, None) for k in OPTIONS}
-    options = {k: v for k, v in options.items() if v is not None}
-    refused = [OPTIONS[k] for k in options if k not in accepted]
-    if refused:
-        verb = "does" if len(refused) == 1 else "do"
-        print(f"fsdp-conformance bench: error: {', '.join(refused)} {verb} not apply to "
-              f"'bench {args.name}' (only to benchmarks that take them: scaling)",
-              file=sys.stderr)
-        return 2
+    options = {k: getattr(args, k) for k in SCALING_OPTIONS
+               if getattr(args, k, None) is not None}
     return run(out=args.out or f"reports/bench-{args.name}.json", quick=args.quick, **options)

@@ -3,7 +3,8 @@
 - ``bounds calibrate [--runs N] [--out PATH] [--tier quick|full] [--world-sizes 1,2,3,4]``:
   measures the tier's bounds cases N times (``measure.measure_case``) and writes the
   calibration file (bounds.calibration_data: the fits of bounds.py's rules with every observed
-  point), atomically; default the packaged fsdp_conformance/data/bounds.json. A case whose
+  point), atomically; default this machine's own (``rules.calibration_dir``), never the
+  packaged file. A case whose
   path raises (a torch bug with this model at this world size) is not measured: the file
   lists it under ``unmeasured`` with torch's error, and the run's bounds case then shows that
   error (a known torch limitation where one explains it exactly). ``--refit`` measures
@@ -27,11 +28,35 @@ from pathlib import Path
 
 STABILITY_SCHEMA = "fsdp-conformance/bounds-stability/1"
 
+HELP = """\
+Calibrate the timing and memory bounds (P13, P14) on this machine, or prove they hold.
+
+  bounds calibrate   measure the tier's bounds cases --runs times and write this machine's
+                     calibration (by default where `fsdp-conformance run` finds it by
+                     itself: $FSDPC_CALIBRATION_DIR or ~/.cache/fsdp-conformance/bounds/,
+                     one file per machine fingerprint). A case whose path raises is listed
+                     as unmeasured with torch's error. --refit measures nothing and refits
+                     the file's own observations.
+  bounds stability   run the bounds cases --runs times in a row as the conformance run
+                     does, and write JSON and Markdown: whether every run passed, the worst
+                     time, work and peak against their bounds per path and phase, and how
+                     often 3x the work, a 3x slower wall time, a doubled peak or an extra
+                     copy of the state would have been caught. --slow-python slows every
+                     rank's interpreter; --load N runs N busy processes beside the runs.
+
+Exit codes: 0 written (stability: every run passed), 1 a stability run failed, 2 usage
+error (bad world sizes, an unreadable calibration).
+
+Examples:
+  fsdp-conformance bounds calibrate --runs 5
+  fsdp-conformance bounds stability --runs 3 --load 3
+"""
+
 
 def add_parser(sub) -> None:
     b = sub.add_parser("bounds", help="calibrate the timing/memory bounds (P13/P14) or prove "
                                       "they hold N runs in a row",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     bsub = b.add_subparsers(dest="bounds_command", required=True)
     for name, help_ in (("calibrate", "measure the bounds cases N times and fit the bounds"),
                         ("stability", "run the bounds cases N times against the calibration")):
@@ -54,7 +79,8 @@ def add_parser(sub) -> None:
                                              "bounds.py's current rules; measure nothing")
     st = bsub.choices["stability"]
     st.add_argument("--calibration", default=None,
-                    help="calibration file (default: the packaged one)")
+                    help="calibration file (default: this machine's own if there is one, "
+                         "else the packaged one, as the run chooses)")
     st.add_argument("--out", default="reports/bounds-stability.json",
                     help="JSON output; the Markdown goes beside it (.md)")
     st.add_argument("--slow-python", action="store_true",

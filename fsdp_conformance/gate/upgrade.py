@@ -519,13 +519,18 @@ def add_parser(sub) -> None:
     g.add_argument("--venvs", default=".gate-venvs",
                    help="where environments are built and reused (default .gate-venvs/ in "
                         "the current directory)")
-    g.add_argument("--tier", choices=["quick", "full"], default="quick")
+    g.add_argument("--tier", choices=["quick", "full"], default="quick",
+                   help="the run's tier on both sides (default quick)")
     g.add_argument("-k", dest="keyword", default=None, help="case selection, as in `run -k`")
     g.add_argument("--world-sizes", default=None, help="as in `run --world-sizes`")
     g.add_argument("--bench", choices=["quick", "full", "none"], default="quick",
                    help="scaling benchmark in both environments (default quick)")
-    g.add_argument("--max-slowdown", type=float, default=1.5)
-    g.add_argument("--max-memory-growth", type=float, default=1.2)
+    g.add_argument("--max-slowdown", type=float, default=1.5,
+                   help="a timing more than this many times the baseline's is a regression "
+                        "if it reproduces when measured again (default 1.5)")
+    g.add_argument("--max-memory-growth", type=float, default=1.2,
+                   help="a peak more than this many times the baseline's is a regression if "
+                        "it reproduces (default 1.2)")
     g.add_argument("--allow-removed", action="store_true",
                    help="pass although the candidate removed some paths' API (they are still "
                         "listed as \"API removed\")")
