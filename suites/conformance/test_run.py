@@ -3,6 +3,7 @@ planted bugs that the properties must catch, bad-input (P15) cases, and the CLI.
 from __future__ import annotations
 
 import dataclasses
+import html
 import itertools
 import json
 import subprocess
@@ -570,6 +571,8 @@ def test_cli_run_writes_reports(tmp_path):
     assert report["schema"] == "fsdp-conformance/run/1" and report["ok"] is True
     assert [c["id"] for c in report["cases"]] == [case]
     assert Path(str(out)[:-5] + ".md").read_text().startswith("#")
+    page = Path(str(out)[:-5] + ".html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and html.escape(case) in page
     assert "P15" in report["cases"][0]["properties"]
 
 
