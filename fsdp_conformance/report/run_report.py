@@ -253,6 +253,14 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     return ["path", "cases", *props], rows
 
 
+def property_names(props) -> str:
+    """"P0 layout, P1 save, ..." for the matrix's property columns (catalogue names)."""
+    from ..properties.catalogue import CATALOGUE
+
+    names = {p.id: p.name for p in CATALOGUE}
+    return ", ".join(f"{p} {names.get(p, '?')}" for p in props)
+
+
 def failures(report: dict) -> list[tuple[str, str, dict]]:
     """Every failing (case id, property, verdict json), in case-id then property order."""
     return [(c["id"], p, v) for c in report["cases"]
@@ -532,7 +540,7 @@ def render_markdown(report: dict) -> str:
     out += ["## Matrix", "", "| " + " | ".join(header) + " |",
             "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-    out += ["", f"Legend: {LEGEND}.", ""]
+    out += ["", f"Legend: {LEGEND}. Properties: {property_names(header[2:])}.", ""]
 
     fails = failures(report)
     out += [f"## Failures ({len(fails)})", ""]

@@ -290,3 +290,8 @@ def test_the_rerun_line_of_a_case_only_a_users_test_makes_is_a_pytest_command():
     assert rerun_command(custom) == f"pytest --fsdp-case '{custom}'"
     user = "fsdp2.full/make_optimizer/TinyTransformerish.root/dtensor/ws2->3/fp64"
     assert rerun_command(user) == f"pytest --fsdp-case '{user}'"
+
+
+def test_the_matrix_names_its_property_columns():
+    md = render_markdown(_build(_results()))
+    assert "Properties: P0 layout, P1 gather, P2 vs one process," in md
