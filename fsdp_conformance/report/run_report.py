@@ -348,6 +348,31 @@ def headline(report: dict) -> str:
             f"{len(s['fixed_upstream'])} fixed upstream?{removed_line(s)}")
 
 
+def next_steps(report: dict) -> list[str]:
+    """What to do after a run that did not pass, one line each ([] after an OK run): where
+    the details are, how to rerun one failing case, and, for bounds that failed alone, the
+    two ways on (calibrate this machine, or gate on correctness)."""
+    if report.get("ok") and not report.get("incomplete"):
+        return []
+    out = []
+    fails = failures(report)
+    if not _correct(report) and fails:
+        cid = fails[0][0]
+        out += [f"next: read each failure's detail in the HTML/Markdown report beside the "
+                f"JSON; rerun one case alone: {rerun_command(cid)}",
+                "next: a known torch limitation that no longer explains a failure names what "
+                "it does not explain; a new torch? compare with a baseline: fsdp-conformance "
+                "compare <baseline.json> <this report>"]
+    elif exit_code(report) == 3:
+        out.append("next: only the timing/memory bounds failed; they come from a calibration "
+                   "(the bounds line names it). On a new machine: fsdp-conformance bounds "
+                   "calibrate, then run again; or gate on correctness alone: --bounds advisory")
+    if report.get("incomplete"):
+        out.append("next: the run was stopped; the report holds the cases decided so far: "
+                   "run again to decide the rest")
+    return out
+
+
 def verdict_lines(report: dict) -> list[str]:
     """The two verdicts apart, a line each: correctness, then bounds (where measured)."""
     s = report["summary"]
@@ -444,6 +469,8 @@ def render_table(report: dict, console=None) -> None:
         style = "bold yellow" if line.startswith("rerun") else "bold red" if bad else "bold green"
         console.print(Text(line, style=style))
     console.print(Text(headline(report), style="bold green" if report["ok"] else "bold red"))
+    for line in next_steps(report):
+        console.print(Text(line, style="bold"))
 
 
 def _fence(text: str) -> str:
@@ -529,7 +556,7 @@ def render_markdown(report: dict) -> str:
     out = [f"# fsdp-conformance run: torch {report['torch_version']}, {report['backend']}, "
            f"tier {report['tier']}", ""]
     out += [f"**{headline(report)}**", ""]
-    out += [f"- {line}" for line in verdict_lines(report)] + [""]
+    out += [f"- {line}" for line in verdict_lines(report) + next_steps(report)] + [""]
     out += [f"- wall time: {report['wall_time_s']:.1f} s ({report['started']} -> {report['finished']})",
             f"- machine: {machine_line(report)}",
             f"- world sizes: {', '.join(map(str, report['world_sizes']))}; seed {report['seed']}",

@@ -295,3 +295,16 @@ def test_the_rerun_line_of_a_case_only_a_users_test_makes_is_a_pytest_command():
 def test_the_matrix_names_its_property_columns():
     md = render_markdown(_build(_results()))
     assert "Properties: P0 layout, P1 gather, P2 vs one process," in md
+
+
+def test_a_run_that_did_not_pass_says_what_to_do_next():
+    from fsdp_conformance.report.run_report import next_steps
+
+    assert next_steps(_build([CaseResult(Case(api="fsdp1.full"), {"P1": passed()}, {})])) == []
+    failed = _build(_results())
+    steps = next_steps(failed)
+    assert any("rerun one case alone: fsdp-conformance run -k" in s for s in steps), steps
+    assert "next: read each failure's detail" in render_markdown(failed)
+    bounds_only = _build(_bounds_case(fail("work (CPU) 5 ms > bound 3 ms")))
+    assert any("fsdp-conformance bounds calibrate" in s and "--bounds advisory" in s
+               for s in next_steps(bounds_only))
