@@ -490,9 +490,10 @@ def fixture_directions(runs: dict) -> str:
     return "\n".join(rows)
 
 
-def demote(markdown: str) -> str:
-    """Every heading one level down (an embedded report under the gate's own headings)."""
-    return "\n".join("#" + line if line.startswith("#") else line
+def demote(markdown: str, levels: int = 2) -> str:
+    """Every heading ``levels`` down: an embedded report's title (``#``) goes under the
+    gate's own ``##`` section as ``###``, its sections as ``####``."""
+    return "\n".join("#" * levels + line if line.startswith("#") else line
                       for line in markdown.splitlines())
 
 

@@ -111,6 +111,26 @@ def _first_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
+def observed_difference(base: str, new: str, limit: int = 240) -> str:
+    """What two "known" verdicts of one entry observed differently: the first line where
+    their observations (the detail after the entry's own text, which is the same on both
+    sides) differ, printed floats blanked as the digest blanks them, as
+    ``BASE: ... | NEW: ...``."""
+    from ..known.model import mask_floats
+
+    def observed(detail: str) -> list[str]:
+        body = detail.split("\n\n", 1)[1] if "\n\n" in detail else detail
+        return [ln.strip() for ln in body.splitlines() if ln.strip()]
+
+    b, n = observed(base), observed(new)
+    for i in range(max(len(b), len(n))):
+        bl, nl = (b[i] if i < len(b) else "(nothing)"), (n[i] if i < len(n) else "(nothing)")
+        if mask_floats(bl) != mask_floats(nl):
+            cut = lambda t: t if len(t) <= limit else t[:limit - 3] + "..."  # noqa: E731
+            return f"BASE: {cut(bl)} | NEW: {cut(nl)}"
+    return "the observations differ only where the digest reads them (same lines)"
+
+
 SAME_SPEED = 1.3
 
 
@@ -171,7 +191,12 @@ def _verdict_changes(base: dict, new: dict, same: bool = True) -> list[Change]:
                 label = classify_status(bp[prop], np_[prop])
                 if label and not same and prop in BOUNDS_PROPS:
                     label = "bounds changed"
-                if label:
+                if label == "known changed":  # the entry's text is the same: show what differs
+                    out.append(Change(label, cid, prop, _status_text(bp[prop]),
+                                      _status_text(np_[prop]),
+                                      observed_difference(bp[prop].get("detail", ""),
+                                                          np_[prop].get("detail", ""))))
+                elif label:
                     detail = np_[prop].get("detail", "") if np_[prop]["status"] != "pass" else ""
                     out.append(Change(label, cid, prop, _status_text(bp[prop]),
                                       _status_text(np_[prop]), _first_line(detail)))

@@ -186,6 +186,9 @@ def test_known_pairs_carry_a_digest_and_compare_sees_a_changed_effect():
     assert a.digest and b.digest and a.digest != b.digest
     cmp = compare_runs(_report(case, {"P15": a}), _report(case, {"P15": b}))
     assert [c.label for c in cmp.regressions] == ["known changed"]
+    shown = cmp.regressions[0].detail  # the two observations, not the entry's own text
+    assert shown.startswith("BASE: ") and "torch.Size([9])" in shown
+    assert "| NEW: " in shown and "torch.Size([8])" in shown
     same = compare_runs(_report(case, {"P15": a}), _report(case, {"P15": a}))
     assert not same.regressions
 

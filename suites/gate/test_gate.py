@@ -73,10 +73,10 @@ def test_one_environment_per_spec(tmp_path):
     assert a.parent == tmp_path
 
 
-def test_demote_pushes_every_heading_one_level_down():
+def test_demote_puts_an_embedded_report_under_the_gates_section():
     from fsdp_conformance.gate.upgrade import demote
 
-    assert demote("# A\ntext #1\n## B") == "## A\ntext #1\n### B"
+    assert demote("# A\ntext #1\n## B") == "### A\ntext #1\n#### B"
 
 
 def _compare_json(path, changes):
