@@ -22,9 +22,9 @@ from collections import defaultdict
 from typing import Any
 
 from ..properties.verdict import STATUSES
-from .run_report import (LEGEND, SYMBOLS, failures, headline, known_limitations, machine_line,
-                         verdict_lines,
-                         rerun_command, summary_rows)
+from .run_report import (FIXED_UPSTREAM, LEGEND, SYMBOLS, failures, headline,
+                         known_limitations, machine_line, rerun_command, summary_rows,
+                         verdict_lines)
 
 PHASES = ("save", "load")
 _URL = re.compile(r"https?://[^\s<>\"']+")
@@ -123,8 +123,8 @@ def _known(report: dict) -> list[str]:
     out.append(f"<h2>Fixed upstream? ({len(fixed)})</h2>")
     if not fixed:
         return out + ["<p>None.</p>"]
-    out.append("<p>These pass although a known limitation is recorded for them: retire the "
-               "entry from <code>fsdp_conformance/known/entries.py</code> once confirmed.</p><ul>")
+    out.append(f"<p>These pass although a known limitation is recorded for them: "
+               f"{esc(FIXED_UPSTREAM)}.</p><ul>")
     out += [f"<li><code>{esc(cid)}</code> {esc(p)}: {esc(key)}</li>" for cid, p, key in fixed]
     return out + ["</ul>"]
 
