@@ -24,7 +24,7 @@ Markers
 - ``@pytest.mark.fsdp(world_sizes=[1, 2, "2->4"], backend=None)``: one test per world size
   (ids ``ws1``, ``ws2``, ``ws2->4``); ``fsdp_roundtrip`` then saves/loads at that size.
 - ``@pytest.mark.fsdp_known(key_or_props, reason=..., symptom=..., strict=True)``: a known
-  torch limitation (a key of ``known.py``, or property ids with a reason). Under
+  torch limitation (a key of ``known/entries.py``, or property ids with a reason). Under
   ``fsdp_roundtrip``/``fsdp_case`` the verdicts it covers become "known" (strict: it must
   reproduce); other tests get ``xfail(strict=strict)``.
 - ``gpu``: skipped, with the reason, without CUDA.
@@ -113,6 +113,6 @@ def fsdp_roundtrip(request) -> Roundtrip:
 
 @pytest.fixture
 def fsdp_case(request):
-    """``fsdp_case(case)``: run a zoo ``Case`` as the conformance run does (known.py
+    """``fsdp_case(case)``: run a zoo ``Case`` as the conformance run does (known/entries.py
     applies; a known limitation that no longer reproduces fails as "fixed upstream?")."""
     return impl.case_runner(request)

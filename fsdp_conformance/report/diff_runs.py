@@ -30,7 +30,7 @@ paths"), and a gate blocks on it unless told to accept it (diff_model.py).
 
 A newly known limitation is a regression: "known" means torch fails there and the suite
 recognises the failure; for an upgrade gate a torch that starts failing a case the current
-torch passes is a new torch failure whether or not it has an entry in ``known.py``. Likewise
+torch passes is a new torch failure whether or not it has an entry in ``known/entries.py``. Likewise
 a check that stops being made (pass -> n/a, a case missing) can no longer vouch for the
 candidate, so it cannot pass the gate silently. A failure in BASE that changes shape in NEW
 was never a guarantee and is listed for information only. A known pair whose observation

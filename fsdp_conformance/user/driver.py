@@ -12,7 +12,7 @@ Rules
   checked and named in the controller (``model.user_model``).
 - Built-in API paths (``sut.paths``): every property of ``runner.evaluate``. The user's own
   save/load (``model.CustomPath``): see ``verdicts``.
-- Verdicts go through ``known.py``, then through the limitations the caller declares
+- Verdicts go through ``known/entries.py``, then through the limitations the caller declares
   (``limitations.Limitation``); a failing property, or a strict declared limitation that
   matches nothing, raises ``RoundtripFailure`` with every failing case's detail, a rerun line
   and a standalone reproducer.

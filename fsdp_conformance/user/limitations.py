@@ -42,7 +42,7 @@ class Limitation:
     :meth:`Limitation.of`."""
 
     key: str
-    """A key of ``known.py``, or the declared property ids joined by commas."""
+    """A key of ``known/entries.py``, or the declared property ids joined by commas."""
     props: tuple[str, ...]
     """The property ids whose failing (or erroring) verdicts it covers."""
     _: KW_ONLY
@@ -77,7 +77,7 @@ class Limitation:
     @classmethod
     def of(cls, key_or_props, *, reason: str = "", symptom: str = "", props=None,
            strict: bool = True) -> "Limitation":
-        """A key of ``known.py`` (its properties, reason and symptom), or property ids
+        """A key of ``known/entries.py`` (its properties, reason and symptom), or property ids
         ("P1", "P1,P6", ["P1", "P6"]) with a ``reason``."""
         from ..known.entries import KNOWN
 
@@ -92,7 +92,7 @@ class Limitation:
         ids = [p.strip() for p in ids]
         if not ids or any(p not in PROPERTY_NAMES for p in ids):
             raise ValueError(f"fsdp_known: {key_or_props!r} is neither a key of "
-                             f"fsdp_conformance/known.py ({sorted(k.key for k in KNOWN)}) nor "
+                             f"fsdp_conformance/known/entries.py ({sorted(k.key for k in KNOWN)}) nor "
                              f"property ids like 'P1' or 'P1,P6'")
         if not reason:
             raise ValueError(f"fsdp_known({key_or_props!r}) needs reason=... (what torch gets "
@@ -133,7 +133,7 @@ def apply_declared(verdicts: dict[str, Verdict], declared: Sequence[Limitation],
 
 
 def known_view(case: Case, user: UserModel | None) -> Case:
-    """The case known.py sees: a user optimizer counts as the zoo optimizer of its class."""
+    """The case known/entries.py sees: a user optimizer counts as the zoo optimizer of its class."""
     if user is not None and user.optimizer_kind and user.optimizer_kind != case.optimizer:
         return dataclasses.replace(case, optimizer=user.optimizer_kind)
     return case

@@ -61,7 +61,7 @@ class UserModel:
     optimizer_name: str = "adam"
     """The zoo name the optimizer is registered under."""
     optimizer_kind: str = ""
-    """The zoo optimizer of the same class (what known.py matches), or ""."""
+    """The zoo optimizer of the same class (what known/entries.py matches), or ""."""
     shard_fn: Ref | None = None
     """``shard_fn(model, mesh)``: the user's own ``fully_shard`` calls (FSDP2; None: the
     plan's modules, deepest first, then the root)."""

@@ -69,7 +69,7 @@ def configure(config) -> None:
                    "world size (ids ws1, ws2, ws2->4); fsdp_roundtrip uses that size")
     config.addinivalue_line(
         "markers", "fsdp_known(key_or_props, reason='', symptom='', strict=True): a known "
-                   "torch limitation of this test (a key of fsdp_conformance/known.py, or "
+                   "torch limitation of this test (a key of fsdp_conformance/known/entries.py, or "
                    "property ids with a reason)")
     config.stash[RESULTS] = []
     config.stash[STARTED] = time.time()
@@ -343,7 +343,7 @@ def case_runner(request):
         if fixed:
             pytest.fail(f"{case.id}: fixed upstream? " + "; ".join(
                 f"{p}: known limitation {v.known!r} did not reproduce" for p, v in fixed.items())
-                + " -- retire the entry in fsdp_conformance/known.py", pytrace=False)
+                + " -- retire the entry in fsdp_conformance/known/entries.py", pytrace=False)
         return r
 
     return run

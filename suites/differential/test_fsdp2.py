@@ -9,7 +9,7 @@ with and without ``broadcast_from_rank0``, strict and not, flattened, sharded --
 sharded DTensor dict against the local state (P4); for the zoo models (tied weights, frozen
 params, a param without gradients, an ignored module, conv), the common optimizers, 1-D,
 HSDP and replicate-only meshes, world sizes 1-4 and every save->load pair among them.
-Known torch limitations must still fail, with their recorded symptom (``known.py``)."""
+Known torch limitations must still fail, with their recorded symptom (``known/entries.py``)."""
 from __future__ import annotations
 
 import itertools
@@ -102,7 +102,7 @@ def test_meshes(rank_pool, strategy, ws):
 
 def test_tied_weights_across_groups_rejected(rank_pool):
     """FSDP2 refuses a tied param whose users sit in different fully_shard groups, naming the
-    param and the fix (FSDP1 silently unties it: known.py 'tied-param-split-across-units')."""
+    param and the fix (FSDP1 silently unties it: known/entries.py 'tied-param-split-across-units')."""
     case = Case(api="fsdp2", model="tied", plan="split", optimizer="adam", world_size=2)
     with pytest.raises(RankError, match="embed.weight' is shared with a parameter already "
                                         "managed by another FSDP group"):

@@ -8,7 +8,7 @@ forward, ``out`` last). Plans: ``nested`` keeps both users in the root unit (the
 claims it, and names its state by its first FQN in the model (``use_orig_params=True``) or
 in the unit (``False``); see reference/layout_build.py. FSDP1 keeps the tie only with
 ``use_orig_params=True`` and NO_SHARD, and only when the owner is the earlier user: every
-other case is a recorded torch limitation (known.py, ``tied-across-units-*``) and must
+other case is a recorded torch limitation (known/entries.py, ``tied-across-units-*``) and must
 still fail, or the test reports "fixed upstream?"."""
 from __future__ import annotations
 

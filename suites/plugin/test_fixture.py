@@ -115,7 +115,7 @@ def test_strict_declared_limitation_that_does_not_reproduce_fails():
 
 
 def test_known_torch_limitation_applies_to_a_user_optimizer_of_the_same_class():
-    # AdamW + use_orig_params on CPU: FSDP1's full dict aliases exp_avg (known.py); the
+    # AdamW + use_orig_params on CPU: FSDP1's full dict aliases exp_avg (known/entries.py); the
     # user's optimizer factory is matched to the zoo's "adamw" for known.py.
     [r] = check(GatedNet, batch, **USER, use_orig_params=True, world_sizes=[2],
                 paths=["fsdp1.full"])
