@@ -441,7 +441,7 @@ def test_select_keyword_and_world_sizes():
 
 
 # One case per path, in several configurations: the installed torch, as recorded in
-# known.py, must conform (every verdict pass, known or n/a) -- and no known limitation may
+# known/entries.py, must conform (every verdict pass, known or n/a) -- and no known limitation may
 # pass silently ("fixed upstream?" fails here so known.py cannot go stale).
 SLICE = [c for c in QUICK if not c.fault and not c.golden and not c.bounds
          and c.cpu_offload != "pinned"][::9]

@@ -52,7 +52,7 @@ def saved(request, rank_pool, tmp_path_factory):
         torch.save(ref.to_named(out["local"], res[r]["keys"]), root / "names" / f"optim_rank{r}.pt")
     locals_ = [ref.to_named(o["local"], layout.optimizer_keys(), rank=r) for r, o in enumerate(res)]
     gathered = ref.gather_full(layout, locals_)
-    if not uop:  # with use_orig_params=True torch's full dict is corrupt on CPU (known.py)
+    if not uop:  # with use_orig_params=True torch's full dict is corrupt on CPU (known/entries.py)
         assert_state_dicts_equal(gathered, res[0]["full"], msg="reference gather vs torch")
         torch.save(res[0]["full"], root / "full.pt")
     else:
