@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "inspect": "inspection.cli",
     "bounds": "bounds.cli",
     "reshard": "reshard.cli",
+    "scale": "scale.cli",
 }
 
 

@@ -1,0 +1,174 @@
+"""``check_scale``: at the world sizes users run, does every rank get the piece of every
+parameter the reference implementation says, on the save mesh and on the load mesh?
+
+Rules
+- The reference is ``reference.fsdp2_layout`` (``torch.chunk`` rows of dim 0 over a shard
+  group): each rank's box of each parameter, for every rank (arithmetic, no torch).
+- Exact cover: on each side, the boxes of one shard group hold every element of every
+  parameter exactly once (``cover_problems``); so whatever a load rank's new box is, the
+  saved pieces hold it.
+- Torch against the reference: ranks are simulated one by one (scale/simulate.py) and each
+  sampled rank's local shape and global offset must equal its box. Sampling is exact for the
+  chunk rule: within a shard group a rank's box depends only on which of three classes it
+  falls in (a full chunk at ``k*R``, the one short chunk, an empty one at ``d0``), so the
+  sample takes, for every distinct dim-0 size, the ranks where the class changes (the last
+  full, the short, the first empty rank) plus the first, second and last shard rank; on an
+  HSDP mesh, those shard ranks in the first and the last replica. The report lists them.
+- Figures: ranks simulated per second, the wall time, and the process's peak resident
+  memory (meta tensors: it stays small).
+"""
+from __future__ import annotations
+
+import functools
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..reference.fsdp2_layout import chunk_range, fsdp2_layout
+from .models import build
+from .simulate import Mesh, Piece, shapes_of, torch_pieces
+
+
+@dataclass(frozen=True, kw_only=True)
+class Side:
+    """What one side (save or load mesh) showed."""
+
+    mesh: str
+    """The mesh as written (``1024``, ``64x16``)."""
+    ranks: tuple[int, ...]
+    """The ranks simulated (module rules: the sample)."""
+    mismatches: tuple[str, ...]
+    """Each parameter on each rank where torch's piece is not the reference's."""
+    cover: tuple[str, ...]
+    """Exact-cover problems of the reference boxes (none expected)."""
+    empty_params: int
+    """Parameters some rank of this mesh holds no element of (dim 0 < shard group size, or
+    fewer chunks than ranks)."""
+    seconds: float
+    """Wall time of this side's simulated ranks."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleResult:
+    """``check_scale``'s answer."""
+
+    model: str
+    """The model's name."""
+    params: int
+    """Parameters of the model."""
+    elements: int
+    """Elements of all parameters."""
+    sides: dict[str, Side] = field(default_factory=dict)
+    """"save" and "load"."""
+    peak_rss_mib: float = 0.0
+    """This process's peak resident memory at the end."""
+
+    @property
+    def ok(self) -> bool:
+        return all(not s.mismatches and not s.cover for s in self.sides.values())
+
+    @property
+    def ranks_per_second(self) -> float:
+        n = sum(len(s.ranks) for s in self.sides.values())
+        t = sum(s.seconds for s in self.sides.values())
+        return n / t if t else 0.0
+
+
+def sample_ranks(shapes: dict[str, tuple[int, ...]], mesh: Mesh) -> list[int]:
+    """The ranks to simulate on ``mesh`` (module rules), sorted."""
+    s = mesh.shard
+    shard_ranks = {0, min(1, s - 1), s - 1}
+    for d0 in {shape[0] for shape in shapes.values() if shape}:
+        if d0 == 0:
+            continue
+        size = -(-d0 // s)
+        last_full = d0 // size - 1  # the last rank holding a whole chunk
+        for k in (last_full, last_full + 1, last_full + 2):
+            if 0 <= k < s:
+                shard_ranks.add(k)
+    replicas = {0, mesh.replicas - 1}
+    return sorted(r * s + k for r in replicas for k in shard_ranks)
+
+
+def expected(shapes: dict[str, tuple[int, ...]], mesh: Mesh, rank: int) -> dict[str, Piece]:
+    """The reference's piece of every parameter on ``rank``."""
+    layout = fsdp2_layout(list(shapes.items()), mesh.world_size, shard_world_size=mesh.shard)
+    out = {}
+    for fqn in shapes:
+        box = layout.param(fqn).box(rank)
+        out[fqn] = (tuple(b - a for a, b in box), tuple(a for a, _ in box))
+    return out
+
+
+def cover_problems(shapes: dict[str, tuple[int, ...]], mesh: Mesh) -> list[str]:
+    """Where one shard group's dim-0 ranges do not tile a parameter exactly once."""
+    out = []
+    for fqn, shape in shapes.items():
+        if not shape:
+            out.append(f"{fqn}: a 0-dim parameter (fully_shard rejects it)")
+            continue
+        ranges = sorted(chunk_range(shape[0], mesh.shard, k) for k in range(mesh.shard))
+        at = 0
+        for a, b in ranges:
+            if a != at and a != b:
+                out.append(f"{fqn}: rows {at}..{a} held by no rank or twice")
+                break
+            at = max(at, b)
+        if at != shape[0]:
+            out.append(f"{fqn}: rows {at}..{shape[0]} held by no rank")
+    return out
+
+
+def _has_empty_rank(d0: int, shard: int) -> bool:
+    """Whether ``torch.chunk`` of ``d0`` rows over ``shard`` ranks leaves a rank none."""
+    size = -(-d0 // shard) if d0 else 0
+    return d0 == 0 or -(-d0 // size) < shard
+
+
+def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
+          on_rank: Callable[[str, int], None] | None) -> Side:
+    t0 = time.perf_counter()
+    ranks = sample_ranks(shapes, mesh)
+    mismatches = []
+    for r in ranks:
+        got, want = torch_pieces(model_fn, mesh, r), expected(shapes, mesh, r)
+        for fqn in shapes:
+            g, w = got.get(fqn), want[fqn]
+            if g is None:
+                mismatches.append(f"rank {r}: {fqn}: not a parameter of the sharded model")
+            elif g[0] != w[0] or (w[0] and w[0][0] and g[1] != w[1]):
+                mismatches.append(f"rank {r}: {fqn}: torch holds shape {g[0]} at offset "
+                                  f"{g[1]}, the reference {w[0]} at {w[1]}")
+        if on_rank is not None:
+            on_rank(name, r)
+    empty = sum(1 for s in shapes.values() if s and _has_empty_rank(s[0], mesh.shard))
+    return Side(mesh=mesh.text, ranks=tuple(ranks), mismatches=tuple(mismatches),
+                cover=tuple(cover_problems(shapes, mesh)), empty_params=empty,
+                seconds=time.perf_counter() - t0)
+
+
+def check_scale(model: str | Callable, save: str | int, load: str | int | None = None, *,
+                on_rank: Callable[[str, int], None] | None = None) -> ScaleResult:
+    """Check ``model`` (a built-in name, scale/models.py, or a factory the suite calls under
+    ``torch.device("meta")``) sharded with ``fully_shard`` on the ``save`` mesh and on the
+    ``load`` mesh (default: the save's) against the reference (module rules).
+    ``on_rank(side, rank)`` is called after each simulated rank."""
+    import torch
+
+    if isinstance(model, str):
+        name, model_fn = model, functools.partial(build, model)
+    else:
+        factory = model
+
+        def model_fn():
+            with torch.device("meta"):
+                return factory()
+        name = getattr(model, "__qualname__", repr(model))
+    shapes = shapes_of(model_fn)
+    sides = {"save": _side("save", model_fn, shapes, Mesh.parse(save), on_rank)}
+    sides["load"] = _side("load", model_fn, shapes, Mesh.parse(load if load is not None
+                                                                 else save), on_rank)
+    elements = sum(functools.reduce(lambda a, b: a * b, s, 1) for s in shapes.values())
+    return ScaleResult(model=name, params=len(shapes), elements=elements, sides=sides,
+                       peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

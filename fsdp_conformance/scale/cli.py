@@ -1,0 +1,111 @@
+"""``fsdp-conformance scale``: check a model's ``fully_shard`` layout at the world sizes users
+run (hundreds to thousands of ranks), on one machine (scale/check.py), and write the report
+(JSON and Markdown, atomically).
+
+Exit codes: 0 every sampled rank's pieces are the reference's on both meshes; 1 some are
+not; 2 usage error (an unknown model, a malformed mesh).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+
+EXAMPLE = ("examples:\n  fsdp-conformance scale --model llama3-8b --save 1024 --load 768\n"
+           "  fsdp-conformance scale --model llama3-70b --save 64x16 --load 48x16\n"
+           "  fsdp-conformance scale --model mypkg.models:make_model --save 512 --load 384")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "scale", help="check a model's fully_shard layout at 1,024 ranks on one machine",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLE,
+        description=textwrap.fill(
+            "Simulate ranks of a job of up to thousands (torch's fake process group, the "
+            "model on the meta device, fully_shard per decoder layer then the root) and "
+            "check that every sampled rank's piece of every parameter (local shape, global "
+            "offset as DCP computes it) is the reference implementation's, on the save mesh "
+            "and on the load mesh; and that each mesh's pieces hold every element exactly "
+            "once. Exit codes: 0 all equal, 1 a difference, 2 usage error.", 88))
+    p.add_argument("--model", required=True,
+                   help="a built-in model (llama3-8b, llama3-70b, moe) or a factory "
+                        "'package.module:function' called under torch.device('meta')")
+    p.add_argument("--save", required=True, help="the save mesh: N or RxS (HSDP), e.g. 1024")
+    p.add_argument("--load", default=None, help="the load mesh (default: the save's)")
+    p.add_argument("--json", default=None,
+                   help="JSON report (default reports/scale-<model>-<save>-<load>.json); "
+                        "the Markdown goes beside it")
+
+
+def _model(text: str):
+    from .models import SHAPES
+
+    if text in SHAPES:
+        return text
+    if ":" not in text:
+        raise ValueError(f"--model {text!r}: not a built-in model ({', '.join(sorted(SHAPES))})"
+                         f" nor a factory 'package.module:function'")
+    from ..user.refs import Ref
+
+    return Ref.of(text, "--model").resolve()
+
+
+def to_json(result) -> dict:
+    """The report's JSON form (schema ``fsdp-conformance/scale/1``)."""
+    from ..report.io import machine_info
+
+    return {"schema": "fsdp-conformance/scale/1", "model": result.model,
+            "params": result.params, "elements": result.elements, "ok": result.ok,
+            "ranks_per_second": round(result.ranks_per_second, 3),
+            "peak_rss_mib": round(result.peak_rss_mib, 1), "machine_info": machine_info(),
+            "sides": {k: {"mesh": s.mesh, "ranks": list(s.ranks),
+                          "mismatches": list(s.mismatches), "cover": list(s.cover),
+                          "empty_params": s.empty_params, "seconds": round(s.seconds, 2)}
+                      for k, s in result.sides.items()}}
+
+
+def to_markdown(doc: dict) -> str:
+    """The report as Markdown: the verdict, the figures and the machine, then each side."""
+    from ..report.run_report import machine_line
+
+    out = [f"# fsdp-conformance scale: {doc['model']}", "",
+           f"- {'OK' if doc['ok'] else 'FAILED'}: {doc['params']} parameters "
+           f"({doc['elements']:,} elements)",
+           f"- {doc['ranks_per_second']} ranks simulated per second; peak resident memory "
+           f"{doc['peak_rss_mib']} MiB",
+           f"- machine: {machine_line(doc)}", ""]
+    for name, s in doc["sides"].items():
+        out += [f"## {name}: mesh {s['mesh']}", "",
+                f"- ranks simulated ({len(s['ranks'])}, the sample: every class of piece): "
+                f"{', '.join(map(str, s['ranks']))}",
+                f"- parameters some rank holds none of: {s['empty_params']}",
+                f"- exact cover of the reference pieces: "
+                f"{'yes' if not s['cover'] else '; '.join(s['cover'][:20])}",
+                f"- pieces that differ from the reference: {len(s['mismatches'])}",
+                f"- {s['seconds']} s", ""]
+        out += [f"  - {m}" for m in s["mismatches"][:50]] + ([""] if s["mismatches"] else [])
+    return "\n".join(out)
+
+
+def main(args) -> int:
+    from ..report.io import write_json_atomic, write_text_atomic
+    from .check import check_scale
+
+    try:
+        model = _model(args.model)
+        result = check_scale(model, args.save, args.load,
+                             on_rank=lambda side, r: print(f"{side}: rank {r} done",
+                                                           file=sys.stderr))
+    except ValueError as exc:
+        print(f"fsdp-conformance scale: error: {exc}", file=sys.stderr)
+        return 2
+    doc = to_json(result)
+    slug = "-".join(x.replace(":", ".") for x in (args.model.rsplit(":", 1)[-1], args.save,
+                                                    args.load or args.save))
+    path = args.json or f"reports/scale-{slug}.json"
+    write_json_atomic(path, doc)
+    md = path[:-5] + ".md" if path.endswith(".json") else path + ".md"
+    write_text_atomic(md, to_markdown(doc))
+    print(to_markdown(doc).split("\n## ")[0])
+    print(f"report: {path}, {md}")
+    return 0 if result.ok else 1

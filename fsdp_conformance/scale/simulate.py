@@ -1,0 +1,93 @@
+"""One rank of a job of thousands, simulated in this process: torch's "fake" process group
+(``torch.testing._internal.distributed.fake_pg``: collectives do nothing, every rank id is
+accepted) and a model on the meta device, sharded with ``fully_shard`` as a trainer does;
+what torch gives that rank is read off its DTensors.
+
+Rules
+- A mesh is written ``N`` (1-D FSDP over N ranks) or ``RxS`` (HSDP: R replicas x S shards,
+  placements ``(Replicate(), Shard(0))``), as the plugin writes world sizes.
+- A rank's piece of a parameter is the local tensor ``fully_shard`` gave it (its shape) and
+  its global offset as DCP computes it for its save and load plans
+  (``compute_local_shape_and_global_offset``, the function DCP's planners call), on the
+  mesh made for this rank.
+- The process group is created for the one rank and destroyed afterwards; nothing is left
+  initialised, so ranks are simulated one after another in one process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .models import ModelFn, units
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mesh:
+    """A save or load side's mesh."""
+
+    world_size: int
+    """All ranks."""
+    shard: int
+    """Ranks one shard group chunks a parameter over (the world size on a 1-D mesh)."""
+
+    @property
+    def replicas(self) -> int:
+        return self.world_size // self.shard
+
+    @property
+    def text(self) -> str:
+        return str(self.world_size) if self.replicas == 1 else f"{self.replicas}x{self.shard}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Mesh":
+        """``"1024"`` or ``"64x16"`` (ValueError naming the text otherwise)."""
+        r, x, s = str(text).strip().partition("x")
+        try:
+            reps, shard = (int(r), int(s)) if x else (1, int(r))
+        except ValueError:
+            raise ValueError(f"a mesh is written N or RxS (R replicas x S shards), e.g. 1024 "
+                             f"or 64x16; got {text!r}") from None
+        if reps < 1 or shard < 1:
+            raise ValueError(f"mesh {text!r}: sizes must be >= 1")
+        return cls(world_size=reps * shard, shard=shard)
+
+
+Piece = tuple[tuple[int, ...], tuple[int, ...]]
+"""(local shape, global offset) of one parameter on one rank."""
+
+
+def torch_pieces(model_fn: ModelFn, mesh: Mesh, rank: int) -> dict[str, Piece]:
+    """What ``fully_shard`` gives ``rank`` of ``mesh`` (module rules): every parameter's
+    local shape and global offset, the model's units sharded one by one, then the root."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if not 0 <= rank < mesh.world_size:
+        raise ValueError(f"rank {rank} is not a rank of mesh {mesh.text}")
+    dist.init_process_group("fake", rank=rank, world_size=mesh.world_size, store=FakeStore())
+    try:
+        device_mesh = (init_device_mesh("cpu", (mesh.world_size,)) if mesh.replicas == 1 else
+                       init_device_mesh("cpu", (mesh.replicas, mesh.shard),
+                                        mesh_dim_names=("replicate", "shard")))
+        model = model_fn()
+        for name in units(model):
+            fully_shard(model.get_submodule(name), mesh=device_mesh)
+        fully_shard(model, mesh=device_mesh)
+        out = {}
+        for fqn, p in model.named_parameters():
+            # the mesh made here, not p.device_mesh: an equal mesh of an earlier simulated
+            # rank may be the one a DTensor keeps (cached by shape), with that rank's
+            # coordinate; in a real job each process is one rank and they are the same
+            _, offset = compute_local_shape_and_global_offset(p.shape, device_mesh,
+                                                              p.placements)
+            out[fqn] = (tuple(p.to_local().shape), tuple(offset))
+        return out
+    finally:
+        dist.destroy_process_group()
+
+
+def shapes_of(model_fn: ModelFn) -> dict[str, tuple[int, ...]]:
+    """Every parameter's global shape, in ``named_parameters()`` order (meta: no memory)."""
+    return {f: tuple(p.shape) for f, p in model_fn().named_parameters()}

@@ -1,0 +1,91 @@
+"""Scale mode (fsdp_conformance/scale): a model's fully_shard layout at 1,024 ranks, checked
+on one machine against the reference; the quick slice of it (seconds)."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+from torch import nn
+
+from fsdp_conformance.scale import check as scale_check
+from fsdp_conformance.scale.check import check_scale, cover_problems, sample_ranks
+from fsdp_conformance.scale.simulate import Mesh
+from suites.conftest import PYTHON, ROOT, env_for_subprocess
+
+
+def test_an_moe_layer_at_1024_ranks_resharded_to_768_is_the_references():
+    r = check_scale("moe", "1024", "768")
+    assert r.ok, {k: s.mismatches[:3] for k, s in r.sides.items()}
+    save, load = r.sides["save"], r.sides["load"]
+    assert (save.mesh, load.mesh) == ("1024", "768")
+    # the router's 8 rows leave most ranks empty: the sample holds the class boundaries
+    assert save.empty_params >= 1 and 7 in save.ranks and 8 in save.ranks
+    assert 0 in load.ranks and 767 in load.ranks
+
+
+def test_hsdp_meshes_take_both_ends_of_the_replicas():
+    r = check_scale("moe", "64x16", "48x16")
+    assert r.ok
+    assert r.sides["save"].mesh == "64x16" and max(r.sides["save"].ranks) == 1023
+    assert min(r.sides["save"].ranks) == 0 and 63 * 16 in r.sides["save"].ranks
+
+
+class UsersModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(1000, 96)
+        self.layers = nn.ModuleList(nn.Linear(96, 96) for _ in range(2))
+        self.head = nn.Linear(96, 5)
+
+
+def test_a_users_factory_saved_at_512_and_loaded_at_384():
+    r = check_scale(UsersModel, "512", "384")
+    assert r.ok and r.params == 7
+    assert r.sides["load"].empty_params == 7  # 96 rows over 384 ranks: most hold none
+
+
+def test_a_piece_torch_gives_elsewhere_is_a_mismatch_naming_rank_and_param(monkeypatch):
+    real = scale_check.torch_pieces
+
+    def shifted(model_fn, mesh, rank):
+        out = real(model_fn, mesh, rank)
+        if rank == 1:
+            shape, (o0, *rest) = out["layers.0.router.weight"]
+            out["layers.0.router.weight"] = (shape, (o0 + 1, *rest))
+        return out
+
+    monkeypatch.setattr(scale_check, "torch_pieces", shifted)
+    r = check_scale("moe", "8")
+    assert not r.ok
+    assert r.sides["save"].mismatches[0].startswith(
+        "rank 1: layers.0.router.weight: torch holds shape (1, 4096) at offset (2, 0), "
+        "the reference (1, 4096) at (1, 0)")
+
+
+def test_the_sample_and_the_exact_cover():
+    shapes = {"a": (4096,), "b": (8, 16), "c": (6, 2)}
+    m = Mesh.parse("1024")
+    ranks = sample_ranks(shapes, m)
+    assert {0, 1, 1023, 7, 8, 5, 6} <= set(ranks) and len(ranks) < 20
+    assert cover_problems(shapes, Mesh.parse("768")) == []
+    assert cover_problems({"s": ()}, m) == ["s: a 0-dim parameter (fully_shard rejects it)"]
+    with pytest.raises(ValueError, match="a mesh is written N or RxS"):
+        Mesh.parse("64y16")
+
+
+def test_the_command_writes_its_report_and_refuses_an_unknown_model(tmp_path):
+    out = tmp_path / "s.json"
+    p = subprocess.run([PYTHON, "-m", "fsdp_conformance", "scale", "--model", "moe", "--save",
+                        "256", "--load", "192", "--json", str(out)], cwd=ROOT,
+                       env=env_for_subprocess(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "fsdp-conformance/scale/1" and doc["ok"] is True
+    assert doc["sides"]["load"]["mesh"] == "192" and doc["ranks_per_second"] > 0
+    assert (tmp_path / "s.md").read_text().startswith("# fsdp-conformance scale: moe")
+    bad = subprocess.run([PYTHON, "-m", "fsdp_conformance", "scale", "--model", "gpt5",
+                          "--save", "8"], cwd=ROOT, env=env_for_subprocess(),
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "not a built-in model" in bad.stderr
