@@ -1,5 +1,5 @@
-"""The property catalogue is the one source of P0-P15: the README's table, the plugin's
-names and the run's property set all come from it."""
+"""The property catalogue is the one source of P0-P15: the table in
+docs/reference/properties.md, the plugin's names and the run's property set all come from it."""
 from __future__ import annotations
 
 from fsdp_conformance.properties.catalogue import CATALOGUE, PROPS, markdown_table
@@ -8,9 +8,14 @@ from fsdp_conformance.user.spec import PROPERTY_NAMES
 from suites.conftest import ROOT
 
 
-def test_readme_property_table_is_the_catalogue():
-    assert markdown_table() in (ROOT / "README.md").read_text(encoding="utf-8"), \
-        "README's property table differs from properties/catalogue.py: paste markdown_table()"
+PAGE = ROOT / "docs" / "reference" / "properties.md"
+
+
+def test_reference_property_table_is_the_catalogue():
+    assert markdown_table() in PAGE.read_text(encoding="utf-8"), (
+        "the property table of docs/reference/properties.md differs from "
+        "properties/catalogue.py: replace it with the output of\n  python -c 'from "
+        "fsdp_conformance.properties.catalogue import markdown_table; print(markdown_table())'")
 
 
 def test_catalogue_covers_p0_to_p15_once_and_the_plugin_reads_it():
