@@ -7,7 +7,7 @@ Rules
   tensor's storage into shared memory and pass its file descriptor to the other process
   through a socket of its own: one shared-memory file and one socket connection per
   tensor. A rank's record holds tens to hundreds of small tensors; measured on 2 cores
-  (``fsdp-conformance bench harness``, "wire"): see README for the figures.
+  (``fsdp-conformance bench harness``, "wire"): see docs/reference/benchmarks.md for the figures.
 - A dense CPU tensor of type ``torch.Tensor`` (not a subclass, no Python attributes, a leaf
   or not requiring grad, no conjugate or negative bit) travels as its storage's bytes (a
   uint8 numpy array: pickle protocol 5 copies it once) with its dtype, size, stride, storage

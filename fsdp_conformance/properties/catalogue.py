@@ -1,5 +1,6 @@
 """The catalogue of properties P0-P15: id, name, what each checks, which cases decide it and
-why it can be n/a. The run, the report, the plugin and the README table read it from here.
+why it can be n/a. The run, the report, the plugin and the properties reference page
+(docs/reference/properties.md) read it from here.
 
 Rule: every property is decided in ``fsdp_conformance.properties`` (``module`` names where);
 a case that cannot check one reports it "n/a" with one of the reasons listed here, never a
@@ -19,7 +20,7 @@ class Property:
     name: str
     """Short name (``"layout"``, ``"gather"``...)."""
     checks: str
-    """What it checks, in one sentence (the README table's text)."""
+    """What it checks, in one sentence (the reference page's table text)."""
     decided_by: str
     """Which cases decide it: ``"round trip"``, ``"rekey path"``, ``"golden"``, ``"bounds"``,
     ``"fault"``."""
@@ -112,8 +113,8 @@ NO_REKEY = "this path does not rekey"
 
 
 def markdown_table() -> str:
-    """The README's property table, one row per property (a test keeps the README equal to
-    it): id and name, what it checks, which cases decide it."""
+    """The property table of docs/reference/properties.md, one row per property (a test
+    keeps the page equal to it): id and name, what it checks, which cases decide it."""
     rows = ["| property | checks | decided by |", "|---|---|---|"]
     rows += [f"| {p.id} {p.name} | {p.checks} | {p.decided_by} cases |" for p in CATALOGUE]
     return "\n".join(rows)

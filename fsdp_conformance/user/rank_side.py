@@ -182,7 +182,7 @@ def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
     """A fresh model at the load world size/plan with the saved params, then the user's
     load: with ``custom.load_model``, that first (on the model alone), then the optimizer
     built on the parameters the model holds after it, then ``custom.load``; else the
-    optimizer built first, then ``custom.load`` (the order README documents)."""
+    optimizer built first, then ``custom.load`` (the order docs/reference/plugin.md documents)."""
     fam = _family(case)
     model = fam.wrap(ctx, case, case.dst_plan)
     fam.load_params(ctx, model, params)
