@@ -159,21 +159,29 @@ KNOWN: tuple[KnownLimitation, ...] = (
         and c.strategy != "NO_SHARD"
         and not (c.strategy == "HYBRID_SHARD" and c.shard_world_size == 1),
         "2.13 (CPU)",
-        "full_optim_state_dict / optim_state_dict(FULL) with use_orig_params=True on CPU: every "
-        "tensor state of a unit is gathered into one reused buffer and returned as views "
-        "(_optim_utils.py:1555-1558); .cpu() on a CPU tensor does not copy (:1501-1507), so "
-        "every tensor state comes back holding the values of the last one gathered, in name "
-        "order: exp_avg holds exp_avg_sq (Adam/AdamW), acc_delta holds square_avg (Adadelta; "
-        "seen at ws 3, where the same call with rank0_only=False returned the correct dict). "
+        "full_optim_state_dict / optim_state_dict(FULL) with use_orig_params=True on CPU, "
+        "when it offloads to CPU: every tensor state of a unit is gathered into one buffer "
+        "(_optim_utils.py:1555), reused for each state name in sorted order (:1360, :1558), "
+        "and taken as views of it (:1655-1666); with offload_to_cpu=True "
+        "(FullOptimStateDictConfig's default; full_optim_state_dict always offloads) "
+        "_unflatten_orig_param_states calls .cpu() (:1505-1507), which does not copy a CPU "
+        "tensor, where without offload it clones (:1501-1503). So every tensor state comes "
+        "back holding the values of the last one gathered: exp_avg holds exp_avg_sq "
+        "(Adam/AdamW), acc_delta holds square_avg (Adadelta), with rank0_only True or False "
+        "(Adam at 2 and 3 ranks, Adadelta at 3); offload_to_cpu=False returns a correct dict. "
+        "DSD's get_optimizer_state_dict(full_state_dict=True) on FSDP1 passes "
+        "offload_to_cpu=cpu_offload (state_dict.py:348-351), so there only cpu_offload=True "
+        "is affected. Minimal reproducer: notes/repro/fsdp1_full_osd_offload_aliasing.py. "
         "They are views of one storage, and torch.save keeps that: loaded at one rank the "
         "states still share it, so Adam's in-place updates of exp_avg and exp_avg_sq write "
         "the same memory and the resumed run goes to NaN (the plugin's example GatedNet, "
         "2 -> 1 ranks); loaded at more ranks, each rank copies its shard and they do not. "
-        "Bitwise diff in the P1 detail; GPUs are not affected because .cpu() copies there.",
+        "Bitwise diff in the P1 detail. Not run on a GPU; there .cpu() copies, so the states "
+        "should come back separate.",
         also=("P2", "P3", "P6", "P7", "P9"),
         model=Effect(what="every positive-dim tensor state of a param (not of an ignored module's) "
                      "holds the values of its last one "
-                     "(Adam/AdamW: exp_avg := exp_avg_sq; Adadelta: square_avg := acc_delta)",
+                     "(Adam/AdamW: exp_avg := exp_avg_sq; Adadelta: acc_delta := square_avg)",
                save=alias_to_last_state, load=unshare_when_resharded)),
     KnownLimitation(
         "orig-params-frozen-full-osd", ("P1", "P4", "P5"),
@@ -376,15 +384,25 @@ KNOWN: tuple[KnownLimitation, ...] = (
         # named here so that reading the entries does not import torch)
         lambda c: c.optimizer in ("sgd_momentum_fp32state",) and c.dtype != "fp32",
         "2.13, 2.15",
-        "torch.optim.Optimizer.load_state_dict casts every floating-point state tensor but "
-        "'step' to its param's dtype (_process_value_according_to_param_policy, "
-        "optim/optimizer.py:800-801; called as Optimizer._process_value_according_to_param_"
-        "policy from _cast, :967, so an optimizer subclass cannot opt out). Every load path "
-        "ends in that call, so an optimizer that keeps float32 state for bfloat16 params "
-        "(the zoo's sgd_momentum_fp32state, as mixed-precision optimizers do) saves float32 "
-        "(P1, P2 pass) and resumes from bfloat16 state: the loaded state (P3), a re-save (P7), "
-        "the unwrapped optimizer's load on the rekey path (P5) and the state after resuming "
-        "(P6) are bfloat16, the values rounded. No FSDP path keeps the dtype.",
+        "torch.optim.Optimizer.load_state_dict casts every tensor state but 'step' to its "
+        "param's dtype when the param is floating point, an int64 counter as well as a float32 "
+        "buffer (_process_value_according_to_param_policy, optim/optimizer.py:800-801; 'step' "
+        "is kept unless the group is fused or capturable, :794-798). It is intended: the "
+        "source comment (:781-782) says floating-point state is 'assumed to always match the "
+        "type of params', and the cast came with pytorch#3658 (2017). Every load path ends in "
+        "that call, so an optimizer that keeps float32 state for bfloat16 params (the zoo's "
+        "sgd_momentum_fp32state, as mixed-precision optimizers do) saves float32 (P1, P2 pass) "
+        "and resumes from bfloat16 state: the loaded state (P3), a re-save (P7), the unwrapped "
+        "optimizer's load on the rekey path (P5) and the state after resuming (P6) are "
+        "bfloat16, the values rounded. No FSDP path keeps the dtype. It is the only cast: "
+        "through DCP the template get_optimizer_state_dict makes for the fresh optimizer is "
+        "float32 and dcp.load keeps it (FSDP2, 2 ranks). An optimizer can undo it: _cast "
+        "calls the method as Optimizer._process_value_according_to_param_policy (:967), so "
+        "overriding it in a subclass changes nothing, but an overridden load_state_dict, or a "
+        "load_state_dict post-hook (register_load_state_dict_post_hook; it runs at :1020) "
+        "given the loaded dict by a pre-hook, that puts the given tensors back keeps them "
+        "float32 and bitwise equal to the saved ones, through DCP and the full-dict path "
+        "alike. Minimal reproducer: notes/repro/optim_load_casts_state_to_param_dtype.py.",
         "https://github.com/pytorch/pytorch/issues/43706 (open: checkpoint restore of "
         "optimizers changes the dtype of floating-point state)",
         also=("P5", "P6"),
@@ -397,15 +415,25 @@ KNOWN: tuple[KnownLimitation, ...] = (
                    and c.model in ("frozen", "late_frozen")),  # the zoo's frozen models
         "2.13, 2.15 (its reproducer: also 2.8)",
         "A model state saved with StateDictOptions(ignore_frozen_params=True) does not load "
-        "back with the same options: get_state_dict leaves the frozen params out as "
-        "documented (_get_model_state_dict, state_dict.py:549-555), but the option is read "
-        "nowhere on the load side, and _load_model_state_dict passes strict=True to "
-        "model.load_state_dict (:623-625), which raises 'Missing key(s) in state_dict' for "
-        "every frozen param. In the run: the app state (model and optimizer through "
-        "set_state_dict) of the zoo's frozen models does not load (P3; the resume P6, the "
-        "re-save P7 and the groups P11 cannot happen); strict=False as well loads it (the "
-        "run's /nonstrict app-state cases). Minimal reproducer: "
-        "notes/repro/dsd_ignore_frozen_params_load.py (2.8, 2.13, 2.15 alike).",
+        "back through DCP with the same options: get_state_dict leaves the frozen params out "
+        "(_get_model_state_dict, state_dict.py:549-555), which is all the option's docstring "
+        "promises (:106-108); on the load side the option is read only in "
+        "_verify_state_dict's empty-dict check (:419), and _load_model_state_dict passes "
+        "strict=info.strict (StateDictOptions.strict, default True) to model.load_state_dict "
+        "(:624), which raises 'Missing key(s) in state_dict' for every frozen param. In the "
+        "run: the app state (model and optimizer through set_state_dict after dcp.load) of "
+        "the zoo's frozen models does not load (P3; the resume P6, the re-save P7 and the "
+        "groups P11 cannot happen); with strict=False as well it loads (the run's /nonstrict "
+        "app-state cases). A full model dict saved with the option is another matter: "
+        "set_model_state_dict(full_state_dict=True) without broadcast_from_rank0 loads it "
+        "with strict=True, because _distribute_state_dict fills the rank's local dict (:617) "
+        "and state_dict.update(local_state_dict) (:618) adds the frozen keys from the local "
+        "model, whose frozen params keep their own values; with broadcast_from_rank0=True, "
+        "strict=True raises the same 'Missing key(s)' on every rank "
+        "(_broadcast_state_dict(strict=True) first drops the local keys the broadcast dict "
+        "lacks, _state_dict_utils.py:687-690). Minimal reproducer: "
+        "notes/repro/dsd_ignore_frozen_params_load.py (its DCP part seen on 2.8, 2.13 and "
+        "2.15; its full-dict part on 2.13).",
         also=("P6", "P7", "P11"),
         model=Raises(exc="RuntimeError",
                      message=r"^Error\(s\) in loading state_dict for \w+:",
@@ -759,11 +787,16 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "(_sharded_tensor_utils.py:38-39), counts its keys as missing, and switches the rank "
         "to the pre-2.4 flattening (default_planner.py:357-370), in which the whole "
         "param_groups list is one key 'optim.param_groups' that the checkpoint does not have: "
-        "dcp.load of the documented template raises 'Missing key in checkpoint state_dict: "
-        "optim.param_groups.' (:495) on those ranks. It depends only on the load world size "
-        "and the params' dim-0 sizes (mlp: head has 2 rows, so 3 and 4 ranks fail; 1 and 2 "
-        "load; the bounds model's last layer has 3 rows, so its P13/P14 case at 4 ranks has "
-        "no load to time). Minimal reproducer: notes/repro/dsd_fsdp1_zero_local_shards.py.",
+        "in dcp.load of the documented template each such rank raises 'Missing key in "
+        "checkpoint state_dict: optim.param_groups.' (:495) while planning, and every rank "
+        "raises CheckpointException holding it. The trigger is torch.chunk(dim 0, load world "
+        "size) giving fewer pieces than ranks, not dim 0 < world size: at 4 ranks 5 rows "
+        "(2+2+1) and 6 rows (2+2+2) fail, 7 rows (2+2+2+1) load. It is not a resharding bug: "
+        "2 rows saved and loaded at 3 ranks fail, and the save's world size does not matter "
+        "(6 rows saved at 2 ranks load at 3 and fail at 4); use_orig_params True and False "
+        "alike. In the zoo, mlp's head has 2 rows, so 3 and 4 ranks fail, 1 and 2 load; the "
+        "bounds model's last layer has 3 rows, so its P13/P14 case at 4 ranks has no load to "
+        "time. Minimal reproducer: notes/repro/dsd_fsdp1_zero_local_shards.py.",
         "https://github.com/pytorch/pytorch/pull/163480 (describes this failure; closed) and "
         "https://github.com/pytorch/pytorch/issues/137327 (the 2.3/2.4 key formats)",
         also=("P4", "P6", "P7", "P10", "P11", "P13", "P14"),
@@ -965,20 +998,33 @@ KNOWN: tuple[KnownLimitation, ...] = (
                          Raises(exc="UnpicklingError", message=r"^pickle data was truncated$")))),
     KnownLimitation(
         "dsd-full-flattened-load-keyerror", ("P3",),
-        lambda c: c.api == "fsdp2.full" and c.flatten_optimizer_state_dict,
+        lambda c: c.api == "fsdp2.full" and c.flatten_optimizer_state_dict
+        and not c.no_broadcast,  # without the broadcast: 'param_groups.0.params.0', unmodelled
         "2.13",
         "set_optimizer_state_dict(full_state_dict=True, flatten_optimizer_state_dict=True) "
         "cannot load the flattened full dict get_optimizer_state_dict returned with the same "
-        "options: _load_optim_state_dict takes the full_state_dict branch (state_dict.py:1140), "
-        "reads the rank's own local dict with _get_optim_state_dict (:1141), which flattens it "
-        "as well because the option is set (:974-977), and rebuilds the dict to load from that "
-        "local dict's structure (:1174-1176), the flattened one. With broadcast_from_rank0 (this "
-        "path) rank 0 then raises KeyError: 'state' in optim.load_state_dict (:1186 -> "
-        "optimizer.py:997) and the others KeyError: 'param_groups' (:1179); without it every "
-        "rank raises KeyError: 'param_groups.0.params.0' in _unflatten_state_dict "
-        "(_state_dict_utils.py:828). Nothing is loaded, so nothing resumes (P6), is saved "
-        "again (P7) or has param groups to compare (P11). The sharded path with the same option loads (its template is flattened "
-        "too). Minimal reproducer: notes/repro/dsd_full_flattened_load_keyerror.py.",
+        "options, whatever the model: a plain nn.Module at world size 1 raises the same as "
+        "FSDP2. _load_optim_state_dict turns the flattened dict back into the nested form "
+        "(state_dict.py:1100-1102); its full_state_dict branch (:1140) then reads the rank's "
+        "own local dict with _get_optim_state_dict (:1142), which flattens that one because "
+        "the option is set (:974-977). Put through _flatten_state_dict (:1158-1159), the two "
+        "have different param_groups keys ('param_groups.0.lr' against "
+        "'param_groups.0.weight.lr'), and the dict to load is rebuilt from the local dict's "
+        "keys and paths (:1168-1176). With broadcast_from_rank0 (how fsdp2.full loads), "
+        "_broadcast_state_dict writes a non-tensor value only into keys the local dict has "
+        "(_state_dict_utils.py:670-673): rank 0's dict to load has 'param_groups' but no "
+        "'state', and it raises KeyError: 'state' in optim.load_state_dict (:1186 -> "
+        "optimizer.py:997); the other ranks pass {} and raise KeyError: 'param_groups' "
+        "(:1179). Without it, _distribute_state_dict copies every non-tensor value of the full "
+        "dict into the local dict under its own key (_state_dict_utils.py:711-712), so the "
+        "loop at :1168-1175, which adds the keys the local dict lacks together with their "
+        "paths, skips them, and every rank raises KeyError: 'param_groups.0.params.0' in "
+        "_unflatten_state_dict (:1176 -> _state_dict_utils.py:828). Nothing is loaded, so "
+        "nothing resumes (P6), is saved again (P7) or has param groups to compare (P11). The "
+        "sharded path with the same option loads (its template is flattened too). Workaround: "
+        "load the flattened full dict with flatten_optimizer_state_dict=False (a dict without "
+        "'state' is unflattened whatever the option says, :1095-1102); every tensor state "
+        "loads. Minimal reproducer: notes/repro/dsd_full_flattened_load_keyerror.py.",
         "not found upstream (the flattened-dict family: "
         "https://github.com/pytorch/pytorch/issues/192224, "
         "https://github.com/pytorch/pytorch/issues/192225)",
