@@ -27,7 +27,7 @@ from typing import Callable
 
 from ..reference.fsdp2_layout import chunk_range, fsdp2_layout
 from .models import build
-from .simulate import Mesh, Piece, shapes_of, torch_pieces
+from .simulate import Mesh, Piece, shapes_of, simulated_rank
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +42,10 @@ class Side:
     """Each parameter on each rank where torch's piece is not the reference's."""
     cover: tuple[str, ...]
     """Exact-cover problems of the reference boxes (none expected)."""
+    plans: tuple[str, ...] = ()
+    """Where DCP's own plan of a sampled rank is not the reference's (scale/plans.py: the
+    save plan's write items on the save side; on the load side, whether the load plan
+    reads exactly the rank's new piece from the save's chunks)."""
     empty_params: int
     """Parameters some rank of this mesh holds no element of (dim 0 < shard group size, or
     fewer chunks than ranks)."""
@@ -66,7 +70,8 @@ class ScaleResult:
 
     @property
     def ok(self) -> bool:
-        return all(not s.mismatches and not s.cover for s in self.sides.values())
+        return all(not s.mismatches and not s.cover and not s.plans
+                   for s in self.sides.values())
 
     @property
     def ranks_per_second(self) -> float:
@@ -126,13 +131,32 @@ def _has_empty_rank(d0: int, shard: int) -> bool:
     return d0 == 0 or -(-d0 // size) < shard
 
 
+def torch_pieces_of(sd: dict) -> dict[str, Piece]:
+    """What a simulated rank holds of each parameter (simulate.py ``simulated_rank``'s state
+    dict): the local shape and DCP's global offset."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    return {fqn: (tuple(t.to_local().shape),
+                  tuple(compute_local_shape_and_global_offset(t.shape, t.device_mesh,
+                                                              t.placements)[1]))
+            for fqn, t in sd.items()}
+
+
 def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
-          on_rank: Callable[[str, int], None] | None) -> Side:
+          on_rank: Callable[[str, int], None] | None, saved_at: Mesh | None = None) -> Side:
+    """One side's sampled ranks: their pieces against the reference, and DCP's plans (the
+    save plan; with ``saved_at``, the load plan against a checkpoint saved there)."""
+    from .plans import load_problems, save_problems, saved_metadata
+
     t0 = time.perf_counter()
     ranks = sample_ranks(shapes, mesh)
-    mismatches = []
+    metadata = saved_metadata(shapes, saved_at) if saved_at is not None else None
+    mismatches, plans = [], []
     for r in ranks:
-        got, want = torch_pieces(model_fn, mesh, r), expected(shapes, mesh, r)
+        with simulated_rank(model_fn, mesh, r) as (_, sd):
+            got, want = torch_pieces_of(sd), expected(shapes, mesh, r)
+            plans += (save_problems(sd, shapes, mesh, r) if metadata is None
+                      else load_problems(sd, shapes, metadata, mesh, r))
         for fqn in shapes:
             g, w = got.get(fqn), want[fqn]
             if g is None:
@@ -145,7 +169,7 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
     empty = sum(1 for s in shapes.values() if s and _has_empty_rank(s[0], mesh.shard))
     return Side(mesh=mesh.text, ranks=tuple(ranks), mismatches=tuple(mismatches),
                 cover=tuple(cover_problems(shapes, mesh)), empty_params=empty,
-                seconds=time.perf_counter() - t0)
+                plans=tuple(plans), seconds=time.perf_counter() - t0)
 
 
 def check_scale(model: str | Callable, save: str | int, load: str | int | None = None, *,
@@ -166,9 +190,11 @@ def check_scale(model: str | Callable, save: str | int, load: str | int | None =
                 return factory()
         name = getattr(model, "__qualname__", repr(model))
     shapes = shapes_of(model_fn)
-    sides = {"save": _side("save", model_fn, shapes, Mesh.parse(save), on_rank)}
+    save_mesh = Mesh.parse(save)
+    sides = {"save": _side("save", model_fn, shapes, save_mesh, on_rank)}
     sides["load"] = _side("load", model_fn, shapes, Mesh.parse(load if load is not None
-                                                                 else save), on_rank)
+                                                                 else save), on_rank,
+                          saved_at=save_mesh)
     elements = sum(functools.reduce(lambda a, b: a * b, s, 1) for s in shapes.values())
     return ScaleResult(model=name, params=len(shapes), elements=elements, sides=sides,
                        peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

@@ -25,8 +25,10 @@ def add_parser(sub) -> None:
             "model on the meta device, fully_shard per decoder layer then the root) and "
             "check that every sampled rank's piece of every parameter (local shape, global "
             "offset as DCP computes it) is the reference implementation's, on the save mesh "
-            "and on the load mesh; and that each mesh's pieces hold every element exactly "
-            "once. Exit codes: 0 all equal, 1 a difference, 2 usage error.", 88))
+            "and on the load mesh; that each mesh's pieces hold every element exactly once; "
+            "and that DCP's own plans agree: each sampled save rank writes its piece, each "
+            "sampled load rank reads exactly its new piece from the saved chunks. Exit "
+            "codes: 0 all equal, 1 a difference, 2 usage error.", 88))
     p.add_argument("--model", required=True,
                    help="a built-in model (llama3-8b, llama3-70b, moe) or a factory "
                         "'package.module:function' called under torch.device('meta')")
@@ -60,6 +62,7 @@ def to_json(result) -> dict:
             "peak_rss_mib": round(result.peak_rss_mib, 1), "machine_info": machine_info(),
             "sides": {k: {"mesh": s.mesh, "ranks": list(s.ranks),
                           "mismatches": list(s.mismatches), "cover": list(s.cover),
+                          "plans": list(s.plans),
                           "empty_params": s.empty_params, "seconds": round(s.seconds, 2)}
                       for k, s in result.sides.items()}}
 
@@ -73,7 +76,8 @@ def to_markdown(doc: dict) -> str:
            f"({doc['elements']:,} elements)",
            f"- {doc['ranks_per_second']} ranks simulated per second; peak resident memory "
            f"{doc['peak_rss_mib']} MiB",
-           f"- machine: {machine_line(doc)}", ""]
+           f"- machine: {machine_line(doc)}",
+           f"- command: `{' '.join(doc.get('argv') or [])}`", ""]
     for name, s in doc["sides"].items():
         out += [f"## {name}: mesh {s['mesh']}", "",
                 f"- ranks simulated ({len(s['ranks'])}, the sample: every class of piece): "
@@ -82,8 +86,12 @@ def to_markdown(doc: dict) -> str:
                 f"- exact cover of the reference pieces: "
                 f"{'yes' if not s['cover'] else '; '.join(s['cover'][:20])}",
                 f"- pieces that differ from the reference: {len(s['mismatches'])}",
+                f"- DCP plans of the sampled ranks ("
+                f"{'the save plan' if name == 'save' else 'the load plan against the save'}"
+                f"): {'as the reference' if not s['plans'] else str(len(s['plans'])) + ' problems'}",
                 f"- {s['seconds']} s", ""]
-        out += [f"  - {m}" for m in s["mismatches"][:50]] + ([""] if s["mismatches"] else [])
+        problems = s["mismatches"][:50] + s["plans"][:50]
+        out += [f"  - {m}" for m in problems] + ([""] if problems else [])
     return "\n".join(out)
 
 
@@ -99,7 +107,9 @@ def main(args) -> int:
     except ValueError as exc:
         print(f"fsdp-conformance scale: error: {exc}", file=sys.stderr)
         return 2
-    doc = to_json(result)
+    from ..run.cli import command_line
+
+    doc = {**to_json(result), "argv": command_line()}
     slug = "-".join(x.replace(":", ".") for x in (args.model.rsplit(":", 1)[-1], args.save,
                                                     args.load or args.save))
     path = args.json or f"reports/scale-{slug}.json"

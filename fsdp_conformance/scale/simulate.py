@@ -15,6 +15,7 @@ Rules
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from .models import ModelFn, units
@@ -55,13 +56,18 @@ Piece = tuple[tuple[int, ...], tuple[int, ...]]
 """(local shape, global offset) of one parameter on one rank."""
 
 
-def torch_pieces(model_fn: ModelFn, mesh: Mesh, rank: int) -> dict[str, Piece]:
-    """What ``fully_shard`` gives ``rank`` of ``mesh`` (module rules): every parameter's
-    local shape and global offset, the model's units sharded one by one, then the root."""
+@contextlib.contextmanager
+def simulated_rank(model_fn: ModelFn, mesh: Mesh, rank: int):
+    """Inside the block, this process is ``rank`` of ``mesh`` (a fake process group) and
+    holds the model ``fully_shard`` made there (its units one by one, then the root):
+    yields ``(model, state_dict)``, the state dict's DTensors on the mesh made for this rank
+    (an equal mesh of an earlier simulated rank may be the one a DTensor keeps, cached by
+    shape, with that rank's coordinate; in a real job each process is one rank and they
+    are the same). The process group is destroyed on leaving."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    from torch.distributed.tensor import DTensor
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if not 0 <= rank < mesh.world_size:
@@ -75,15 +81,11 @@ def torch_pieces(model_fn: ModelFn, mesh: Mesh, rank: int) -> dict[str, Piece]:
         for name in units(model):
             fully_shard(model.get_submodule(name), mesh=device_mesh)
         fully_shard(model, mesh=device_mesh)
-        out = {}
-        for fqn, p in model.named_parameters():
-            # the mesh made here, not p.device_mesh: an equal mesh of an earlier simulated
-            # rank may be the one a DTensor keeps (cached by shape), with that rank's
-            # coordinate; in a real job each process is one rank and they are the same
-            _, offset = compute_local_shape_and_global_offset(p.shape, device_mesh,
-                                                              p.placements)
-            out[fqn] = (tuple(p.to_local().shape), tuple(offset))
-        return out
+        sd = {fqn: DTensor.from_local(p.to_local(), device_mesh=device_mesh,
+                                      placements=p.placements, shape=p.shape,
+                                      stride=p.stride(), run_check=False)
+              for fqn, p in model.named_parameters()}
+        yield model, sd
     finally:
         dist.destroy_process_group()
 

@@ -47,16 +47,16 @@ def test_a_users_factory_saved_at_512_and_loaded_at_384():
 
 
 def test_a_piece_torch_gives_elsewhere_is_a_mismatch_naming_rank_and_param(monkeypatch):
-    real = scale_check.torch_pieces
+    real = scale_check.torch_pieces_of
 
-    def shifted(model_fn, mesh, rank):
-        out = real(model_fn, mesh, rank)
-        if rank == 1:
-            shape, (o0, *rest) = out["layers.0.router.weight"]
+    def shifted(sd):
+        out = real(sd)
+        shape, (o0, *rest) = out["layers.0.router.weight"]
+        if o0 == 1:  # rank 1 of 8: the router's second row
             out["layers.0.router.weight"] = (shape, (o0 + 1, *rest))
         return out
 
-    monkeypatch.setattr(scale_check, "torch_pieces", shifted)
+    monkeypatch.setattr(scale_check, "torch_pieces_of", shifted)
     r = check_scale("moe", "8")
     assert not r.ok
     assert r.sides["save"].mismatches[0].startswith(
@@ -89,3 +89,24 @@ def test_the_command_writes_its_report_and_refuses_an_unknown_model(tmp_path):
                           "--save", "8"], cwd=ROOT, env=env_for_subprocess(),
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not a built-in model" in bad.stderr
+
+
+def test_dcp_plans_of_a_rank_are_checked_and_a_missing_saved_chunk_is_named():
+    from fsdp_conformance.scale.models import build
+    from fsdp_conformance.scale.plans import load_problems, save_problems, saved_metadata
+    from fsdp_conformance.scale.simulate import shapes_of, simulated_rank
+
+    fn = lambda: build("moe")  # noqa: E731
+    shapes = shapes_of(fn)
+    saved, load = Mesh.parse("16"), Mesh.parse("12")
+    metadata = saved_metadata(shapes, saved)
+    with simulated_rank(fn, load, 1) as (_, sd):
+        assert load_problems(sd, shapes, metadata, load, 1) == []
+        norm = metadata.state_dict_metadata["layers.0.ffn_norm.weight"]
+        norm.chunks = [c for c in norm.chunks if c.offsets[0] != 256]  # rows 256..511: gone
+        problems = load_problems(sd, shapes, metadata, load, 1)
+    assert problems and problems[0].startswith(
+        "rank 1: layers.0.ffn_norm.weight: load plan reads")
+    with simulated_rank(fn, saved, 3) as (_, sd):
+        assert save_problems(sd, shapes, saved, 3) == []
+        assert save_problems(sd, shapes, Mesh.parse("8"), 3)  # another mesh's pieces
