@@ -30,9 +30,9 @@ def save_problems(sd: dict, shapes: dict, mesh: Mesh, rank: int) -> list[str]:
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
     planner = DefaultSavePlanner()
-    planner.set_up_planner(sd, is_coordinator=False)
     with warnings.catch_warnings():  # the fake group's default device: not a finding
         warnings.simplefilter("ignore", UserWarning)
+        planner.set_up_planner(sd, is_coordinator=False)
         plan = planner.create_local_plan()
     layout = fsdp2_layout(list(shapes.items()), mesh.world_size, shard_world_size=mesh.shard)
     written: dict[str, list] = {}
@@ -79,9 +79,9 @@ def load_problems(sd: dict, shapes: dict, metadata, mesh: Mesh, rank: int) -> li
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
     planner = DefaultLoadPlanner()
-    planner.set_up_planner(sd, metadata, is_coordinator=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
+        planner.set_up_planner(sd, metadata, is_coordinator=False)
         plan = planner.create_local_plan()
     layout = fsdp2_layout(list(shapes.items()), mesh.world_size, shard_world_size=mesh.shard)
     reads: dict[str, list] = {}
