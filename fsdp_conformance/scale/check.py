@@ -43,9 +43,10 @@ class Side:
     cover: tuple[str, ...]
     """Exact-cover problems of the reference boxes (none expected)."""
     plans: tuple[str, ...] = ()
-    """Where DCP's own plan of a sampled rank is not the reference's (scale/plans.py: the
-    save plan's write items on the save side; on the load side, whether the load plan
-    reads exactly the rank's new piece from the save's chunks)."""
+    """Where DCP's own plan of a sampled rank is not the reference's (scale/plans.py): of
+    the trainer's checkpoint, params and Adam's state with DSD's flattening off and on; the
+    save plan's write items on the save side; on the load side, whether the load plan reads
+    exactly the rank's new pieces from the save's chunks."""
     empty_params: int
     """Parameters some rank of this mesh holds no element of (dim 0 < shard group size, or
     fewer chunks than ranks)."""
@@ -146,17 +147,24 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
           on_rank: Callable[[str, int], None] | None, saved_at: Mesh | None = None) -> Side:
     """One side's sampled ranks: their pieces against the reference, and DCP's plans (the
     save plan; with ``saved_at``, the load plan against a checkpoint saved there)."""
-    from .plans import load_problems, save_problems, saved_metadata
+    from .plans import checkpoint, load_problems, save_problems, saved_metadata
+    from .simulate import adam_state
 
     t0 = time.perf_counter()
     ranks = sample_ranks(shapes, mesh)
-    metadata = saved_metadata(shapes, saved_at) if saved_at is not None else None
+    metadata: dict[bool, object] = {}
     mismatches, plans = [], []
     for r in ranks:
-        with simulated_rank(model_fn, mesh, r) as (_, sd):
+        with simulated_rank(model_fn, mesh, r) as (model, sd):
             got, want = torch_pieces_of(sd), expected(shapes, mesh, r)
-            plans += (save_problems(sd, shapes, mesh, r) if metadata is None
-                      else load_problems(sd, shapes, metadata, mesh, r))
+            for flatten in (False, True):  # DSD's flattening off and on (its own keys)
+                ckpt = checkpoint(sd, adam_state(model, sd, flatten=flatten))
+                if saved_at is None:
+                    plans += save_problems(ckpt, shapes, mesh, r)
+                    continue
+                if flatten not in metadata:  # the same keys on every rank: built once
+                    metadata[flatten] = saved_metadata(ckpt, shapes, saved_at)
+                plans += load_problems(ckpt, shapes, metadata[flatten], mesh, r)
         for fqn in shapes:
             g, w = got.get(fqn), want[fqn]
             if g is None:

@@ -1,15 +1,20 @@
 """DCP's own save and load plans of a simulated rank, checked against the reference.
 
 Rules
-- Save: the rank's ``DefaultSavePlanner.create_local_plan()``; each of its write items of a
-  parameter must be the rank's reference box (offset and size); a rank whose box is empty
-  writes nothing of that parameter, or only an empty piece.
+- What is planned is a trainer's checkpoint: ``{"model": params, "optim": Adam's state}``
+  (the state from torch's ``get_optimizer_state_dict``, with DSD's flattening off or on:
+  the state's DCP keys are the same, the param groups' differ). A key's reference piece is
+  its parameter's box: the parameter's own key ``model.<fqn>``, its state
+  ``optim.state.<fqn>.<name>``.
+- Save: the rank's ``DefaultSavePlanner.create_local_plan()``; each write item of a sharded
+  key must be the rank's reference box (offset and size), one per key; a rank whose box is
+  empty writes nothing of that key, or only an empty piece.
 - Load: the checkpoint's metadata is what a save at the save mesh writes once replicas are
-  deduplicated: one chunk per shard rank of the first shard group, each the reference box
-  (``saved_metadata``). The load rank's ``DefaultLoadPlanner.create_local_plan()`` against it
-  must read exactly its new box: its read items' destination pieces tile the rank's local
-  piece once (no element missing, none twice), and each reads inside the saved chunk it
-  names.
+  deduplicated: one chunk per shard rank of the first shard group for every sharded key
+  (``saved_metadata``), the whole tensor for a plain one (``step``), bytes for the rest. The
+  load rank's ``DefaultLoadPlanner.create_local_plan()`` against it must read exactly its
+  new piece of every sharded key: its read items' destination pieces tile the local piece
+  once (no element missing, none twice), each inside the saved chunk it names.
 """
 from __future__ import annotations
 
@@ -19,22 +24,59 @@ import warnings
 from ..reference.fsdp2_layout import fsdp2_layout
 from .simulate import Mesh
 
+PREFIXES = ("model.", "optim.state.")
+
+
+def checkpoint(params: dict, optim: dict | None = None) -> dict:
+    """The state dict a trainer hands DCP."""
+    return {"model": params} if optim is None else {"model": params, "optim": optim}
+
+
+def param_of(key: str, shapes: dict) -> str | None:
+    """The parameter whose box a flat DCP key's piece is (module rules), or None."""
+    for prefix in PREFIXES:
+        if key.startswith(prefix):
+            rest = key[len(prefix):]
+            fqn = rest if prefix == "model." else rest.rsplit(".", 1)[0]
+            return fqn if fqn in shapes else None
+    return None
+
+
+def _flat(sd: dict) -> dict:
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+
+    return flatten_state_dict(sd)[0]
+
+
+def _layout(shapes: dict, mesh: Mesh):
+    return fsdp2_layout(list(shapes.items()), mesh.world_size, shard_world_size=mesh.shard)
+
 
 def _box(layout, fqn: str, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     box = layout.param(fqn).box(rank)
     return tuple(a for a, _ in box), tuple(b - a for a, b in box)
 
 
+def _sharded(value) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(value, DTensor)
+
+
+def _quiet(fn):
+    with warnings.catch_warnings():  # the fake group's default device: not a finding
+        warnings.simplefilter("ignore", UserWarning)
+        return fn()
+
+
 def save_problems(sd: dict, shapes: dict, mesh: Mesh, rank: int) -> list[str]:
-    """Where the rank's DCP save plan differs from its reference boxes (module rules)."""
+    """Where the rank's DCP save plan of ``sd`` differs from its reference boxes."""
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
     planner = DefaultSavePlanner()
-    with warnings.catch_warnings():  # the fake group's default device: not a finding
-        warnings.simplefilter("ignore", UserWarning)
-        planner.set_up_planner(sd, is_coordinator=False)
-        plan = planner.create_local_plan()
-    layout = fsdp2_layout(list(shapes.items()), mesh.world_size, shard_world_size=mesh.shard)
+    plan = _quiet(lambda: (planner.set_up_planner(sd, is_coordinator=False),
+                           planner.create_local_plan())[1])
+    layout = _layout(shapes, mesh)
     written: dict[str, list] = {}
     for item in plan.items:
         chunk = item.tensor_data.chunk if item.tensor_data is not None else None
@@ -42,61 +84,74 @@ def save_problems(sd: dict, shapes: dict, mesh: Mesh, rank: int) -> list[str]:
             written.setdefault(item.index.fqn, []).append((tuple(chunk.offsets),
                                                            tuple(chunk.sizes)))
     out = []
-    for fqn in shapes:
+    for key, value in _flat(sd).items():
+        fqn = param_of(key, shapes)
+        if fqn is None or not _sharded(value):
+            continue
         want = _box(layout, fqn, rank)
-        got = [c for c in written.get(fqn, []) if math.prod(c[1])]
+        got = [c for c in written.get(key, []) if math.prod(c[1])]
         if math.prod(want[1]) == 0:
             if got:
-                out.append(f"rank {rank}: {fqn}: holds none of it, but its save plan writes {got}")
+                out.append(f"rank {rank}: {key}: holds none of it, but its save plan writes {got}")
         elif got != [want]:
-            out.append(f"rank {rank}: {fqn}: save plan writes {got or 'nothing'}, the "
+            out.append(f"rank {rank}: {key}: save plan writes {got or 'nothing'}, the "
                        f"reference piece is offset {want[0]} size {want[1]}")
     return out
 
 
-def saved_metadata(shapes: dict, mesh: Mesh):
-    """The checkpoint metadata of a save at ``mesh`` (module rules), float32 tensors."""
+def saved_metadata(sd: dict, shapes: dict, mesh: Mesh):
+    """The metadata of a save of ``sd``'s keys at ``mesh`` (module rules)."""
     import torch
-    from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, Metadata,
+    from torch.distributed.checkpoint.metadata import (BytesStorageMetadata,
+                                                       ChunkStorageMetadata, Metadata,
                                                        TensorProperties, TensorStorageMetadata)
 
-    layout = fsdp2_layout(list(shapes.items()), mesh.world_size, shard_world_size=mesh.shard)
+    layout = _layout(shapes, mesh)
+    pieces = {fqn: [ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s))
+                    for o, s in (_box(layout, fqn, k) for k in range(mesh.shard))
+                    if math.prod(s)]
+              for fqn in shapes}
     md = {}
-    for fqn, shape in shapes.items():
-        chunks = []
-        for k in range(mesh.shard):
-            off, size = _box(layout, fqn, k)
-            if math.prod(size):
-                chunks.append(ChunkStorageMetadata(offsets=torch.Size(off),
-                                                   sizes=torch.Size(size)))
-        md[fqn] = TensorStorageMetadata(properties=TensorProperties(dtype=torch.float32),
-                                        size=torch.Size(shape), chunks=chunks)
+    for key, value in _flat(sd).items():
+        fqn = param_of(key, shapes)
+        if _sharded(value) and fqn is not None:
+            md[key] = TensorStorageMetadata(properties=TensorProperties(dtype=value.dtype),
+                                            size=torch.Size(shapes[fqn]), chunks=pieces[fqn])
+        elif isinstance(value, torch.Tensor):
+            whole = torch.Size(value.shape)
+            md[key] = TensorStorageMetadata(
+                properties=TensorProperties(dtype=value.dtype), size=whole,
+                chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(whole)),
+                                             sizes=whole)])
+        else:
+            md[key] = BytesStorageMetadata()
     return Metadata(state_dict_metadata=md)
 
 
 def load_problems(sd: dict, shapes: dict, metadata, mesh: Mesh, rank: int) -> list[str]:
-    """Where the rank's DCP load plan does not read exactly its new piece (module rules)."""
+    """Where the rank's DCP load plan of ``sd`` does not read exactly its new pieces."""
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
     planner = DefaultLoadPlanner()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        planner.set_up_planner(sd, metadata, is_coordinator=False)
-        plan = planner.create_local_plan()
-    layout = fsdp2_layout(list(shapes.items()), mesh.world_size, shard_world_size=mesh.shard)
+    plan = _quiet(lambda: (planner.set_up_planner(sd, metadata, is_coordinator=False),
+                           planner.create_local_plan())[1])
+    layout = _layout(shapes, mesh)
     reads: dict[str, list] = {}
     for item in plan.items:
         reads.setdefault(item.dest_index.fqn, []).append(item)
-    chunks = {fqn: {tuple(c.offsets): tuple(c.sizes) for c in m.chunks}
-              for fqn, m in metadata.state_dict_metadata.items()}
+    chunks = {key: {tuple(c.offsets): tuple(c.sizes) for c in m.chunks}
+              for key, m in metadata.state_dict_metadata.items() if hasattr(m, "chunks")}
     out = []
-    for fqn in shapes:
+    for key, value in _flat(sd).items():
+        fqn = param_of(key, shapes)
+        if fqn is None or not _sharded(value):
+            continue
         off, size = _box(layout, fqn, rank)
         need = math.prod(size)
-        items = reads.get(fqn, [])
+        items = reads.get(key, [])
         got = sum(math.prod(i.lengths) for i in items)
         if got != need:
-            out.append(f"rank {rank}: {fqn}: load plan reads {got} elements, its piece has "
+            out.append(f"rank {rank}: {key}: load plan reads {got} elements, its piece has "
                        f"{need} (offset {off}, size {size})")
             continue
         boxes = []
@@ -104,17 +159,17 @@ def load_problems(sd: dict, shapes: dict, metadata, mesh: Mesh, rank: int) -> li
             start = tuple(i.dest_offsets)
             end = tuple(a + n for a, n in zip(start, i.lengths))
             if any(e > s for e, s in zip(end, size)):
-                out.append(f"rank {rank}: {fqn}: a read lands outside the local piece "
+                out.append(f"rank {rank}: {key}: a read lands outside the local piece "
                            f"({start}..{end}, piece size {size})")
-            src = chunks[fqn].get(tuple(i.storage_index.offset))
+            src = chunks[key].get(tuple(i.storage_index.offset))
             if src is None or any(o + n > s for o, n, s in zip(i.storage_offsets, i.lengths,
                                                                src)):
-                out.append(f"rank {rank}: {fqn}: a read outside the saved chunk at "
+                out.append(f"rank {rank}: {key}: a read outside the saved chunk at "
                            f"{tuple(i.storage_index.offset)}")
             boxes.append((start, end))
         for a in range(len(boxes)):
             for b in range(a + 1, len(boxes)):
                 if all(max(x0, y0) < min(x1, y1) for x0, x1, y0, y1 in
                        zip(boxes[a][0], boxes[a][1], boxes[b][0], boxes[b][1])):
-                    out.append(f"rank {rank}: {fqn}: two reads write the same elements")
+                    out.append(f"rank {rank}: {key}: two reads write the same elements")
     return out

@@ -90,6 +90,26 @@ def simulated_rank(model_fn: ModelFn, mesh: Mesh, rank: int):
         dist.destroy_process_group()
 
 
+def adam_state(model, params: dict, *, flatten: bool) -> dict:
+    """torch's own ``get_optimizer_state_dict`` of an Adam over the simulated model (DSD's
+    ``_init_optim_state`` gives every param its state: step, exp_avg, exp_avg_sq; on meta
+    tensors nothing is computed), with DSD's ``flatten_optimizer_state_dict`` as given, its
+    DTensors re-made on the rank's mesh (``params``: ``simulated_rank``'s state dict)."""
+    import torch
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                         get_optimizer_state_dict)
+    from torch.distributed.tensor import DTensor
+    from torch.utils._pytree import tree_map_only
+
+    mesh = next(iter(params.values())).device_mesh
+    optim = torch.optim.Adam(model.parameters(), lr=1e-3)
+    osd = get_optimizer_state_dict(model, optim, options=StateDictOptions(
+        flatten_optimizer_state_dict=flatten))
+    return tree_map_only(DTensor, lambda t: DTensor.from_local(
+        t.to_local(), device_mesh=mesh, placements=t.placements, shape=t.shape,
+        stride=t.stride(), run_check=False), osd)
+
+
 def shapes_of(model_fn: ModelFn) -> dict[str, tuple[int, ...]]:
     """Every parameter's global shape, in ``named_parameters()`` order (meta: no memory)."""
     return {f: tuple(p.shape) for f, p in model_fn().named_parameters()}

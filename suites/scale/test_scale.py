@@ -93,20 +93,26 @@ def test_the_command_writes_its_report_and_refuses_an_unknown_model(tmp_path):
 
 def test_dcp_plans_of_a_rank_are_checked_and_a_missing_saved_chunk_is_named():
     from fsdp_conformance.scale.models import build
-    from fsdp_conformance.scale.plans import load_problems, save_problems, saved_metadata
-    from fsdp_conformance.scale.simulate import shapes_of, simulated_rank
+    from fsdp_conformance.scale.plans import (checkpoint, load_problems, save_problems,
+                                              saved_metadata)
+    from fsdp_conformance.scale.simulate import adam_state, shapes_of, simulated_rank
 
     fn = lambda: build("moe")  # noqa: E731
     shapes = shapes_of(fn)
     saved, load = Mesh.parse("16"), Mesh.parse("12")
-    metadata = saved_metadata(shapes, saved)
-    with simulated_rank(fn, load, 1) as (_, sd):
-        assert load_problems(sd, shapes, metadata, load, 1) == []
-        norm = metadata.state_dict_metadata["layers.0.ffn_norm.weight"]
-        norm.chunks = [c for c in norm.chunks if c.offsets[0] != 256]  # rows 256..511: gone
-        problems = load_problems(sd, shapes, metadata, load, 1)
-    assert problems and problems[0].startswith(
-        "rank 1: layers.0.ffn_norm.weight: load plan reads")
-    with simulated_rank(fn, saved, 3) as (_, sd):
-        assert save_problems(sd, shapes, saved, 3) == []
-        assert save_problems(sd, shapes, Mesh.parse("8"), 3)  # another mesh's pieces
+    with simulated_rank(fn, load, 1) as (model, sd):
+        ckpt = checkpoint(sd, adam_state(model, sd, flatten=True))
+        metadata = saved_metadata(ckpt, shapes, saved)
+        assert "optim.state.layers.0.ffn_norm.weight.exp_avg" in metadata.state_dict_metadata
+        assert load_problems(ckpt, shapes, metadata, load, 1) == []
+        state = metadata.state_dict_metadata["optim.state.layers.0.ffn_norm.weight.exp_avg"]
+        state.chunks = [c for c in state.chunks if c.offsets[0] != 256]  # rows 256..511 gone
+        problems = load_problems(ckpt, shapes, metadata, load, 1)
+    assert problems == ["rank 1: optim.state.layers.0.ffn_norm.weight.exp_avg: load plan "
+                        "reads 172 elements, its piece has 342 (offset (342,), size (342,))"]
+    with simulated_rank(fn, saved, 3) as (model, sd):
+        ckpt = checkpoint(sd, adam_state(model, sd, flatten=False))
+        assert save_problems(ckpt, shapes, saved, 3) == []
+        wrong = save_problems(ckpt, shapes, Mesh.parse("8"), 3)  # another mesh's pieces
+    assert any(p.startswith("rank 3: optim.state.") for p in wrong)
+    assert any(p.startswith("rank 3: model.") for p in wrong)
