@@ -49,8 +49,11 @@ def test_a_3x_slower_path_fails_p13_naming_path_and_numbers(clean_and_injected):
     v = slow.properties["P13"]
     assert v.status == "fail", v.detail
     first = v.detail.splitlines()[0]  # failing lines first
-    assert "fsdp1.full save: work (CPU)" in first and "> bound" in first, v.detail
-    for text in ("x floor", "+ c", "work/floor", "floor ops: all_gather"):
+    # either phase may be the one over (both are 3x as costly; the bound of each is scaled
+    # by the speed its own probes measured, which moves from run to run)
+    assert first.startswith(("fsdp1.full save: work (CPU)", "fsdp1.full load: work (CPU)"))
+    assert "> bound" in first, v.detail
+    for text in ("x floor", "+ c", "work/floor", "floor ops: "):
         assert text in first
     assert REMEASURED in v.detail and "first measurement, P13" in v.detail  # failed twice
 
