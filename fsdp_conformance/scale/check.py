@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..reference.fsdp2_layout import chunk_range, fsdp2_layout
+from ..reference.fsdp2_layout import chunk_range
 from .models import build
 from .simulate import Mesh, Piece, shapes_of, simulated_rank
 
@@ -98,12 +98,14 @@ def sample_ranks(shapes: dict[str, tuple[int, ...]], mesh: Mesh) -> list[int]:
 
 
 def expected(shapes: dict[str, tuple[int, ...]], mesh: Mesh, rank: int) -> dict[str, Piece]:
-    """The reference's piece of every parameter on ``rank``."""
-    layout = fsdp2_layout(list(shapes.items()), mesh.world_size, shard_world_size=mesh.shard)
+    """The reference's piece of every parameter on ``rank`` (scale/plans.py's boxes)."""
+    from .plans import reference_box, reference_layout
+
+    layout = reference_layout(shapes, mesh)
     out = {}
     for fqn in shapes:
-        box = layout.param(fqn).box(rank)
-        out[fqn] = (tuple(b - a for a, b in box), tuple(a for a, _ in box))
+        offset, size = reference_box(layout, fqn, rank)
+        out[fqn] = (size, offset)
     return out
 
 

@@ -48,11 +48,13 @@ def _flat(sd: dict) -> dict:
     return flatten_state_dict(sd)[0]
 
 
-def _layout(shapes: dict, mesh: Mesh):
+def reference_layout(shapes: dict, mesh: Mesh):
+    """The reference layout of ``shapes`` on ``mesh``."""
     return fsdp2_layout(list(shapes.items()), mesh.world_size, shard_world_size=mesh.shard)
 
 
-def _box(layout, fqn: str, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def reference_box(layout, fqn: str, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(offset, size)`` of ``fqn``'s piece on ``rank``."""
     box = layout.param(fqn).box(rank)
     return tuple(a for a, _ in box), tuple(b - a for a, b in box)
 
@@ -76,7 +78,7 @@ def save_problems(sd: dict, shapes: dict, mesh: Mesh, rank: int) -> list[str]:
     planner = DefaultSavePlanner()
     plan = _quiet(lambda: (planner.set_up_planner(sd, is_coordinator=False),
                            planner.create_local_plan())[1])
-    layout = _layout(shapes, mesh)
+    layout = reference_layout(shapes, mesh)
     written: dict[str, list] = {}
     for item in plan.items:
         chunk = item.tensor_data.chunk if item.tensor_data is not None else None
@@ -88,7 +90,7 @@ def save_problems(sd: dict, shapes: dict, mesh: Mesh, rank: int) -> list[str]:
         fqn = param_of(key, shapes)
         if fqn is None or not _sharded(value):
             continue
-        want = _box(layout, fqn, rank)
+        want = reference_box(layout, fqn, rank)
         got = [c for c in written.get(key, []) if math.prod(c[1])]
         if math.prod(want[1]) == 0:
             if got:
@@ -106,9 +108,9 @@ def saved_metadata(sd: dict, shapes: dict, mesh: Mesh):
                                                        ChunkStorageMetadata, Metadata,
                                                        TensorProperties, TensorStorageMetadata)
 
-    layout = _layout(shapes, mesh)
+    layout = reference_layout(shapes, mesh)
     pieces = {fqn: [ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s))
-                    for o, s in (_box(layout, fqn, k) for k in range(mesh.shard))
+                    for o, s in (reference_box(layout, fqn, k) for k in range(mesh.shard))
                     if math.prod(s)]
               for fqn in shapes}
     md = {}
@@ -135,7 +137,7 @@ def load_problems(sd: dict, shapes: dict, metadata, mesh: Mesh, rank: int) -> li
     planner = DefaultLoadPlanner()
     plan = _quiet(lambda: (planner.set_up_planner(sd, metadata, is_coordinator=False),
                            planner.create_local_plan())[1])
-    layout = _layout(shapes, mesh)
+    layout = reference_layout(shapes, mesh)
     reads: dict[str, list] = {}
     for item in plan.items:
         reads.setdefault(item.dest_index.fqn, []).append(item)
@@ -146,7 +148,7 @@ def load_problems(sd: dict, shapes: dict, metadata, mesh: Mesh, rank: int) -> li
         fqn = param_of(key, shapes)
         if fqn is None or not _sharded(value):
             continue
-        off, size = _box(layout, fqn, rank)
+        off, size = reference_box(layout, fqn, rank)
         need = math.prod(size)
         items = reads.get(key, [])
         got = sum(math.prod(i.lengths) for i in items)

@@ -84,11 +84,10 @@ def likely_causes(save_obs: Sequence, load_obs: Sequence, *, fresh_groups: list[
                       f"(rank(s) {sorted(off)}; rank {r}: {items[:3]}): load the state onto "
                       f"the param's device (map_location, or let set_optimizer_state_dict "
                       f"place it)")
+    saved = _groups(save_obs[0].local) if save_obs else []
+    fresh = _groups({"param_groups": fresh_groups})
     for o in load_obs:
         got = _groups(o.loaded)
-        saved = _groups(save_obs[0].local) if save_obs else []
-        fresh = [{k: v for k, v in g.items() if k not in HYPERPARAMS_SKIPPED}
-                 for g in fresh_groups]
         if got and got != saved and got == fresh:
             causes.append(f"the param groups after the load hold the fresh optimizer's "
                           f"hyperparameters, not the saved ones (rank {o.rank}: e.g. lr "
