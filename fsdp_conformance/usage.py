@@ -8,10 +8,14 @@ Rules
 - ``UsageError`` (exit code 2): bad arguments, an unreadable or missing input, an output that
   would overwrite something. Every command raises this one class.
 - World sizes are comma-separated positive integers, deduplicated and sorted.
+- What a command writes is named by ``--out`` and nothing else (``add_out``); the inputs it
+  reads have names of their own (``--fixtures``, ``--calibration``).
 """
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 
 
 class NamedError(Exception):
@@ -48,3 +52,30 @@ def parse_world_sizes(text: str, option: str = "--world-sizes") -> list[int]:
     if not ws or ws[0] < 1:
         raise UsageError(f"{option} must be positive, got {text!r}")
     return ws
+
+
+class _OldName(argparse.Action):
+    """An output option's earlier spelling: still accepted, with a note on stderr naming the
+    one spelling (``--out``) that replaces it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: note: {option_string} is an earlier spelling; outputs are "
+              f"named by --out (see --help)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_out(parser, *, help: str, default: str | None = None, required: bool = False,
+            old: tuple[str, ...] = ()) -> None:
+    """The one spelling of what a command writes: ``--out PATH`` (a file or a directory, as
+    ``help`` says). ``old`` are earlier spellings that still work, hidden from ``--help``,
+    with a note on stderr; they set the same ``args.out``."""
+    parser.add_argument("--out", default=default, required=required, metavar="PATH", help=help)
+    for name in old:
+        add_old(parser, name, dest="out")
+
+
+def add_old(parser, name: str, *, dest: str) -> None:
+    """An earlier output option ``name`` that still sets ``args.<dest>``, hidden from
+    ``--help``, with a note on stderr (module rules)."""
+    parser.add_argument(name, dest=dest, action=_OldName, default=argparse.SUPPRESS,
+                        metavar="PATH", help=argparse.SUPPRESS)

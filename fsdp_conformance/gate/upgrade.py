@@ -205,7 +205,7 @@ def gate(cfg: GateConfig) -> int:
     codes = {}
     for s in sides:
         codes[f"{s.name} run"] = run_step(
-            f"{s.name}: conformance run", _cli(s.python, "run", *select, "--json",
+            f"{s.name}: conformance run", _cli(s.python, "run", *select, "--out",
                                                str(out / s.name / "run.json")),
             logs / f"{s.name}-run.log", timeout=cfg.step_timeout, ok_codes=(0, 1, 3))
         if cfg.bench != "none":
@@ -231,7 +231,7 @@ def gate(cfg: GateConfig) -> int:
         verdicts[kind] = run_step(
             f"compare {kind} reports",
             _cli(sys.executable, "compare", str(base_rep), str(cand_rep), *thresholds,
-                 "--md", str(out / f"compare-{kind}.md"), "--json", str(out / f"compare-{kind}.json"),
+                 "--out", str(out / f"compare-{kind}.json"),
                  "--allow-removed"),
             logs / f"compare-{kind}.log", timeout=600, ok_codes=(0, 1))
     removed = _removed(out / "compare-run.json")
@@ -342,9 +342,9 @@ def _bounds_selection(cfg: GateConfig, flagged: set[str]) -> list[str]:
     return argv
 
 
-RECHECKS = {  # kind -> (what is measured again, its report option)
-    "bench": ("benchmark", "--out"),
-    "run": ("bounds case", "--json"),
+RECHECKS = {  # kind -> what is measured again
+    "bench": "benchmark",
+    "run": "bounds case",
 }
 
 
@@ -361,7 +361,7 @@ def recheck(kind: str, cfg: GateConfig, out: Path, sides: Sequence[Side],
     subject stays a regression only when the second comparison flags it again. Any other
     regression (a property newly failing, a P13/P14 bound newly exceeded, a benchmark that
     failed or is missing) stands as it is: verdicts are not noise."""
-    what, option = RECHECKS[kind]
+
     flagged, other = _flagged(out / f"compare-{kind}.json")
     result = {"kind": kind, "flagged": sorted(flagged), "other": other, "confirmed": []}
     if not flagged:
@@ -369,14 +369,13 @@ def recheck(kind: str, cfg: GateConfig, out: Path, sides: Sequence[Side],
     argv = _bench_grid(flagged) if kind == "bench" else _bounds_selection(cfg, flagged)
     for s in sides:
         run_step(f"{s.name}: {kind} recheck",
-                 _cli(s.python, *argv, option, str(out / s.name / f"{kind}-recheck.json")),
+                 _cli(s.python, *argv, "--out", str(out / s.name / f"{kind}-recheck.json")),
                  logs / f"{s.name}-{kind}-recheck.log", timeout=cfg.step_timeout,
                  ok_codes=(0, 1, 3))  # a run of bounds cases exits 3 when only bounds fail
     run_step(f"compare {kind} rechecks",
              _cli(sys.executable, "compare", str(out / "baseline" / f"{kind}-recheck.json"),
                   str(out / "candidate" / f"{kind}-recheck.json"), *thresholds,
-                  "--md", str(out / f"compare-{kind}-recheck.md"),
-                  "--json", str(out / f"compare-{kind}-recheck.json")),
+                  "--out", str(out / f"compare-{kind}-recheck.json")),
              logs / f"compare-{kind}-recheck.log", timeout=600, ok_codes=(0, 1))
     again, _ = _flagged(out / f"compare-{kind}-recheck.json")
     result["confirmed"] = sorted(flagged & again)
@@ -385,7 +384,7 @@ def recheck(kind: str, cfg: GateConfig, out: Path, sides: Sequence[Side],
 
 def recheck_text(res: dict) -> str:
     """The recheck's outcome as Markdown bullets."""
-    what = RECHECKS[res["kind"]][0]
+    what = RECHECKS[res["kind"]]
     lines = [f"- {what}s flagged slower or bigger by the first comparison: "
              f"{', '.join(res['flagged']) or 'none'}",
              f"- reproduced when measured again (regressions): "

@@ -3,7 +3,7 @@
 
 Rules
 -----
-JSON (``--json PATH``, ``-`` for stdout): ``Summary.to_json()`` (schema
+JSON (``--out PATH``, ``-`` for stdout): ``Summary.to_json()`` (schema
   ``fsdp-conformance/inspect/1``), every param whatever the limit, written atomically; an
   output path that is the input, or a directory, is refused. With ``--json -`` nothing
   else goes to stdout.
@@ -24,6 +24,7 @@ from ..reshard.errors import UsageError
 from ..reshard.inputs import DEFAULT_PATTERN
 from .entry import inspect_path
 from .render import DEFAULT_LIMIT, render
+from ..usage import add_out
 
 
 
@@ -52,9 +53,8 @@ def add_parser(sub) -> None:
     p.add_argument("--values", action="store_true",
                    help="DCP: also read every tensor's values (checks for NaN/Inf); files are "
                         "always read whole")
-    p.add_argument("--json", default=None, metavar="PATH",
-                   help="also write the summary as JSON to PATH (atomically), or '-' for "
-                        "stdout only")
+    add_out(p, old=("--json",), help="also write the summary as JSON to PATH (atomically), "
+                                     "or '-' for the JSON on stdout only")
     p.add_argument("--strict", action="store_true", help="exit 1 when there is any warning")
     p.add_argument("--all", action="store_true",
                    help=f"list every param (default: the first {DEFAULT_LIMIT} and a count)")
@@ -70,16 +70,16 @@ def _console():
 
 def run(args) -> int:
     """``inspect`` without the error handling of :func:`main` (exit code 0 or 1)."""
-    to_file = args.json not in (None, "-")
-    outs = check_outputs([args.path], {"--json": args.json}) if to_file else {}
+    to_file = args.out not in (None, "-")
+    outs = check_outputs([args.path], {"--out": args.out}) if to_file else {}
     summary = inspect_path(args.path, key=args.key, pattern=args.pattern,
                            unsafe_load=args.unsafe_load, values=args.values)
-    if args.json == "-":
+    if args.out == "-":
         sys.stdout.write(json.dumps(summary.to_json(), indent=2, default=str) + "\n")
     else:
         render(summary, _console(), limit=None if args.all else DEFAULT_LIMIT)
     if to_file:
-        out = write_json_atomic(outs["--json"], summary.to_json())
+        out = write_json_atomic(outs["--out"], summary.to_json())
         print(f"wrote {out}")
     if args.strict and summary.warnings:
         print(f"fsdp-conformance inspect: --strict: {len(summary.warnings)} warning(s): "

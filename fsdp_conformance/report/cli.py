@@ -18,7 +18,7 @@ from pathlib import Path
 from .diff import (RUN_SCHEMA, Thresholds, compare_files, load_any, render_markdown,
                    render_rich, render_text)
 from .io import write_json_atomic, write_text_atomic
-from ..usage import UsageError
+from ..usage import UsageError, add_old, add_out
 from .run_report import ReportFormatError
 
 
@@ -32,8 +32,10 @@ def add_parser(sub) -> None:
                     "PATH with .md / .html; an output equal to the input is refused. Exit codes: "
                     "0 written, 2 usage error.")
     r.add_argument("path", help="run report JSON")
-    r.add_argument("--md", default=None, help="Markdown output (default: PATH with .md)")
-    r.add_argument("--html", default=None, help="HTML output (default: PATH with .html)")
+    add_out(r, help="where the pages go: OUT.md and OUT.html (a suffix on OUT is replaced; "
+                    "default: the input PATH)")
+    add_old(r, "--md", dest="md")
+    add_old(r, "--html", dest="html")
 
     c = sub.add_parser(
         "compare", help="compare two run (or two benchmark) reports; exit 1 on any regression",
@@ -53,8 +55,10 @@ def add_parser(sub) -> None:
     c.add_argument("--allow-removed", action="store_true",
                    help="accept paths whose API NEW's torch removed (exit 0 if nothing else "
                         "regressed); they are still listed")
-    c.add_argument("--md", default=None, help="also write the comparison as Markdown")
-    c.add_argument("--json", default=None, help="also write the comparison as JSON")
+    add_out(c, help="also write the comparison as OUT.json and OUT.md (a suffix on OUT is "
+                    "replaced)")
+    add_old(c, "--md", dest="md")
+    add_old(c, "--json", dest="json")
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -84,6 +88,26 @@ def check_outputs(inputs: list[str], outputs: dict[str, str]) -> dict[str, Path]
     return paths
 
 
+def _targets(args, base: Path | None, suffixes: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Each output by kind ("md", "json", "html") as (the option that named it, path):
+    ``--out``'s ``base`` with the kind's suffix, or an earlier ``--md`` / ``--json`` /
+    ``--html`` where given; no entry for a kind when neither is given."""
+    targets = {}
+    for name, suffix in suffixes.items():
+        old = getattr(args, name, None)
+        if old:
+            targets[name] = (f"--{name}", old)
+        elif base is not None:
+            targets[name] = (f"--out ({suffix})", str(base.with_suffix(suffix)))
+    return targets
+
+
+def _written(inputs: list[str], targets: dict[str, tuple[str, str]]) -> dict[str, Path]:
+    """The targets' paths by kind, checked (check_outputs, errors naming the option)."""
+    outs = check_outputs(inputs, dict(targets.values()))
+    return {name: outs[opt] for name, (opt, _) in targets.items()}
+
+
 def _report(args) -> int:
     from .html import render_html
     from .run_report import headline, render_markdown as run_markdown
@@ -93,10 +117,10 @@ def _report(args) -> int:
     if kind != "run":
         raise UsageError(f"{src}: is a benchmark report; `report` renders a run report "
                          f"(schema {RUN_SCHEMA!r})")
-    outs = check_outputs([args.path], {"--md": args.md or str(src.with_suffix(".md")),
-                                       "--html": args.html or str(src.with_suffix(".html"))})
-    md = write_text_atomic(outs["--md"], run_markdown(report))
-    page = write_text_atomic(outs["--html"], render_html(report))
+    outs = _written([args.path], _targets(args, Path(args.out) if args.out else src,
+                                          {"md": ".md", "html": ".html"}))
+    md = write_text_atomic(outs["md"], run_markdown(report))
+    page = write_text_atomic(outs["html"], render_html(report))
     print(headline(report))
     print(f"wrote {md}\nwrote {page}")
     return 0
@@ -107,17 +131,17 @@ def _compare(args) -> int:
         th = Thresholds(args.max_slowdown, args.max_memory_growth)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    outs = check_outputs([args.base, args.new],
-                         {k: v for k, v in (("--md", args.md), ("--json", args.json)) if v})
+    outs = _written([args.base, args.new], _targets(args, Path(args.out) if args.out else None,
+                                                    {"md": ".md", "json": ".json"}))
     cmp = compare_files(args.base, args.new, th)
     if sys.stdout.isatty():
         render_rich(cmp)
     else:
         sys.stdout.write(render_text(cmp))
-    if "--md" in outs:
-        write_text_atomic(outs["--md"], render_markdown(cmp))
-    if "--json" in outs:
-        write_json_atomic(outs["--json"], cmp.to_json())
+    if "md" in outs:
+        write_text_atomic(outs["md"], render_markdown(cmp))
+    if "json" in outs:
+        write_json_atomic(outs["json"], cmp.to_json())
     return 1 if cmp.blocked(args.allow_removed) else 0
 
 

@@ -25,6 +25,8 @@ import signal
 import sys
 import time
 
+from ..usage import add_out
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run the conformance suite and write reports/latest.{json,md}",
@@ -43,9 +45,10 @@ def add_parser(sub) -> None:
                         "with and / or / not and parentheses; words side by side are "
                         "joined by and, e.g. -k 'fsdp1.full or fsdp2.full', "
                         "-k 'sched and not fsdp1'")
-    p.add_argument("--json", default="reports/latest.json",
-                   help="JSON report path; the HTML page goes beside it (.html)")
-    p.add_argument("--md", default=None, help="Markdown report path (default: JSON path .md)")
+    add_out(p, default="reports/latest.json", old=("--json",),
+            help="the JSON report; the Markdown (.md) and the HTML page (.html) go beside it "
+                 "(default reports/latest.json)")
+    p.add_argument("--md", default=None, help=argparse.SUPPRESS)  # earlier: Markdown apart
     p.add_argument("--seed", type=int, default=0, help="seed of every case (default 0)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds a save or load may take on the ranks before it is a hang")
@@ -184,19 +187,19 @@ def main(args: argparse.Namespace) -> int:
                           scaling=run.scaling, incomplete=run.interrupted, planned=run.planned,
                           calibration=args.calibration,
                           bounds_mode="advisory" if args.bounds == "advisory" else "gate")
-    md = args.md or os.path.splitext(args.json)[0] + ".md"
-    write_run_report(report, args.json, md)
+    md = args.md or os.path.splitext(args.out)[0] + ".md"
+    write_run_report(report, args.out, md)
     from ..report.html import render_html
     from ..report.io import write_text_atomic
 
-    html = os.path.splitext(args.json)[0] + ".html"  # the page a person looks at
+    html = os.path.splitext(args.out)[0] + ".html"  # the page a person looks at
     write_text_atomic(html, render_html(report))
     # a log (CI) is not a terminal: rich would wrap the matrix at 80 columns
     render_table(report, Console() if sys.stdout.isatty() else Console(width=200))
     reuse = [f"{run.shared_saves} loaded a shared save"] if run.shared_saves else []
     reuse += [f"{run.reused_trainings} saved a shared training"] if run.reused_trainings else []
     shared = f" ({', '.join(reuse)})" if reuse else ""
-    print(f"{len(run.results)} cases in {wall:.0f} s{shared}; report: {args.json}, {md}, "
+    print(f"{len(run.results)} cases in {wall:.0f} s{shared}; report: {args.out}, {md}, "
           f"{html}")
     if run.interrupted:
         print(f"INCOMPLETE: {run.interrupted}; the report holds the cases decided so far",

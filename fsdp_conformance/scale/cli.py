@@ -11,6 +11,8 @@ import argparse
 import sys
 import textwrap
 
+from ..usage import add_out
+
 EXAMPLE = ("examples:\n  fsdp-conformance scale --model llama3-8b --save 1024 --load 768\n"
            "  fsdp-conformance scale --model llama3-70b --save 64x16 --load 48x16\n"
            "  fsdp-conformance scale --model mypkg.models:make_model --save 512 --load 384")
@@ -34,9 +36,9 @@ def add_parser(sub) -> None:
                         "'package.module:function' called under torch.device('meta')")
     p.add_argument("--save", required=True, help="the save mesh: N or RxS (HSDP), e.g. 1024")
     p.add_argument("--load", default=None, help="the load mesh (default: the save's)")
-    p.add_argument("--json", default=None,
-                   help="JSON report (default reports/scale-<model>-<save>-<load>.json); "
-                        "the Markdown goes beside it")
+    add_out(p, old=("--json",), help="the JSON report (default "
+                                     "reports/scale-<model>-<save>-<load>.json); the Markdown "
+                                     "goes beside it")
 
 
 def _model(text: str):
@@ -112,7 +114,7 @@ def main(args) -> int:
     doc = {**to_json(result), "argv": command_line()}
     slug = "-".join(x.replace(":", ".") for x in (args.model.rsplit(":", 1)[-1], args.save,
                                                     args.load or args.save))
-    path = args.json or f"reports/scale-{slug}.json"
+    path = args.out or f"reports/scale-{slug}.json"
     write_json_atomic(path, doc)
     md = path[:-5] + ".md" if path.endswith(".json") else path + ".md"
     write_text_atomic(md, to_markdown(doc))

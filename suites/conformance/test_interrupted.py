@@ -35,7 +35,7 @@ def test_interrupted_run_writes_a_partial_report(tmp_path, sig, code):
     # runners) inherits SIGINT ignored, and Python then never installs its Ctrl-C handler:
     # the child starts with the default disposition, as in a terminal
     proc = subprocess.Popen([PYTHON, "-m", "fsdp_conformance", "run", "-k", SELECTION,
-                             "--json", str(out)], cwd=ROOT, env=env, text=True,
+                             "--out", str(out)], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 180

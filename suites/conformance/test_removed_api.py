@@ -78,7 +78,7 @@ def _run(tmp_path, name: str, removed: bool) -> dict:
         env["FSDPC_RANK_SETUP"] = "suites.conformance.removed_api:install"
     out = tmp_path / f"{name}.json"
     p = subprocess.run([PYTHON, "-m", "fsdp_conformance", "run", "-k", SELECTION,
-                        "--json", str(out)], cwd=ROOT, env=env, capture_output=True,
+                        "--out", str(out)], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return json.loads(out.read_text())
@@ -115,7 +115,7 @@ def test_a_torch_without_the_legacy_functions_is_reported_removed(tmp_path):
     assert "API removed: 4 paths" in (tmp_path / "gone.md").read_text()
 
     cmd = [PYTHON, "-m", "fsdp_conformance", "compare", str(tmp_path / "clean.json"),
-           str(tmp_path / "gone.json"), "--json", str(tmp_path / "cmp.json")]
+           str(tmp_path / "gone.json"), "--out", str(tmp_path / "cmp.json")]
     p = subprocess.run(cmd, cwd=ROOT, env=env_for_subprocess(), capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 1, p.stdout

@@ -565,7 +565,7 @@ def test_cli_run_writes_reports(tmp_path):
     case = "fsdp1.full/adam/mlp.nested/flat/ws1->3/fp64"
     assert case in {c.id for c in QUICK}
     out = tmp_path / "r.json"
-    p = _cli("run", "-k", case, "--json", str(out))
+    p = _cli("run", "-k", case, "--out", str(out))
     assert p.returncode == 0, p.stdout + p.stderr
     report = json.loads(out.read_text())
     assert report["schema"] == "fsdp-conformance/run/1" and report["ok"] is True

@@ -21,7 +21,7 @@ def _run(tmp_path, name: str, select: str, plant: str = "") -> dict:
     out = tmp_path / f"{name}.json"
     env = {**env_for_subprocess(),
            **({"FSDPC_RANK_SETUP": SETUP, PLANT_ENV: plant} if plant else {})}
-    p = subprocess.run([*CLI, "run", "-k", select, "--bounds", "off", "--json", str(out)],
+    p = subprocess.run([*CLI, "run", "-k", select, "--bounds", "off", "--out", str(out)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
     return json.loads(out.read_text())

@@ -67,13 +67,13 @@ def test_long_param_lists_are_cut_unless_all(tmp_path, capsys):
 
 def test_json_round_trip_and_stdout(tmp_path, capsys):
     out_path = tmp_path / "reports" / "dcp.json"
-    rc, out, _ = _run(capsys, DCP, "--json", out_path, "--values")
+    rc, out, _ = _run(capsys, DCP, "--out", out_path, "--values")
     assert rc == 0 and f"wrote {out_path}" in out and "params (8, fqn keys)" in out
     doc = json.loads(out_path.read_text(), parse_constant=lambda c: pytest.fail(f"JSON has {c}"))
     assert doc["schema"] == SCHEMA and doc["counts"]["with_state"] == 8
     assert Summary.from_json(doc) == inspect_path(DCP, values=True)
     assert not list(out_path.parent.glob(".*tmp"))  # written atomically: no temp file left
-    rc, out, _ = _run(capsys, DCP, "--json", "-")
+    rc, out, _ = _run(capsys, DCP, "--out", "-")
     assert rc == 0 and json.loads(out)["world_size"] == 3  # stdout holds the JSON alone
     with pytest.raises(ValueError, match="schema"):
         Summary.from_json({**doc, "schema": "fsdp-conformance/run/1"})
@@ -82,7 +82,7 @@ def test_json_round_trip_and_stdout(tmp_path, capsys):
 def test_json_keeps_nan_out_of_the_file(tmp_path, capsys):
     osd = fqn_osd("adam")
     osd["state"]["0.bias"]["step"] = torch.tensor(float("nan"))
-    rc, out, _ = _run(capsys, save(osd, tmp_path / "nan.pt"), "--json", "-")
+    rc, out, _ = _run(capsys, save(osd, tmp_path / "nan.pt"), "--out", "-")
     doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"JSON has {c}"))
     assert rc == 0 and doc["params"][1]["step"] == "nan"
     assert Summary.from_json(doc) == inspect_path(tmp_path / "nan.pt")
@@ -112,8 +112,10 @@ def test_usage_errors_exit_2_naming_the_file(tmp_path, capsys):
         assert err.startswith(f"fsdp-conformance inspect: error: {bad}: ") and why in err
     rc, _, err = _run(capsys, LEGACY_SHARDED)
     assert rc == 2 and "optim_rank0.pt" in err and "--unsafe-load" in err
-    rc, _, err = _run(capsys, MULTI_GROUP, "--json", MULTI_GROUP)
+    rc, _, err = _run(capsys, MULTI_GROUP, "--out", MULTI_GROUP)
     assert rc == 2 and "refusing to write over it" in err
+    rc, _, err = _run(capsys, MULTI_GROUP, "--json", MULTI_GROUP)  # the earlier spelling
+    assert rc == 2 and "refusing to write over it" in err and "earlier spelling" in err
     rc, _, err = _run(capsys, tmp_path, "--pattern", "optim.pt")
     assert rc == 2 and "must contain '{rank}'" in err
 
@@ -128,7 +130,7 @@ def test_pattern_and_unsafe_load_on_rank_files(tmp_path, capsys):
 
 def test_installed_command_in_a_subprocess():
     exe = Path(sys.executable).with_name("fsdp-conformance")
-    res = subprocess.run([str(exe), "inspect", str(DCP), "--json", "-", "--strict"],
+    res = subprocess.run([str(exe), "inspect", str(DCP), "--out", "-", "--strict"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT,
                          env=env_for_subprocess())
     assert res.returncode == 0, res.stderr

@@ -59,7 +59,7 @@ def test_the_installed_command_runs_the_conformance_run_with_its_shipped_fixture
     v = _run([str(installed / "fsdp-conformance"), "--version"], tmp_path)
     assert v.returncode == 0 and v.stdout.startswith("fsdp-conformance 0.1.0"), v.stdout
     p = _run([str(installed / "fsdp-conformance"), "run", "-k", "fsdp2.sharded and golden",
-              "--bounds", "off", "--json", "r.json"], tmp_path)
+              "--bounds", "off", "--out", "r.json"], tmp_path)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
     p12 = [c["properties"]["P12"]["status"] for c in report["cases"]]

@@ -282,7 +282,7 @@ def test_cli_exit_codes_and_outputs(tmp_path, capsys):
     base = _write(tmp_path, "base.json", make_report(base_results()))
     new = _write(tmp_path, "new.json", make_report(new_results()))
     md, js = tmp_path / "out" / "cmp.md", tmp_path / "out" / "cmp.json"
-    assert cli_main(["compare", base, new, "--md", str(md), "--json", str(js)]) == 1
+    assert cli_main(["compare", base, new, "--out", str(tmp_path / "out" / "cmp")]) == 1
     out = capsys.readouterr().out
     assert "Regressions (7):" in out and f"newly failing: {A.id}  P1: pass -> fail" in out
     data = json.loads(js.read_text())
@@ -359,9 +359,13 @@ def test_refuses_to_write_over_an_input(tmp_path, capsys):
     base = tmp_path / "base.json"
     shutil.copy(BASELINE, base)
     before = base.read_bytes()
-    assert cli_main(["compare", str(base), str(BASELINE), "--md", str(base)]) == 2
-    assert "refusing to write over it" in capsys.readouterr().err
+    assert cli_main(["compare", str(base), str(BASELINE), "--out", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out (.json) {base}: is the input" in err and "refusing to write over it" in err
+    # the earlier spellings still work, with a note naming --out
     assert cli_main(["compare", str(BASELINE), str(base), "--json", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert "--json is an earlier spelling" in err and f"--json {base}: is the input" in err
     assert base.read_bytes() == before
 
 

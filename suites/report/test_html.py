@@ -120,6 +120,10 @@ def test_report_cli_defaults_and_refuses_the_input(tmp_path, capsys):
     assert cli_main(["report", str(src), "--md", str(tmp_path / "x"), "--html",
                      str(tmp_path / "x")]) == 2
     assert src.read_bytes() == before
+    # --out names both pages (a suffix on it is replaced)
+    assert cli_main(["report", str(src), "--out", str(tmp_path / "pages" / "p.json")]) == 0
+    assert (tmp_path / "pages" / "p.md").read_text() == render_markdown(report)
+    assert_self_contained((tmp_path / "pages" / "p.html").read_text())
 
 
 def test_report_cli_refuses_other_schemas(tmp_path, capsys):

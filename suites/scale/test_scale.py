@@ -78,7 +78,7 @@ def test_the_sample_and_the_exact_cover():
 def test_the_command_writes_its_report_and_refuses_an_unknown_model(tmp_path):
     out = tmp_path / "s.json"
     p = subprocess.run([PYTHON, "-m", "fsdp_conformance", "scale", "--model", "moe", "--save",
-                        "256", "--load", "192", "--json", str(out)], cwd=ROOT,
+                        "256", "--load", "192", "--out", str(out)], cwd=ROOT,
                        env=env_for_subprocess(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads(out.read_text())
