@@ -156,7 +156,8 @@ def png_img(fig) -> str:
 
 def _time_plot(api: str, entries: list[tuple[str, int, dict]], scaling: dict) -> str:
     """Per phase: every case's time, floor and bound against world size (log scale), and
-    the scaling fit's series when the report has one."""
+    the series the scaling exponent was fitted to (in the colour of its clock: CPU work or
+    wall time) when the report has one."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
 
@@ -168,7 +169,7 @@ def _time_plot(api: str, entries: list[tuple[str, int, dict]], scaling: dict) ->
         for key, label, marker, color in (("cpu_s", "work, CPU (judged)", "s", "C1"),
                                           ("work_bound_s", "P13 work bound", "_", "C1"),
                                           ("time_s", "wall time (min over repeats)", "o", "C0"),
-                                          ("floor_s", "floor", "v", "C2"),
+                                          ("floor_s", "floor, wall time", "v", "C2"),
                                           ("time_bound_s", "P13 wall-time bound", "_", "C3")):
             xy = [(ws, m[key] * 1e3) for ws, m in pts if isinstance(m.get(key), (int, float))]
             if xy:
@@ -176,12 +177,21 @@ def _time_plot(api: str, entries: list[tuple[str, int, dict]], scaling: dict) ->
                            s=60 if marker == "_" else 18, label=label, alpha=0.8)
         s = scaling.get(f"{api}/{phase}")
         if s and s.get("world_sizes"):
-            ax.plot(s["world_sizes"], [t * 1e3 for t in s.get("times_s", [])],
-                    color="C0", label=f"scaling fit: exponent {s.get('exponent', float('nan')):.2f}")
+            # the series the exponent was fitted to, in the colour of its clock: CPU work
+            # (C1, what P13's work bound and the scaling check judge) or wall time (C0)
+            cpu = s.get("clock") == "cpu"
+            what, color = ("work (CPU)", "C1") if cpu else ("wall time", "C0")
+            allowed = s.get("allowed_exponent")
+            judged = f" <= allowed {allowed:.2f}" if isinstance(allowed, (int, float)) else ""
+            ax.plot(s["world_sizes"], [t * 1e3 for t in s.get("times_s", [])], color=color,
+                    label=f"{what} scaling: ws^{s.get('exponent', float('nan')):.2f}{judged}"
+                          if s.get("status") != "fail" else
+                          f"{what} scaling: ws^{s.get('exponent', float('nan')):.2f} > "
+                          f"allowed {allowed:.2f} (FAIL)")
             if s.get("floor_times_s"):
                 ax.plot(s["world_sizes"], [t * 1e3 for t in s["floor_times_s"]], color="C2",
-                        linestyle="--",
-                        label=f"floor: exponent {s.get('floor_exponent', float('nan')):.2f}")
+                        linestyle="--", label=f"floor {what}: "
+                                              f"ws^{s.get('floor_exponent', float('nan')):.2f}")
         ax.set_title(f"{api} {phase}")
         ax.set_xlabel("world size")
         ax.set_ylabel("ms")
