@@ -163,8 +163,12 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
     rules); the report says which calibration the bounds were judged by."""
     import torch
 
+    from .paths import portable
+
     results = list(results)
-    cases = sorted((_case_entry(r) for r in results), key=lambda c: c["id"])
+    # files named as a reader elsewhere finds them (report/paths.py): torch/..., not the
+    # writer's site-packages; argv stays as the user typed it
+    cases = portable(sorted((_case_entry(r) for r in results), key=lambda c: c["id"]))
     extra: dict = {}
     if scaling is None and any(c.get("measurements") for c in cases):
         from ..bounds.rules import scaling_of
@@ -179,7 +183,7 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
     if summary["bounds"]["cases"]:
         from ..bounds.rules import calibration_facts
 
-        extra["bounds_calibration"] = calibration_facts(calibration)
+        extra["bounds_calibration"] = portable(calibration_facts(calibration))
     correct = summary["correctness"]["fail"] == 0 and summary["correctness"]["error"] == 0
     bounds_ok = summary["bounds"]["fail"] == 0 and summary["bounds"]["error"] == 0
     finished = _now()

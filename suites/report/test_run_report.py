@@ -308,3 +308,27 @@ def test_a_run_that_did_not_pass_says_what_to_do_next():
     bounds_only = _build(_bounds_case(fail("work (CPU) 5 ms > bound 3 ms")))
     assert any("fsdp-conformance bounds calibrate" in s and "--bounds advisory" in s
                for s in next_steps(bounds_only))
+
+
+def test_a_report_names_files_as_a_reader_elsewhere_finds_them(tmp_path, monkeypatch):
+    """Tracebacks in details name torch's files from torch/, this package's from
+    fsdp_conformance/, the run directory's relative to it: not the writer's directories
+    (report/paths.py); the argv stays as typed."""
+    import fsdp_conformance
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    own = Path(fsdp_conformance.__file__).resolve().parent
+    tb = (f'Traceback (most recent call last):\n  File "{own}/sut/paths.py", line 9, in save\n'
+          f'  File "/opt/x/.venv/lib/python3.11/site-packages/torch/optim/adam.py", line 4\n'
+          f'  File "{tmp_path}/tests/test_mine.py", line 2\n'
+          f'  File "/usr/lib/python3.11/threading.py", line 1\nKeyError: 3')
+    rep = _build([CaseResult(Case(api="fsdp1.full"), {"P1": fail(tb)})],
+                 argv=["fsdp-conformance", "run", "--out", f"{tmp_path}/r.json"])
+    detail = rep["cases"][0]["properties"]["P1"]["detail"]
+    assert 'File "fsdp_conformance/sut/paths.py", line 9, in save' in detail
+    assert 'File "torch/optim/adam.py", line 4' in detail
+    assert 'File "tests/test_mine.py", line 2' in detail
+    assert 'File "/usr/lib/python3.11/threading.py", line 1' in detail  # elsewhere: kept
+    assert str(own) not in json.dumps(rep["cases"]) and "site-packages" not in detail
+    assert rep["argv"][-1] == f"{tmp_path}/r.json"
