@@ -28,9 +28,9 @@ IMPLS = ("default", "forloop", "foreach", "fused")
 FAULTS = ("", "missing_fqn", "extra_fqn", "shape", "dtype", "mixed_keys", "wrong_model",
           "truncated_file", "corrupt_file")
 # Test-only faults planted into a bounds case's measured calls (measure.py), never set by the
-# matrix: "slow" sleeps twice the call's own time after it (3x slower), "copy" keeps a clone
-# of the call's output (save: the returned dict; load: the optimizer state) alive.
-INJECTIONS = ("", "slow", "copy")
+# matrix: "slow" makes the call 3x as costly (CPU and wall), "slow10" 10x, "copy" keeps a
+# clone of the call's output (save: the returned dict; load: the optimizer state) alive.
+INJECTIONS = ("", "slow", "slow10", "copy")
 # Which side trains and checkpoints through ``torch.compile(model, backend="eager")`` (its
 # FQNs carry ``_orig_mod``), FSDP2 only: the save side, the load side, or both.
 COMPILED = ("", "save", "load", "both")

@@ -1,5 +1,7 @@
 """P13/P14 on real FSDP (gloo) against the packaged calibration: the unmodified bounds
-cases pass; a path made 3x slower fails P13 with its numbers; a path that keeps an extra
+cases pass; a path made 10x slower fails P13 with its numbers (how often a 3x slower path
+is caught is a rate, measured by `fsdp-conformance bounds stability` and written in
+docs/explanation/bounds.md, not asserted by a timed test); a path that keeps an extra
 copy of its output fails P14; the run report carries measurements and scaling as
 report/diff.py reads them."""
 from __future__ import annotations
@@ -26,7 +28,7 @@ FSDP2_LOAD = dataclasses.replace(CASE, api="fsdp2.sharded")
 
 @pytest.fixture(scope="module")
 def clean_and_injected():
-    cases = [CASE, dataclasses.replace(CASE, inject="slow"),
+    cases = [CASE, dataclasses.replace(CASE, inject="slow10"),
              dataclasses.replace(CASE, inject="copy"), FSDP2_LOAD,
              dataclasses.replace(FSDP2_LOAD, inject="copy")]
     return run_cases(cases, timeout=300)
@@ -44,17 +46,21 @@ def test_the_unmodified_case_passes_and_everything_else_is_na(clean_and_injected
     assert all(p <= bd for p, bd in zip(m["peak_bytes"], m["mem_bound_bytes"]))
 
 
-def test_a_3x_slower_path_fails_p13_naming_path_and_numbers(clean_and_injected):
+def test_a_10x_slower_path_fails_p13_naming_path_and_numbers(clean_and_injected):
     slow = clean_and_injected[1]
     v = slow.properties["P13"]
     assert v.status == "fail", v.detail
-    first = v.detail.splitlines()[0]  # failing lines first
-    # either phase may be the one over (both are 3x as costly; the bound of each is scaled
-    # by the speed its own probes measured, which moves from run to run)
-    assert first.startswith(("fsdp1.full save: work (CPU)", "fsdp1.full load: work (CPU)"))
-    assert "> bound" in first, v.detail
-    for text in ("x floor", "+ c", "work/floor", "floor ops: "):
-        assert text in first
+    failing = [line for line in v.detail.splitlines() if "> bound" in line]
+    # both phases are 10x as costly: the bound of each is scaled by the speed its own probes
+    # measured (a busy machine widens it by what the probes saw, 2x under make test's load)
+    # and stays far under 10x, so both fail, every time
+    for phase in ("save", "load"):
+        line = next((ln for ln in failing if ln.startswith(f"fsdp1.full {phase}: work (CPU)")),
+                    None)
+        assert line is not None, (phase, v.detail)
+        for text in ("x floor", "+ c", "work/floor", "floor ops: "):
+            assert text in line, (text, line)
+    assert v.detail.splitlines()[0] in failing  # failing lines first
     assert REMEASURED in v.detail and "first measurement, P13" in v.detail  # failed twice
 
 
