@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .sut.registry import FAMILIES, PATH_NAMES, custom_family, family_of
+from .sut.registry import (FAMILIES, PATH_NAMES, custom_family, family_of, paths_of,
+                           paths_with_axis)
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +37,7 @@ INJECTIONS = ("", "slow", "slow10", "copy")
 COMPILED = ("", "save", "load", "both")
 # The FSDP2 round-trip paths: the only ones the FSDP2 axes (compiled, cpu_offload,
 # reshard_after_forward, flatten_optimizer_state_dict) apply to.
-FSDP2_ROUND_TRIPS = ("fsdp2.full", "fsdp2.sharded")
+FSDP2_ROUND_TRIPS = paths_of("fsdp2")
 # FSDP2's CPUOffloadPolicy on both sides: pin_memory=True (torch's default) or False.
 CPU_OFFLOAD = ("", "pinned", "unpinned")
 MIXED_PRECISION = ("", "bf16")
@@ -170,8 +171,9 @@ class Case:
                              f"{self.dtype!r}")
         for axis, value in (("async_save", self.async_save), ("app_state", self.app_state)):
             if value:
-                self._only_round_trips(f"{axis}={value!r}", ("fsdp2.sharded",),
-                                       "the fsdp2.sharded round trips (its DCP write)")
+                apis = paths_with_axis(axis)  # ApiPath.axes: the paths with a DCP write
+                self._only_round_trips(f"{axis}={value!r}", apis,
+                                       f"the {', '.join(apis)} round trips (a DCP write)")
         if self.app_state and self.scheduler_after_load:
             raise ValueError("app_state restores the LR scheduler with the optimizer; "
                              "scheduler_after_load builds it after the load: pick one")
@@ -197,9 +199,10 @@ class Case:
                 raise ValueError(f"reshard_after_forward must be a factor (at least 2) of both "
                                  f"world sizes {self.world_size} and {self.dst_world_size}, "
                                  f"got {raf}")
-        if self.no_broadcast and self.api != "fsdp2.full":
-            raise ValueError(f"no_broadcast=True is fsdp2.full's load without "
-                             f"broadcast_from_rank0, got api={self.api!r}")
+        if self.no_broadcast and self.api not in paths_with_axis("no_broadcast"):
+            raise ValueError(f"no_broadcast=True is the load without broadcast_from_rank0 of "
+                             f"{', '.join(paths_with_axis('no_broadcast'))}, got "
+                             f"api={self.api!r}")
         if self.scheduler_after_load and not self.scheduler:
             raise ValueError("scheduler_after_load needs scheduler=True")
         if self.scheduler_after_load:

@@ -56,17 +56,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..sut.registry import PATHS as ALL_PATHS
 from .summary import print_summary, size_label
 
 SCHEMA = "fsdp-conformance/bench/1"
-PATHS = ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded", "fsdp1.full",
-         "fsdp1.sharded", "fsdp1.rekey", "fsdp2.full", "fsdp2.sharded")
+PATHS = tuple(p.name for p in ALL_PATHS if p.bench)  # ApiPath.bench
 PHASES = ("save", "load")
 SIZES = (10**5, 10**6, 10**7)
 WORLD_SIZES = (1, 2, 3, 4)
 BIG_SIZE = 10**8
 BIG_WORLD_SIZES = (4,)
-BIG_PATHS = ("fsdp1.full", "fsdp1.sharded", "fsdp2.full", "fsdp2.sharded")
+BIG_PATHS = tuple(p.name for p in ALL_PATHS if p.primary)  # ApiPath.primary
 QUICK_SIZES = (10**5, 10**6)
 QUICK_WORLD_SIZES = (1, 2, 4)
 QUICK_REPEATS = 5

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..cases import LOAD_ONLY, Case
+from ..cases import FSDP2_ROUND_TRIPS, LOAD_ONLY, Case
 from . import expectation as expect
 from ..zoo import (build_model, build_optimizer, build_scheduler, freeze_at_save, loss_of,
                    make_batch, scheduler_state, train_step)
@@ -293,7 +293,8 @@ def fresh_training(case: Case):
 def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
     # one run per training: every axis that does not change the single-process steps is
     # reset (mixed precision does; it lives on the FSDP2 round trips)
-    api = "fsdp2.full" if case.mixed_precision else "fsdp1"
+    # (a Case with mixed precision names an FSDP2 round trip: any one, the steps are alike)
+    api = FSDP2_ROUND_TRIPS[0] if case.mixed_precision else "fsdp1"
     base = Case(**{**case.to_dict(), **LOAD_ONLY, "world_size": 1, "api": api, "fault": "",
                    "strategy": "FULL_SHARD", "use_orig_params": False, "plan": "root",
                    "compiled": "", "reshard_after_forward": 0,

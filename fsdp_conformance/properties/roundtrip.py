@@ -164,7 +164,8 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         v["P8"] = rp.p8_serialise(api, save_obs, load_obs, full, dcp_full)
         from . import fsdp2_run_props as f2
 
-        v["P9"] = (f2.p9_sharded(full, save_obs) if api == "fsdp2.sharded"
+        rec = api_path(api)
+        v["P9"] = (f2.p9_sharded(full, save_obs) if rec.family == "fsdp2" and not rec.full
                    else rp.p9_flags(layout, api, save_obs))
         v["P10"] = rp.p10_partial(case, layout, dst, full, load_obs, local, gather=gather)
         v["P11"] = rp.p11_groups(full, load_obs, local)

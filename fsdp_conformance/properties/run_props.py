@@ -22,7 +22,7 @@ from .. import reference as ref
 from . import expectation as expect
 from .statediff import STEP_KEY, diff_state_dicts, format_diff
 from .baseline import LocalRun, continue_from
-from ..sut.registry import PATH_NAMES, api_path, family_of
+from ..sut.registry import PATH_NAMES, api_path, family_of, sharded_paths
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from .reference_props import (comparable, drop_plain, own_shard_group, owner_of,
                               replica_first, rotated_note, sharded_to_flat_offsets)
@@ -81,7 +81,7 @@ def _norm_diffs(want: dict, got: dict, rtol: float) -> list[str]:
 
     walk(want, got, "")
     return out
-SHARDED_PATHS = ("fsdp1.sharded", "fsdp1.legacy_sharded", "fsdp1.dsd_sharded", "fsdp2.sharded")
+SHARDED_PATHS = sharded_paths()
 
 
 def assemble_sharded(per_rank: Sequence[dict]) -> dict:
@@ -478,7 +478,8 @@ def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[Lo
     """What was written reads back bitwise: ``torch.load(weights_only=True)`` for files,
     DCP for DCP directories."""
     notes = [o.weights_only_refused for o in load_obs if o.weights_only_refused]
-    if notes and api != "fsdp1.legacy_sharded":
+    per_rank = api in PATH_NAMES and api_path(api).writes == "per_rank"
+    if notes and not per_rank:
         return fail(notes[0])
     if api in PATH_NAMES and api_path(api).writes == "dcp":
         if dcp_full is None:
@@ -486,7 +487,7 @@ def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[Lo
         diffs = diff_state_dicts(expect.stored(full), dcp_full)
         return fail("DCP round trip changed the state:\n" + format_diff(diffs)) if diffs else \
             passed("DCP directory reads back bitwise")
-    if api == "fsdp1.legacy_sharded":  # one file per rank, read back by the same rank
+    if per_rank:  # one file per rank, read back by the same rank
         # (a refusal of weights_only=True is reported first; the content read back without
         # it is still compared, so a changed file does not hide behind the refusal)
         problems = notes[:1]
@@ -502,7 +503,7 @@ def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[Lo
         return passed(f"{len(load_obs)} per-rank files: torch.save -> "
                       f"torch.load(weights_only=True) bitwise")
     written, reread = save_obs[0].saved, load_obs[0].reread
-    if api == "fsdp1.rekey":  # the file holds the PARAM_ID dict
+    if api in PATH_NAMES and api_path(api).rekeys:  # the file holds the PARAM_ID dict
         written, reread = save_obs[0].saved_ids, load_obs[0].reread_ids
     if reread is None or written is None:
         return na("rank 0 did not record the file it wrote or read back")
@@ -522,7 +523,7 @@ def p9_flags(layout, api: str, save_obs: Sequence[SaveRecord]) -> Verdict:
     offload_to_cpu: every saved tensor is on CPU (observable only where the ranks compute on
     another device) and the offloaded sharded dict equals the one saved without offloading.
     n/a, with the reason, where none of these can be observed."""
-    if api == "fsdp1.legacy_sharded":
+    if api in PATH_NAMES and api_path(api).writes == "per_rank":
         return na("sharded_optim_state_dict has no rank0_only / offload_to_cpu flags")
     on_device = any(o.device != "cpu" for o in save_obs)
     checked: list[str] = []

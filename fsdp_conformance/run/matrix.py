@@ -27,8 +27,7 @@ import itertools
 from typing import Iterable, Sequence
 
 from ..cases import FAULTS, SCHEDULE_NAMES, Case
-from ..sut.paths import FSDP1_PATHS, resizable
-from ..sut.registry import family_of
+from ..sut.registry import PATHS, api_path, family_of, is_full_path, resizable
 from ..zoo import FUSED, MODELS, OPTIMIZERS, runs_on
 from ..zoo.optimizers import STATE_DTYPE_OPTIMIZERS
 
@@ -45,16 +44,17 @@ ALT_PLAN = {"mlp": "block", "tied": "root", "frozen": "nested", "unused": "root"
 
 
 def default_paths() -> tuple[str, ...]:
-    """The paths the run can drive on this torch (FSDP2 paths join when their adapter is
-    importable)."""
-    paths = list(FSDP1_PATHS)
-    try:
-        from ..sut import fsdp2_paths  # noqa: F401
-
-        paths += list(fsdp2_paths.FSDP2_PATHS)
-    except ImportError:
-        pass
-    return tuple(paths)
+    """The registered paths the run can drive on this torch: those whose module imports
+    (an FSDP2 path's adapter needs ``fully_shard``), in registry order."""
+    usable: dict[str, bool] = {}
+    for p in PATHS:
+        if p.module not in usable:
+            try:
+                p.sides()
+                usable[p.module] = True
+            except ImportError:
+                usable[p.module] = False
+    return tuple(p.name for p in PATHS if usable[p.module])
 
 
 def groups_fit_units(c: Case) -> bool:
@@ -101,7 +101,8 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer="sgd_momentum", groups=2, scheduler=True,
                           scheduler_after_load=True, world_size=3,
                           load_world_size=2 if resizable(api) else None))
-        if api == "fsdp2.full":  # the load without broadcast_from_rank0, plain and @load
+        if "no_broadcast" in api_path(api).axes:  # the load without broadcast_from_rank0,
+            # plain and with the scheduler built after the load
             cases.append(Case(api=api, optimizer="adam", world_size=2, load_world_size=3,
                               no_broadcast=True))
             cases.append(Case(api=api, optimizer="sgd_momentum", groups=2, scheduler=True,
@@ -258,7 +259,7 @@ def frozen_left_out(api: str, optimizers: Sequence[str] = ("adam",)) -> list[Cas
     for opt in optimizers:
         out.append(Case(api=api, optimizer=opt, model="late_frozen", world_size=2,
                         load_world_size=3, ignore_frozen_params=True))
-        if api == "fsdp2.sharded":
+        if "app_state" in api_path(api).axes:
             out += [Case(api=api, optimizer=opt, model=m, world_size=2, load_world_size=3,
                          ignore_frozen_params=True, app_state=True, nonstrict=ns)
                     for m in ("frozen", "late_frozen") for ns in (False, True)]
@@ -271,7 +272,7 @@ def dcp_writes(api: str, optimizers: Sequence[str]) -> list[Case]:
     a ``Stateful`` app state of model, optimizer, LR scheduler (two param groups) and step
     (Case.app_state), written with ``dcp.save`` and with ``dcp.async_save``; none for
     fsdp2.full (it writes one torch.save file)."""
-    if api != "fsdp2.sharded":
+    if "async_save" not in api_path(api).axes:
         return []
     out = []
     for opt in optimizers:
@@ -342,13 +343,11 @@ def bounds(paths: Sequence[str]) -> list[Case]:
 def faults(paths: Sequence[str]) -> list[Case]:
     """P15 cases: each bad input kind through each load path that can receive it
     (dict-level faults only where the saved form is one full dict)."""
-    from ..sut.paths import is_full_path
-
     out = []
     for api in paths:
         for fault in FAULTS[1:]:
             dict_fault = fault not in ("truncated_file", "corrupt_file")
-            if dict_fault and (not is_full_path(api) or api == "fsdp1.rekey"):
+            if dict_fault and (not is_full_path(api) or api_path(api).rekeys):
                 continue  # dict faults need an FQN-keyed full dict on disk
             out.append(Case(api=api, optimizer="adam", world_size=2, fault=fault))
     return out

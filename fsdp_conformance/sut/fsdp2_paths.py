@@ -56,13 +56,14 @@ from .common import guarded, is_error, timed
 from .app_state import APP_KEY, AppState
 from .trained import keep, trained
 from .records import LoadRecord, SaveRecord
+from .registry import paths_of
 from .paths import (DCP_DIR, FULL_FILE, MODEL_FILE, SCHED_FILE, atomic_save, devices_of,
                     is_full_path, rank_file, read_saved, resizable)
 
 __all__ = ["FSDP2_PATHS", "FULL_FILE", "MODEL_FILE", "SCHED_FILE", "DCP_DIR", "is_full_path",
            "resizable", "rank_file", "save_side", "load_side"]
 
-FSDP2_PATHS = ("fsdp2.full", "fsdp2.sharded")
+FSDP2_PATHS = paths_of("fsdp2")
 # How long a rank whose load call raised waits for the other ranks to return from theirs
 # before it concludes they are blocked in a collective (see ``_load_guarded``).
 STRAND_WAIT_S = 5.0

@@ -63,29 +63,16 @@ from . import fsdp1
 from .trained import keep, trained
 from .common import guarded, is_error, timed
 from .records import LoadRecord, SaveRecord
+from .registry import api_path, is_full_path, paths_of, resizable  # noqa: F401 (re-exported)
 from .fsdp1 import to_cpu, flat_sharded_to_neutral, clean_name, named_local, optimizer_keys
 
-FSDP1_PATHS = ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.legacy_sharded",
-               "fsdp1.full", "fsdp1.sharded", "fsdp1.rekey", "fsdp1.dsd_full",
-               "fsdp1.dsd_sharded")
-DSD_PATHS = ("fsdp1.dsd_full", "fsdp1.dsd_sharded")
+FSDP1_PATHS = paths_of("fsdp1")
+# the FSDP1 paths that save and load through DSD (get/set_optimizer_state_dict)
+DSD_PATHS = tuple(p for p in FSDP1_PATHS if "set_optimizer_state_dict" in api_path(p).calls)
 FULL_FILE = "optim.pt"
 MODEL_FILE = "model.pt"
 SCHED_FILE = "sched.pt"
 DCP_DIR = "dcp"
-
-
-def is_full_path(api: str) -> bool:
-    """Paths whose saved form is one full FQN-keyed dict written by rank 0."""
-    return api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.full", "fsdp1.rekey",
-                   "fsdp1.dsd_full", "fsdp2.full")
-
-
-def resizable(api: str) -> bool:
-    """Whether a path can load at a world size or wrapping other than the saving one.
-    ``flatten_sharded_optim_state_dict`` takes the rank's own ShardedTensor shards, which
-    exist only for the saving world size and wrapping."""
-    return api != "fsdp1.legacy_sharded"
 
 
 def rank_file(r: int) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 if TYPE_CHECKING:
     from .records import LoadRecord, SaveRecord
@@ -70,9 +70,27 @@ class ApiPath:
     """What the save writes: ``"full"`` (one torch.save'd full dict), ``"per_rank"`` (one
     torch.save'd file per rank) or ``"dcp"`` (a DCP directory)."""
     rekeys: bool = False
-    """The path rekeys the dict (P5 applies)."""
+    """The path rekeys the dict (P5 applies): its file holds the PARAM_ID form of the
+    unwrapped model (golden format "ids"), not FQN keys."""
     resizable: bool = True
     """The load side may run at another world size or wrapping than the save."""
+    full_load: Literal["", "every_rank", "scatter", "broadcast"] = ""
+    """A full path's load (``writes == "full"``): ``"every_rank"`` every rank reads the file
+    and keeps its slice; ``"scatter"`` / ``"broadcast"`` only rank 0 reads it and sends the
+    ranks their shares with that collective (its P13 floor). ``""`` for a sharded path."""
+    axes: tuple[str, ...] = ()
+    """The ``Case`` axes only this path's round trips take (``paths_with_axis``), e.g.
+    ``"async_save"`` (a DCP write done by ``dcp.async_save``), ``"no_broadcast"``."""
+    primary: bool = False
+    """One of its family's primary paths (FSDP1: ``optim_state_dict`` full and sharded;
+    FSDP2: both): a user's quick tier (user/spec.py) and the largest benchmark size run
+    these."""
+    bench: bool = True
+    """The scaling benchmark (bench/scaling.py) measures it; False for the DSD paths on FSDP1,
+    added after the benchmark's committed reports (their bounds cases measure them)."""
+    fixtures: bool = True
+    """The curated golden fixtures (golden/curated.py) save through this path; False where
+    another path's fixtures already hold what it writes or its fixtures were never made."""
     calls: tuple[str, ...] = ()
     """The torch functions the path's save and load call by name (the last component of
     their qualified name, e.g. ``"full_optim_state_dict"``). A torch without one of them
@@ -82,6 +100,33 @@ class ApiPath:
     def sides(self) -> ModuleType:
         """The path's module (``PathSides``), imported on first use."""
         return importlib.import_module(f"fsdp_conformance.sut.{self.module}")
+
+    @property
+    def full(self) -> bool:
+        """Its saved form is one full FQN-keyed dict, written by rank 0."""
+        return self.writes == "full"
+
+    @property
+    def file_format(self) -> str:
+        """The on-disk format golden fixtures of its saves have (golden/formats.py):
+        ``"full"``, ``"ids"`` (a rekeyed full dict), ``"rank_files"`` or ``"dcp"``."""
+        if self.rekeys:
+            return "ids"
+        return {"full": "full", "per_rank": "rank_files", "dcp": "dcp"}[self.writes]
+
+    def floor(self, phase: str) -> tuple[tuple[str, str], ...]:
+        """The work no implementation of the path can avoid in ``phase`` (bounds/floors.py's
+        rule): a full save all-gathers the state and rank 0 keeps a copy of all of it; a
+        sharded save or load copies the rank's shard; a full load read by every rank keeps
+        its slice; one read by rank 0 alone first sends every rank its share."""
+        if phase == "save":
+            return (("all_gather", "full"), ("copy", "full")) if self.full \
+                else (("copy", "shard"),)
+        if phase != "load":
+            raise ValueError(f"phase must be 'save' or 'load', got {phase!r}")
+        if self.full and self.full_load in ("scatter", "broadcast"):
+            return ((self.full_load, "full"), ("copy", "shard"))
+        return (("copy", "shard"),)
 
     @property
     def save_side(self) -> Callable[..., "SaveRecord"]:
@@ -96,27 +141,32 @@ _FSDP1_NEW = ("optim_state_dict", "optim_state_dict_to_load", "state_dict_type")
 _DSD = ("get_optimizer_state_dict", "set_optimizer_state_dict")
 PATHS: tuple[ApiPath, ...] = (
     ApiPath(name="fsdp1.legacy_full", family="fsdp1", module="paths", writes="full",
+            full_load="every_rank",
             calls=("full_optim_state_dict", "shard_full_optim_state_dict")),
     ApiPath(name="fsdp1.legacy_scatter", family="fsdp1", module="paths", writes="full",
+            full_load="scatter", fixtures=False,  # legacy_full's save: its fixtures
             calls=("full_optim_state_dict", "scatter_full_optim_state_dict")),
     ApiPath(name="fsdp1.legacy_sharded", family="fsdp1", module="paths", writes="per_rank",
+            # flatten_sharded_optim_state_dict takes the rank's own ShardedTensor shards,
+            # which exist only for the saving world size and wrapping
             resizable=False,
             calls=("sharded_optim_state_dict", "flatten_sharded_optim_state_dict")),
     ApiPath(name="fsdp1.full", family="fsdp1", module="paths", writes="full",
-            calls=_FSDP1_NEW),
-    ApiPath(name="fsdp1.sharded", family="fsdp1", module="paths", writes="dcp",
+            full_load="every_rank", primary=True, calls=_FSDP1_NEW),
+    ApiPath(name="fsdp1.sharded", family="fsdp1", module="paths", writes="dcp", primary=True,
             calls=_FSDP1_NEW + ("load_sharded_optimizer_state_dict",)),
     ApiPath(name="fsdp1.rekey", family="fsdp1", module="paths", writes="full", rekeys=True,
+            full_load="every_rank",
             calls=("full_optim_state_dict", "rekey_optim_state_dict",
                    "shard_full_optim_state_dict")),
     ApiPath(name="fsdp1.dsd_full", family="fsdp1", module="paths", writes="full",
-            calls=_DSD),
+            full_load="every_rank", fixtures=False, bench=False, calls=_DSD),
     ApiPath(name="fsdp1.dsd_sharded", family="fsdp1", module="paths", writes="dcp",
-            calls=_DSD),
+            fixtures=False, bench=False, calls=_DSD),
     ApiPath(name="fsdp2.full", family="fsdp2", module="fsdp2_paths", writes="full",
-            calls=_DSD),
+            full_load="broadcast", axes=("no_broadcast",), primary=True, calls=_DSD),
     ApiPath(name="fsdp2.sharded", family="fsdp2", module="fsdp2_paths", writes="dcp",
-            calls=_DSD),
+            axes=("async_save", "app_state"), primary=True, calls=_DSD),
 )
 PATH_NAMES: tuple[str, ...] = tuple(p.name for p in PATHS)
 _BY_NAME = {p.name: p for p in PATHS}
@@ -133,6 +183,33 @@ def api_path(name: str) -> ApiPath:
 def paths_of(family: str) -> tuple[str, ...]:
     """The registered paths of one FSDP API, in registry order."""
     return tuple(p.name for p in PATHS if p.family == family)
+
+
+def full_paths() -> tuple[str, ...]:
+    """The registered paths whose saved form is one full dict written by rank 0."""
+    return tuple(p.name for p in PATHS if p.full)
+
+
+def sharded_paths() -> tuple[str, ...]:
+    """The registered paths whose saved form is sharded (per-rank files or DCP)."""
+    return tuple(p.name for p in PATHS if not p.full)
+
+
+def paths_with_axis(axis: str) -> tuple[str, ...]:
+    """The registered paths whose round trips take ``Case`` axis ``axis`` (``ApiPath.axes``)."""
+    return tuple(p.name for p in PATHS if axis in p.axes)
+
+
+def is_full_path(api: str) -> bool:
+    """A registered path whose saved form is one full dict (False for any other api: a
+    differential observer, a user's own path)."""
+    return api in _BY_NAME and _BY_NAME[api].full
+
+
+def resizable(api: str) -> bool:
+    """Whether ``api`` can load at a world size or wrapping other than the saving one (a
+    registered path's record; any other api can)."""
+    return api not in _BY_NAME or _BY_NAME[api].resizable
 
 
 def family_of(api: str) -> str:

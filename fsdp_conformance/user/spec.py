@@ -6,11 +6,14 @@ Imported by the pytest plugin while it loads and collects: it must stay free of 
 """
 from __future__ import annotations
 from ..properties.catalogue import CATALOGUE
+from ..sut.registry import PATHS
 
-# Built-in paths fsdp_roundtrip runs by default, per FSDP version and tier (None: every path
-# of that version, ``sut.paths.FSDP1_PATHS`` / ``sut.fsdp2_paths.FSDP2_PATHS``).
-DEFAULT_PATHS = {(1, "quick"): ("fsdp1.full", "fsdp1.sharded"), (1, "full"): None,
-                 (2, "quick"): ("fsdp2.full", "fsdp2.sharded"), (2, "full"): None}
+# Built-in paths fsdp_roundtrip runs by default, per FSDP version and tier: the quick tier
+# the family's primary paths (ApiPath.primary), the full tier every path of that version
+# (None).
+DEFAULT_PATHS = {(v, tier): (tuple(p.name for p in PATHS if p.primary and p.family == f"fsdp{v}")
+                             if tier == "quick" else None)
+                 for v in (1, 2) for tier in ("quick", "full")}
 FSDP_VERSIONS = (1, 2)
 # (save world size, load world size) pairs by default, per tier: same size, and a reshard
 # onto an odd size (uneven shards, padding).
