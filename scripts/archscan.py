@@ -6,7 +6,8 @@
     python scripts/archscan.py --package PATH  # scan another package directory
     python scripts/archscan.py --no-import     # skip figure 6 (it imports the package)
 
-Figures 1-5 are a static AST scan (nothing is imported); figure 6 runs two subprocesses.
+Figures 1-5 and 7-12 are a static AST scan (nothing is imported); figure 6 runs two
+subprocesses.
 Definitions (each function below states its rule in full):
 
 1. top-level modules: ``*.py`` files directly in the package directory, not counting
@@ -23,6 +24,26 @@ Definitions (each function below states its rule in full):
 6. import cost: cumulative microseconds of ``import <pkg>.plugin`` under ``-X importtime``
    and whether ``torch`` is in ``sys.modules`` after ``import <pkg>`` / ``import <pkg>.plugin``.
 
+Figures 7-12 (static too) are the ones an architecture redesign is measured by, before ->
+after; "package" there is a direct subdirectory of the scanned package, the files directly in
+it being the pseudo-package ``<top>``:
+
+7. path-name literals (JSON ``path_name_literals``): string constants equal to a registered
+   API path name (``ApiPath(name=...)`` in ``sut/registry.py``, read by AST) or starting
+   with one followed by ``/``, per file, outside the path modules (their ``module=``),
+   ``sut/registry.py`` and ``known/entries.py``; the path modules' own count apart.
+8. package pairs importing each other (``package_mutual_imports``), imports at any depth,
+   with one import site each way; pairs with ``<top>`` apart.
+9. figure 5's function-level imports of the package's own modules per importing package
+   (``function_imports_by_package``).
+10. ``Case`` fields (``case_fields``): annotated assignments in the dataclass body of
+   ``cases.py``'s ``Case``, and its ``kw_only`` / ``frozen`` flags.
+11. places a property is implemented (``property_places``): functions named ``p<N>_*``,
+   N = 0..15, per property.
+12. property numbers outside ``properties/catalogue.py``
+   (``property_numbers_outside_catalogue``): ``range(16)``, ``range(12)`` and ``"P<n>"``
+   string literals, per file.
+
 Stdlib only.
 """
 from __future__ import annotations
@@ -31,6 +52,7 @@ import argparse
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -381,6 +403,307 @@ def import_cost(root: Path) -> dict[str, Any]:
             "torch_after_plugin": torch_plugin, "python": sys.executable, "error": error}
 
 
+# --------------------------------------------------------------------------- figures 7-12
+#
+# The figures an architecture redesign is measured by, before -> after. Each is a static AST
+# scan like 1-5. "Package" in figures 8 and 9 is a *direct* subdirectory of the scanned
+# package (run, golden, sut, ...): every file under ``<root>/<dir>/`` at any depth belongs
+# to ``<dir>``; the files directly in the root (``cases.py``, ``__init__.py``,
+# ``__main__.py``...) belong to the pseudo-package ``"<top>"``.
+
+TOP = "<top>"
+TOP_N = 10
+REGISTRY = "sut/registry.py"
+KNOWN_ENTRIES = "known/entries.py"
+CATALOGUE = "properties/catalogue.py"
+CASES = "cases.py"
+SUT_PATHS = "sut/paths.py"
+PROPERTY_IDS = range(16)
+
+
+def rel_path(m: Module, root: Path) -> str:
+    """``m``'s file relative to the package directory, ``/``-separated."""
+    return m.path.relative_to(root).as_posix()
+
+
+def subpackage(m: Module, root: Path) -> str:
+    """The direct subdirectory of ``root`` that ``m``'s file lies under, or ``"<top>"``."""
+    parts = m.path.relative_to(root).parts
+    return parts[0] if len(parts) > 1 else TOP
+
+
+def str_constants(tree: ast.AST) -> Iterator[ast.Constant]:
+    """Every ``str`` constant node at any depth (docstrings and the literal parts of
+    f-strings included)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node
+
+
+def _kw_str(call: ast.Call, key: str) -> str | None:
+    for kw in call.keywords:
+        if kw.arg == key and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+            return kw.value.value
+    return None
+
+
+def _call_name(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def api_paths(mods: dict[str, Module], root: Path) -> tuple[list[tuple[str, str | None]], str]:
+    """The registered API paths as (name, module) from the ``ApiPath(name=..., module=...)``
+    calls (keyword string literals) in ``sut/registry.py``, in source order, duplicates
+    dropped; and where they were read. If that file has none (or is missing), every
+    ``ApiPath(name=...)`` call under ``sut/`` is read instead (a redesign may move the
+    records next to their modules). Nothing is imported."""
+    def collect(files: list[Module]) -> list[tuple[str, str | None]]:
+        out: list[tuple[str, str | None]] = []
+        seen: set[str] = set()
+        for m in files:
+            for node in ast.walk(m.tree):
+                if isinstance(node, ast.Call) and _call_name(node.func) == "ApiPath":
+                    name = _kw_str(node, "name")
+                    if name and name not in seen:
+                        seen.add(name)
+                        out.append((name, _kw_str(node, "module")))
+        return out
+    reg = [m for m in mods.values() if rel_path(m, root) == REGISTRY]
+    found = collect(reg)
+    if found:
+        return found, REGISTRY
+    sut = sorted((m for m in mods.values() if rel_path(m, root).startswith("sut/")),
+                 key=lambda m: rel_path(m, root))
+    found = collect(sut)
+    return found, ("sut/ (any ApiPath call)" if found else "none found")
+
+
+def path_module_files(modules: list[str | None], mods: dict[str, Module], root: Path) -> list[str]:
+    """The files (relative to ``root``) of the path modules: ``module="x.y"`` is
+    ``sut/x/y.py``; where it names a package (``sut/x/y/__init__.py``) every file under that
+    package is the path module's."""
+    files: set[str] = set()
+    all_rel = {rel_path(m, root) for m in mods.values()}
+    for mod in modules:
+        if not mod:
+            continue
+        base = "sut/" + mod.replace(".", "/")
+        if base + ".py" in all_rel:
+            files.add(base + ".py")
+        elif base + "/__init__.py" in all_rel:
+            files.update(r for r in all_rel if r.startswith(base + "/"))
+    return sorted(files)
+
+
+def is_path_literal(s: str, names: list[str]) -> bool:
+    """``s`` is a path name, or a path name followed by ``/`` and anything."""
+    return any(s == n or s.startswith(n + "/") for n in names)
+
+
+def path_name_literals(mods: dict[str, Module], root: Path) -> dict[str, Any]:
+    """Figure 7. String constants (``str_constants``: one per constant node) equal to a
+    registered API path name or starting with one followed by ``/`` (``is_path_literal``;
+    names from ``api_paths``). ``count`` and ``files`` cover every module except the path
+    modules (``path_module_files``), ``sut/registry.py`` and ``known/entries.py`` (the known
+    entries' predicates may name paths); ``in_path_modules`` counts the path modules apart,
+    and ``sut_paths_py`` is ``sut/paths.py``'s own count with whether it was excluded (today
+    it is the FSDP1 path module)."""
+    paths, source = api_paths(mods, root)
+    names = [n for n, _ in paths]
+    pmods = path_module_files([m for _, m in paths], mods, root)
+    excluded = set(pmods) | {REGISTRY, KNOWN_ENTRIES}
+    per_file: dict[str, int] = {}
+    for m in mods.values():
+        n = sum(1 for c in str_constants(m.tree) if is_path_literal(c.value, names)) if names else 0
+        if n:
+            per_file[rel_path(m, root)] = n
+    outside = {f: n for f, n in per_file.items() if f not in excluded}
+    in_pm = {f: per_file.get(f, 0) for f in pmods}
+    has_sut_paths = any(rel_path(m, root) == SUT_PATHS for m in mods.values())
+    return {
+        "count": sum(outside.values()),
+        "files": [{"path": f, "count": n}
+                  for f, n in sorted(outside.items(), key=lambda x: (-x[1], x[0]))],
+        "in_path_modules": sum(in_pm.values()),
+        "path_modules": [{"path": f, "count": n} for f, n in in_pm.items()],
+        "sut_paths_py": ({"count": per_file.get(SUT_PATHS, 0),
+                          "excluded": SUT_PATHS in excluded} if has_sut_paths else None),
+        "excluded": sorted(excluded),
+        "path_names": names,
+        "path_names_from": source,
+    }
+
+
+def mutual_package_imports(mods: dict[str, Module], root: Path) -> dict[str, Any]:
+    """Figure 8. Unordered package pairs {A, B}, A != B (``subpackage``), where a file of A
+    imports a module of B and a file of B imports a module of A; imports at any depth
+    (module level and inside functions), edges as ``import_targets`` gives them. Each pair
+    has the number of import statements each way and the first site each way (file:line,
+    by file then line). Pairs with ``"<top>"`` on one side are listed apart (``with_top``)."""
+    sites: dict[tuple[str, str], list[tuple[str, int, str, str]]] = {}
+    for m in mods.values():
+        a = subpackage(m, root)
+        for site in import_sites(m.tree):
+            for t in sorted(set(import_targets(m, site.node, mods))):
+                b = subpackage(mods[t], root)
+                if a != b:
+                    sites.setdefault((a, b), []).append(
+                        (rel_path(m, root), site.node.lineno, m.name, t))
+    def way(a: str, b: str) -> dict[str, Any]:
+        rows = sorted(set(sites[(a, b)]))
+        f, line, imp, tgt = rows[0]
+        return {"imports": len({(x[0], x[1]) for x in rows}), "site": f"{f}:{line}",
+                "importer": imp, "imported": tgt}
+
+    pairs = [{"a": a, "b": b, "a_to_b": way(a, b), "b_to_a": way(b, a)}
+             for (a, b) in sorted(sites) if a < b and (b, a) in sites]
+    # put "<top>" first in its pairs so a reader sees it on the left
+    top = []
+    for p in pairs:
+        if TOP in (p["a"], p["b"]):
+            if p["b"] == TOP:
+                p = {"a": TOP, "b": p["a"], "a_to_b": p["b_to_a"], "b_to_a": p["a_to_b"]}
+            top.append(p)
+    between = [p for p in pairs if TOP not in (p["a"], p["b"])]
+    return {"count": len(between), "pairs": between,
+            "with_top_count": len(top), "with_top": sorted(top, key=lambda p: p["b"])}
+
+
+def function_imports_by_package(mods: dict[str, Module], root: Path,
+                                fimps: list[tuple[str, int, bool]]) -> list[dict[str, Any]]:
+    """Figure 9. Figure 5's internal function-level import statements counted per importing
+    package (``subpackage``), most first (ties by name)."""
+    per: dict[str, int] = {}
+    for name, _line, internal in fimps:
+        if internal:
+            p = subpackage(mods[name], root)
+            per[p] = per.get(p, 0) + 1
+    return [{"package": p, "count": n} for p, n in sorted(per.items(), key=lambda x: (-x[1], x[0]))]
+
+
+def _is_classvar(ann: ast.expr) -> bool:
+    """``ClassVar``/``ClassVar[...]`` or the ``KW_ONLY`` sentinel (dotted or not, or as a
+    string annotation): not a dataclass field."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        return ann.value.split("[")[0].split(".")[-1].strip() in ("ClassVar", "KW_ONLY")
+    node = ann.value if isinstance(ann, ast.Subscript) else ann
+    return _call_name(node) in ("ClassVar", "KW_ONLY")
+
+
+def case_fields(mods: dict[str, Module], root: Path) -> dict[str, Any] | None:
+    """Figure 10. The ``Case`` class of ``cases.py`` (else the first ``class Case`` anywhere
+    in the package, by path): its fields (annotated assignments ``x: T`` / ``x: T = v``
+    directly in the class body, ``ClassVar`` and the ``KW_ONLY`` sentinel not counted), and
+    whether its ``@dataclass(...)`` decorator passes ``kw_only=True`` and ``frozen=True``
+    (literal True; a bare ``@dataclass`` has neither). None when there is no ``Case``."""
+    ordered = sorted(mods.values(), key=lambda m: (rel_path(m, root) != CASES, rel_path(m, root)))
+    for m in ordered:
+        for node in m.tree.body:
+            if not (isinstance(node, ast.ClassDef) and node.name == "Case"):
+                continue
+            fields = [st.target.id for st in node.body
+                      if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                      and not _is_classvar(st.annotation)]
+            flags = {"kw_only": False, "frozen": False}
+            is_dc = False
+            for dec in node.decorator_list:
+                fn = dec.func if isinstance(dec, ast.Call) else dec
+                if _call_name(fn) != "dataclass":
+                    continue
+                is_dc = True
+                if isinstance(dec, ast.Call):
+                    for kw in dec.keywords:
+                        if kw.arg in flags:
+                            flags[kw.arg] = (isinstance(kw.value, ast.Constant)
+                                             and kw.value.value is True)
+            return {"path": rel_path(m, root), "line": node.lineno, "count": len(fields),
+                    "fields": fields, "dataclass": is_dc, **flags}
+    return None
+
+
+def functions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
+    """(qualified name within the module, node) of every ``def``/``async def`` at any depth
+    (``f``, ``K.m``, ``f.g``)."""
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, ast.AST]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                q = prefix + child.name
+                yield q, child
+                yield from walk(child, q + ".")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, prefix + child.name + ".")
+            else:
+                yield from walk(child, prefix)
+    yield from walk(tree, "")
+
+
+def property_places(mods: dict[str, Module], root: Path) -> dict[str, Any]:
+    """Figure 11. For each property P0..P15: the functions at any depth whose own name
+    starts with ``p<N>_`` (``p3_loaded``; ``p1_`` does not match ``p10_x``), as
+    ``<file relative to root>:<qualified name>``, sorted. ``multiple`` lists the properties
+    implemented in more than one place."""
+    places: dict[str, list[str]] = {f"P{i}": [] for i in PROPERTY_IDS}
+    for m in mods.values():
+        for q, node in functions(m.tree):
+            for i in PROPERTY_IDS:
+                if node.name.startswith(f"p{i}_"):
+                    places[f"P{i}"].append(f"{rel_path(m, root)}:{q}")
+    places = {k: sorted(v) for k, v in places.items()}
+    return {"counts": {k: len(v) for k, v in places.items()},
+            "places": places,
+            "multiple": [k for k, v in places.items() if len(v) > 1],
+            "total": sum(len(v) for v in places.values())}
+
+
+def _range_n(node: ast.Call) -> int | None:
+    """N of ``range(N)`` / ``range(0, N)`` with literal ints, else None."""
+    if _call_name(node.func) != "range" or not isinstance(node.func, ast.Name) or node.keywords:
+        return None
+    args = node.args
+    if len(args) == 2 and isinstance(args[0], ast.Constant) and args[0].value == 0:
+        args = args[1:]
+    if len(args) == 1 and isinstance(args[0], ast.Constant) and type(args[0].value) is int:
+        return args[0].value
+    return None
+
+
+PROP_LITERAL = re.compile(r"P\d{1,2}")
+
+
+def property_numbers(mods: dict[str, Module], root: Path) -> dict[str, Any]:
+    """Figure 12. Property numbers written outside ``properties/catalogue.py``: calls
+    ``range(16)`` / ``range(12)`` (also ``range(0, 16)``...), and string constants that are
+    exactly ``P<1-2 digits>`` (``"P3"``; not ``"P3 load"``, not the ``"P"`` of
+    ``f"P{i}"``). Counted per file, most first."""
+    per: dict[str, dict[str, int]] = {}
+    for m in mods.values():
+        f = rel_path(m, root)
+        if f == CATALOGUE:
+            continue
+        c = {"range16": 0, "range12": 0, "literals": 0}
+        for node in ast.walk(m.tree):
+            if isinstance(node, ast.Call):
+                n = _range_n(node)
+                if n in (16, 12):
+                    c[f"range{n}"] += 1
+            elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and PROP_LITERAL.fullmatch(node.value)):
+                c["literals"] += 1
+        if any(c.values()):
+            per[f] = c
+    files = sorted(({"path": f, "count": sum(c.values()), **c} for f, c in per.items()),
+                   key=lambda x: (-x["count"], x["path"]))
+    return {"count": sum(x["count"] for x in files),
+            "range16": sum(x["range16"] for x in files),
+            "range12": sum(x["range12"] for x in files),
+            "literals": sum(x["literals"] for x in files),
+            "files": files}
+
+
 # --------------------------------------------------------------------------- report
 
 def scan(root: Path, *, with_import: bool = True) -> dict[str, Any]:
@@ -419,6 +742,14 @@ def scan(root: Path, *, with_import: bool = True) -> dict[str, Any]:
     }
     if with_import:
         out["import_cost"] = import_cost(root)
+    out.update({
+        "path_name_literals": path_name_literals(mods, root),
+        "package_mutual_imports": mutual_package_imports(mods, root),
+        "function_imports_by_package": function_imports_by_package(mods, root, fimps),
+        "case_fields": case_fields(mods, root),
+        "property_places": property_places(mods, root),
+        "property_numbers_outside_catalogue": property_numbers(mods, root),
+    })
     return out
 
 
@@ -470,7 +801,75 @@ def render(r: dict[str, Any]) -> str:
             L.append(f"   error: {ic['error']}")
     else:
         L.append("6. import cost: skipped (--no-import)")
+    L.extend(render_redesign(r))
     return "\n".join(L)
+
+
+def _top(rows: list[dict[str, Any]], n: int = TOP_N) -> list[str]:
+    out = [f"     {x['count']:5d}  {x['path']}" for x in rows[:n]]
+    if len(rows) > n:
+        out.append(f"       ... {len(rows) - n} more files, "
+                   f"{sum(x['count'] for x in rows[n:])} more")
+    return out
+
+
+def render_redesign(r: dict[str, Any]) -> list[str]:
+    """The text of figures 7-12."""
+    L: list[str] = []
+    pl = r["path_name_literals"]
+    L.append(f"7. path-name literals outside the path modules (str constants == a registered "
+             f"path name or '<name>/...'): {pl['count']} in {len(pl['files'])} files")
+    L.append(f"   path names: {len(pl['path_names'])} from {pl['path_names_from']}; not "
+             f"counted: {', '.join(pl['excluded'])}")
+    L.extend(_top(pl["files"]))
+    L.append(f"   in path modules: {pl['in_path_modules']}  ("
+             + (", ".join(f"{x['path']} {x['count']}" for x in pl["path_modules"]) or "none")
+             + ")")
+    sp = pl["sut_paths_py"]
+    if sp is not None and not sp["excluded"]:
+        L.append(f"   {SUT_PATHS} alone (not a path module, counted above): {sp['count']}")
+    mp = r["package_mutual_imports"]
+    L.append(f"8. package pairs importing each other (direct subdirectories, imports at any "
+             f"depth): {mp['count']}  (+ {mp['with_top_count']} with top-level modules "
+             f"{TOP})")
+
+    def pair(p: dict[str, Any]) -> list[str]:
+        ab, ba = p["a_to_b"], p["b_to_a"]
+        return [f"   - {p['a']} <-> {p['b']}",
+                f"       {p['a']} -> {p['b']}: {ab['imports']} imports, e.g. {ab['site']} "
+                f"({ab['importer']} -> {ab['imported']})",
+                f"       {p['b']} -> {p['a']}: {ba['imports']} imports, e.g. {ba['site']} "
+                f"({ba['importer']} -> {ba['imported']})"]
+    for p in mp["pairs"]:
+        L.extend(pair(p))
+    if mp["with_top"]:
+        L.append(f"   with {TOP} (*.py directly in the package): {mp['with_top_count']}")
+        for p in mp["with_top"]:
+            L.extend(pair(p))
+    fb = r["function_imports_by_package"]
+    L.append(f"9. import statements inside functions, of the package's own modules, per "
+             f"importing package (figure 5: {r['function_imports']['count']}; top 8 of "
+             f"{len(fb)}):")
+    L.append("   " + (", ".join(f"{x['package']} {x['count']}" for x in fb[:8]) or "none"))
+    cf = r["case_fields"]
+    if cf is None:
+        L.append("10. Case fields: no class Case found")
+    else:
+        L.append(f"10. Case fields: {cf['count']}  ({cf['path']}:{cf['line']}; "
+                 f"{'@dataclass' if cf['dataclass'] else 'not a dataclass'} "
+                 f"kw_only={cf['kw_only']} frozen={cf['frozen']})")
+    pp = r["property_places"]
+    L.append(f"11. places a property is implemented (functions named p<N>_*, any depth): "
+             f"{pp['total']}; properties in more than one place: {len(pp['multiple'])}")
+    L.append("   " + " ".join(f"{k}:{n}" for k, n in pp["counts"].items()))
+    for k in pp["multiple"]:
+        L.append(f"   {k}: {pp['counts'][k]} ({', '.join(pp['places'][k])})")
+    pn = r["property_numbers_outside_catalogue"]
+    L.append(f"12. property numbers written outside {CATALOGUE}: {pn['count']}  "
+             f"(range(16) {pn['range16']}, range(12) {pn['range12']}, \"P<n>\" literals "
+             f"{pn['literals']}) in {len(pn['files'])} files")
+    L.extend(_top(pn["files"]))
+    return L
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,9 @@
 """scripts/archscan.py counts each structure figure right on tiny synthetic package trees:
 top-level modules, largest module, import cycles (function-level imports count, __init__
 re-exports do not make cycles), private imports across modules/packages, function-level
-imports; and its CLI prints text and JSON."""
+imports; the redesign figures 7-12 (path-name literals outside the path modules, package pairs
+importing each other, function-level imports per package, Case fields, places a property is
+implemented, property numbers outside the catalogue); and its CLI prints text and JSON."""
 from __future__ import annotations
 
 import importlib.util
@@ -212,3 +214,207 @@ def test_import_cost_on_a_tiny_package(tmp_path):
     assert ic["error"] is None
     assert isinstance(ic["plugin_import_us"], int) and ic["plugin_import_us"] >= 0
     assert ic["torch_after_package"] is False and ic["torch_after_plugin"] is False
+
+
+# --------------------------------------------------------------------------- figures 7-12
+
+REGISTRY_SRC = """
+    from dataclasses import dataclass
+    @dataclass(frozen=True, kw_only=True)
+    class ApiPath:
+        name: str
+        module: str
+    PATHS = (
+        ApiPath(name="fam.one", module="one_paths"),
+        ApiPath(name="fam.two", module="more.two"),
+    )
+    NAMES = ("fam.one", "fam.two")                   # the registry itself: not counted
+    """
+
+
+def test_path_name_literals_outside_path_modules(tmp_path):
+    root = make_tree(tmp_path, {
+        "__init__.py": "",
+        "sut/__init__.py": "",
+        "sut/registry.py": REGISTRY_SRC,
+        "sut/one_paths.py": 'A = "fam.one"\nB = "fam.one/x"\n',   # path module: apart
+        "sut/more/__init__.py": "",
+        "sut/more/two.py": 'C = "fam.two"\n',                       # path module: apart
+        "sut/paths.py": 'D = "fam.two"\n',          # not a path module here: counted
+        "known/__init__.py": "",
+        "known/entries.py": 'E = ["fam.one", "fam.two"]\n',         # excluded
+        "run.py": '''
+            """fam.one is named in this docstring: no (not the whole constant)."""
+            def f(api):
+                if api == "fam.one":                                # 1
+                    return f"fam.two/{api}"                         # 1 (f-string part)
+                return ["fam.onex", "xfam.one", "fam.one.", "fam"]  # 0
+            ''',
+    })
+    pl = figures(root)["path_name_literals"]
+    assert pl["path_names"] == ["fam.one", "fam.two"]
+    assert pl["path_names_from"] == "sut/registry.py"
+    assert pl["count"] == 3
+    assert pl["files"] == [{"path": "run.py", "count": 2}, {"path": "sut/paths.py", "count": 1}]
+    assert pl["in_path_modules"] == 3
+    assert pl["path_modules"] == [{"path": "sut/more/two.py", "count": 1},
+                                  {"path": "sut/one_paths.py", "count": 2}]
+    assert pl["sut_paths_py"] == {"count": 1, "excluded": False}
+    assert pl["excluded"] == ["known/entries.py", "sut/more/two.py", "sut/one_paths.py",
+                              "sut/registry.py"]
+
+
+def test_path_name_literals_sut_paths_is_a_path_module_and_no_registry(tmp_path):
+    root = make_tree(tmp_path, {
+        "__init__.py": "", "sut/__init__.py": "",
+        "sut/registry.py": 'P = (ApiPath(name="x.a", module="paths"),)\n',
+        "sut/paths.py": 'A = "x.a"\n', "m.py": 'B = "x.a"\n'})
+    pl = figures(root)["path_name_literals"]
+    assert (pl["count"], pl["in_path_modules"]) == (1, 1)
+    assert pl["sut_paths_py"] == {"count": 1, "excluded": True}
+    empty = figures(make_tree(tmp_path, {"__init__.py": "", "m.py": 'B = "x.a"\n'}, "other"))
+    assert empty["path_name_literals"]["count"] == 0
+    assert empty["path_name_literals"]["path_names_from"] == "none found"
+    assert empty["path_name_literals"]["sut_paths_py"] is None
+
+
+def test_package_pairs_importing_each_other(tmp_path):
+    root = make_tree(tmp_path, {
+        "__init__.py": "",
+        "cases.py": "from .c.x import y\n",
+        "a/__init__.py": "",
+        "a/m.py": "from ..b import n\n",                      # a -> b (b/__init__)
+        "a/deep/__init__.py": "",
+        "a/deep/k.py": "def f():\n    from ...b.n import z\n",  # a -> b, in a function
+        "b/__init__.py": "",
+        "b/n.py": "def g():\n    import pkg.a.m\n",          # b -> a, in a function
+        "c/__init__.py": "",
+        "c/x.py": "from .. import cases\n",                   # c -> <top>
+        "d/__init__.py": "", "d/o.py": "from ..a import m\n",  # d -> a only: no pair
+    })
+    mp = figures(root)["package_mutual_imports"]
+    assert mp["count"] == 1
+    p = mp["pairs"][0]
+    assert (p["a"], p["b"]) == ("a", "b")
+    assert p["a_to_b"]["imports"] == 2
+    assert p["a_to_b"]["site"] == "a/deep/k.py:2"
+    assert p["b_to_a"] == {"imports": 1, "site": "b/n.py:2", "importer": "pkg.b.n",
+                           "imported": "pkg.a.m"}
+    assert mp["with_top_count"] == 1
+    t = mp["with_top"][0]
+    assert (t["a"], t["b"]) == ("<top>", "c")
+    assert t["a_to_b"]["site"] == "cases.py:1" and t["b_to_a"]["site"] == "c/x.py:1"
+
+
+def test_function_imports_by_package(tmp_path):
+    root = make_tree(tmp_path, {
+        "__init__.py": "",
+        "top.py": "def f():\n    from . import top\n",
+        "a/__init__.py": "", "a/m.py": "def f():\n    from ..a import m\n    import json\n",
+        "a/sub/__init__.py": "", "a/sub/q.py": "def f():\n    from .. import m\n",
+        "b/__init__.py": "", "b/n.py": "def f():\n    import pkg.a\n",
+    })
+    r = figures(root)
+    assert r["function_imports"]["count"] == 4
+    assert r["function_imports_by_package"] == [
+        {"package": "a", "count": 2}, {"package": "<top>", "count": 1},
+        {"package": "b", "count": 1}]
+
+
+def test_case_fields(tmp_path):
+    root = make_tree(tmp_path, {
+        "__init__.py": "",
+        "cases.py": """
+            import dataclasses
+            from typing import ClassVar
+            @dataclasses.dataclass(kw_only=True)
+            class Case:
+                '''doc'''
+                model: str = "mlp"
+                world_size: int = 2
+                api: str
+                KINDS: ClassVar[tuple] = ()
+                x = 1
+                def f(self) -> int:
+                    y: int = 1
+                    return y
+            """,
+    })
+    cf = figures(root)["case_fields"]
+    assert cf["count"] == 3 and cf["fields"] == ["model", "world_size", "api"]
+    assert (cf["dataclass"], cf["kw_only"], cf["frozen"]) == (True, True, False)
+    other = make_tree(tmp_path, {"__init__.py": "", "sub/__init__.py": "",
+                                 "sub/c.py": "from dataclasses import dataclass\n"
+                                             "@dataclass(frozen=True, kw_only=False)\n"
+                                             "class Case:\n    a: int\n"}, "other")
+    cf = figures(other)["case_fields"]
+    assert (cf["path"], cf["count"], cf["kw_only"], cf["frozen"]) == ("sub/c.py", 1, False, True)
+    assert figures(make_tree(tmp_path, {"__init__.py": ""}, "none"))["case_fields"] is None
+
+
+def test_property_places(tmp_path):
+    root = make_tree(tmp_path, {
+        "__init__.py": "",
+        "props/__init__.py": "",
+        "props/one.py": "def p3_x(): pass\ndef p10_y(): pass\ndef p1(): pass\n",
+        "props/two.py": """
+            class K:
+                def p3_x(self): pass
+            def helper():
+                def p15_inner(): pass
+            def P3_upper(): pass
+            def p16_none(): pass
+            """,
+    })
+    pp = figures(root)["property_places"]
+    assert pp["counts"]["P3"] == 2
+    assert pp["places"]["P3"] == ["props/one.py:p3_x", "props/two.py:K.p3_x"]
+    assert pp["counts"]["P1"] == 0 and pp["counts"]["P10"] == 1
+    assert pp["places"]["P15"] == ["props/two.py:helper.p15_inner"]
+    assert pp["multiple"] == ["P3"] and pp["total"] == 4
+    assert list(pp["counts"]) == [f"P{i}" for i in range(16)]
+
+
+def test_property_numbers_outside_catalogue(tmp_path):
+    root = make_tree(tmp_path, {
+        "__init__.py": "",
+        "properties/__init__.py": "",
+        "properties/catalogue.py": 'PROPS = tuple(f"P{i}" for i in range(16))\nX = "P3"\n',
+        "a.py": """
+            ALL = tuple(f"P{i}" for i in range(16))        # 1 (the "P" part is not one)
+            RT = [f"P{i}" for i in range(0, 12)]           # 1
+            OTHER = range(15), range(1, 16)                # 0
+            KEYS = {"P3": 1, "P12": 2}                     # 2
+            NOT = ["P", "P123", "P3 load", "p3", "xP3"]    # 0
+            """,
+        "b.py": 'def f(p):\n    return p == "P0"\n',         # 1
+    })
+    pn = figures(root)["property_numbers_outside_catalogue"]
+    assert pn["count"] == 5
+    assert (pn["range16"], pn["range12"], pn["literals"]) == (1, 1, 3)
+    assert pn["files"] == [
+        {"path": "a.py", "count": 4, "range16": 1, "range12": 1, "literals": 2},
+        {"path": "b.py", "count": 1, "range16": 0, "range12": 0, "literals": 1}]
+
+
+def test_cli_prints_figures_7_to_12(tmp_path, capsys):
+    root = make_tree(tmp_path, {
+        "__init__.py": "", "sut/__init__.py": "",
+        "sut/registry.py": 'P = (ApiPath(name="x.a", module="paths"),)\n',
+        "sut/paths.py": 'A = "x.a"\n', "m.py": 'B = "x.a/1"\n',
+        "cases.py": "from dataclasses import dataclass\n@dataclass\nclass Case:\n    a: int\n",
+        "p/__init__.py": "", "p/q.py": "def p2_a(): pass\ndef p2_b(): pass\n"})
+    assert archscan.main(["--package", str(root), "--no-import", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    for key in ("path_name_literals", "package_mutual_imports", "function_imports_by_package",
+                "case_fields", "property_places", "property_numbers_outside_catalogue"):
+        assert key in r
+    assert archscan.main(["--package", str(root), "--no-import"]) == 0
+    out = capsys.readouterr().out
+    assert "7. path-name literals outside the path modules" in out and ": 1 in 1 files" in out
+    assert "in path modules: 1  (sut/paths.py 1)" in out
+    assert "8. package pairs importing each other" in out
+    assert "9. import statements inside functions" in out
+    assert "10. Case fields: 1  (cases.py:3; @dataclass kw_only=False frozen=False)" in out
+    assert "P2: 2 (p/q.py:p2_a, p/q.py:p2_b)" in out
+    assert "12. property numbers written outside properties/catalogue.py: 0" in out
