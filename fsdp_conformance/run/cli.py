@@ -86,9 +86,12 @@ def _world_sizes(arg: str | None, backend: str) -> list[int]:
 
 def command_line() -> list[str]:
     """The command as the user typed it: ``fsdp-conformance`` (or ``python -m
-    fsdp_conformance``) and every argument, the subcommand included."""
-    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fsdp-conformance"
-    if prog in ("__main__.py", "-m") or prog.startswith("python"):
+    fsdp_conformance``, which ``python -m fsdp_conformance.cli`` is too: the gate's steps)
+    and every argument, the subcommand included."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "fsdp-conformance"
+    prog = os.path.basename(argv0)
+    own = os.path.basename(os.path.dirname(argv0)) == "fsdp_conformance"
+    if prog in ("__main__.py", "-m") or prog.startswith("python") or (own and prog == "cli.py"):
         prog = "python -m fsdp_conformance"
     return [prog, *sys.argv[1:]]
 

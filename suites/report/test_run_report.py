@@ -240,6 +240,9 @@ def test_the_report_records_the_command_as_typed_and_the_machine_fingerprint(mon
 
     monkeypatch.setattr("sys.argv", ["/x/bin/fsdp-conformance", "run", "-k", "fsdp1.full"])
     assert command_line() == ["fsdp-conformance", "run", "-k", "fsdp1.full"]
+    # python -m fsdp_conformance.cli (how the gate runs its steps) is the same command
+    monkeypatch.setattr("sys.argv", ["/x/site-packages/fsdp_conformance/cli.py", "run"])
+    assert command_line() == ["python -m fsdp_conformance", "run"]
     r = _build(_results())
     m = r["machine_info"]
     assert len(m["fingerprint"]) == 12 and m["cpu_model"]
