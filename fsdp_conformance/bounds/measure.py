@@ -54,10 +54,11 @@ PEAK_REPEATS = 3
 
 
 def _sut(api: str):
-    """The module of ``api``'s rank functions (sut/registry.py)."""
+    """The module of ``api``'s round trip (sut/registry.py ``ApiPath.round_trip``): its
+    ``_build``, ``save_path``, ``write_saved``, ``load_path``."""
     from ..sut.registry import api_path
 
-    return api_path(api).sides()
+    return api_path(api).round_trip()
 
 
 def _local_state_bytes(optim: torch.optim.Optimizer) -> int:

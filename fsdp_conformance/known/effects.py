@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
+from ..sut.registry import PATH_NAMES, api_path
+
 
 def _state_map(d: dict, fn: Callable[[dict], dict | None],
                untouched: tuple[str, ...] = ()) -> dict:
@@ -76,7 +78,8 @@ def initial_lr_from_scheduler_built_after(d: dict, case: Any) -> dict:
     have ``initial_lr`` in the correct state change."""
     from ..properties import expectation as expect
 
-    if case.api == "fsdp2.full" and expect.judged_rank() == 0:
+    if (case.api in PATH_NAMES and api_path(case.api).full_load == "broadcast"
+            and expect.judged_rank() == 0):
         return d
     return {**d, "param_groups": [({**g, "initial_lr": g["lr"]} if "initial_lr" in g else g)
                                   for g in d.get("param_groups", [])]}

@@ -13,7 +13,7 @@ Rules
   another load reads (its own marker files; the judge's DCP read-back file, rewritten each
   time). A save that raised on a rank is never kept, and its directory is removed.
 - ``by_save``: the run's cases in groups, one per training key (``sut.trained``: the
-  paths of one rank module that train alike; a case without one goes by its save key, and
+  paths of one family that train alike; a case without one goes by its save key, and
   a case without either alone), in the order of each group's first case; inside a group
   the cases of one save key run one after another. A lane takes a whole group, so the
   group's saves after the first of a key are shared, and its save sides after the first

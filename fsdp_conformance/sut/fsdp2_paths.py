@@ -173,14 +173,14 @@ def load_params(ctx, model, params: dict[str, torch.Tensor]) -> None:
 
 def save_path(case: Case, model, optim, *, cpu_offload: bool | None = None) -> Any:
     """The path's save call on this rank (what a trainer calls before writing). The path's
-    own ``cpu_offload`` unless told: fsdp2.full True (the rank-0-only form), fsdp2.sharded
+    own ``cpu_offload`` unless told: a full path True (the rank-0-only form), a sharded one
     False (the default options)."""
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     _check(case.api)
     if cpu_offload is None:
-        cpu_offload = case.api == "fsdp2.full"
-    if case.api == "fsdp2.full":
+        cpu_offload = is_full_path(case.api)
+    if is_full_path(case.api):
         return get_optimizer_state_dict(
             model, optim, options=_options(case, full_state_dict=True, cpu_offload=cpu_offload))
     if case.app_state:  # what the app state's state_dict() holds (sut/app_state.py)
@@ -212,7 +212,7 @@ def _record(case: Case, saved: Any, optim, keys: list[str]) -> Any:
     if is_error(saved):
         return saved
     saved = nested(case, saved, optim, keys)
-    if case.api == "fsdp2.sharded":
+    if not is_full_path(case.api):
         return sharded_to_neutral(saved)
     return local_to_cpu(named_local(saved, keys)) if saved else {}
 
@@ -251,7 +251,7 @@ def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, racing=None,
 
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    if case.api == "fsdp2.full":
+    if is_full_path(case.api):
         if ctx.rank == 0:
             atomic_save(saved, workdir / FULL_FILE)
     else:
@@ -307,7 +307,7 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     # P9: the same save with the flag flipped (before the write: an async write races the
     # next step, which changes the state)
     all_ranks = offloaded = offloaded_devices = None
-    if case.api == "fsdp2.full":
+    if is_full_path(case.api):
         flipped, _ = guarded(save_path, case, run, optim, cpu_offload=False)
         all_ranks = _record(case, flipped, optim, keys)
     else:
@@ -348,11 +348,11 @@ def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path, sched=No
                                                          set_optimizer_state_dict)
 
     _check(case.api)
-    if case.api == "fsdp2.full" and case.no_broadcast:  # every rank its own full dict
+    if is_full_path(case.api) and case.no_broadcast:  # every rank its own full dict
         set_optimizer_state_dict(model, optim, saved,
                                  options=_load_options(case, full_state_dict=True))
         return
-    if case.api == "fsdp2.full":
+    if is_full_path(case.api):
         set_optimizer_state_dict(
             model, optim, saved if ctx.rank == 0 else {},
             options=_load_options(case, full_state_dict=True, broadcast_from_rank0=True))

@@ -1,31 +1,10 @@
 """The API paths of the conformance run, FSDP1 side: one save and one load per path, run
 as a round trip over disk, observed on every rank.
 
-Paths (``Case.api``)
-    fsdp1.legacy_full     ``full_optim_state_dict(rank0_only)`` -> torch.save on rank 0 ->
-                          every rank torch.load(weights_only=True) -> ``shard_full_optim_state_dict``
-    fsdp1.legacy_scatter  same save -> rank 0 loads the file -> ``scatter_full_optim_state_dict``
-    fsdp1.legacy_sharded  ``sharded_optim_state_dict`` -> one torch.save file per rank ->
-                          ``flatten_sharded_optim_state_dict`` (same world size only)
-    fsdp1.full            ``optim_state_dict`` under FULL_STATE_DICT (rank0_only, offload_to_cpu)
-                          -> torch.save on rank 0 -> every rank loads -> ``optim_state_dict_to_load``
-    fsdp1.sharded         ``optim_state_dict`` under SHARDED_STATE_DICT (offload_to_cpu) -> DCP
-                          save at N -> ``load_sharded_optimizer_state_dict`` at M ->
-                          ``optim_state_dict_to_load``
-    fsdp1.rekey           ``full_optim_state_dict`` -> ``rekey_optim_state_dict(PARAM_ID)`` for
-                          the unwrapped model (a checkpoint a plain model can load) ->
-                          torch.save -> every rank: rekey back to PARAM_NAME with the unwrapped
-                          model -> ``shard_full_optim_state_dict``
-    fsdp1.dsd_full        the migration path torch recommends, on the same FSDP1 model:
-                          ``get_optimizer_state_dict(full_state_dict=True, cpu_offload=True)``
-                          (rank 0 gets the full dict, the others ``{}``) -> torch.save on rank
-                          0 -> every rank loads -> ``set_optimizer_state_dict(full_state_dict=
-                          True)`` (which loads the optimizer itself)
-    fsdp1.dsd_sharded     ``get_optimizer_state_dict()`` (ShardedTensor values under FSDP1) ->
-                          ``dcp.save({"model", "optim"})`` at N -> at M the documented resume
-                          recipe: the template ``get_optimizer_state_dict()`` of the fresh model
-                          and optimizer, filled by ``dcp.load({"optim": template})``, then
-                          ``set_optimizer_state_dict``
+Paths (``Case.api``): one module each under ``sut/fsdp1_paths/`` (its save, write and load
+steps and its P9 flip; fsdp1_paths/__init__.py), named by its record in ``sut/registry.py``.
+This module is the round trip they share (``save_side`` / ``load_side``) and the helpers
+their steps use.
 
 Rules
 - The save side trains ``case.steps`` steps (or takes the state a path before it trained
@@ -66,9 +45,10 @@ from .records import LoadRecord, SaveRecord
 from .registry import api_path, is_full_path, paths_of, resizable  # noqa: F401 (re-exported)
 from .fsdp1 import to_cpu, flat_sharded_to_neutral, clean_name, named_local, optimizer_keys
 
+ALL_RANKS_FLIP = ("all_ranks", {"rank0_only": False, "offload": False})
+"""A full path's P9 flip: the same save on every rank, without offloading."""
+
 FSDP1_PATHS = paths_of("fsdp1")
-# the FSDP1 paths that save and load through DSD (get/set_optimizer_state_dict)
-DSD_PATHS = tuple(p for p in FSDP1_PATHS if "set_optimizer_state_dict" in api_path(p).calls)
 FULL_FILE = "optim.pt"
 MODEL_FILE = "model.pt"
 SCHED_FILE = "sched.pt"
@@ -118,42 +98,26 @@ def load_params(ctx, model, params: dict[str, torch.Tensor]) -> None:
             p.copy_(params[clean_name(n)])
 
 
+def steps(api: str):
+    """The module of ``api``'s own steps (fsdp1_paths/__init__.py), by its record."""
+    return api_path(api).sides()
+
+
 def save_path(case: Case, model, optim, *, rank0_only: bool = True,
               offload: bool = True) -> Any:
     """The path's save call on this rank (what a trainer calls before writing)."""
-    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig
+    return steps(case.api).save(case, model, optim, rank0_only=rank0_only, offload=offload)
+
+
+def full_optim(model, optim, rank0_only: bool) -> Any:
+    """FSDP1's legacy ``full_optim_state_dict`` (the legacy full, scatter and rekey saves)."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import (ShardedOptimStateDictConfig, ShardedStateDictConfig,
-                                        StateDictType)
 
-    api = case.api
-    if api in DSD_PATHS:
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
-                                                             get_optimizer_state_dict)
-
-        full = api == "fsdp1.dsd_full"  # full: cpu_offload=True is DSD's rank0_only form
-        return get_optimizer_state_dict(model, optim, options=StateDictOptions(
-            full_state_dict=full, cpu_offload=(rank0_only and offload) if full else offload))
-    if api in ("fsdp1.legacy_full", "fsdp1.legacy_scatter", "fsdp1.rekey"):
-        return FSDP.full_optim_state_dict(model, optim, rank0_only=rank0_only)
-    if api == "fsdp1.legacy_sharded":
-        return FSDP.sharded_optim_state_dict(model, optim)
-    if api == "fsdp1.full":
-        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT,
-                                  FullStateDictConfig(rank0_only=rank0_only,
-                                                      offload_to_cpu=offload),
-                                  FullOptimStateDictConfig(rank0_only=rank0_only,
-                                                           offload_to_cpu=offload)):
-            return FSDP.optim_state_dict(model, optim)
-    if api == "fsdp1.sharded":
-        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT,
-                                  ShardedStateDictConfig(offload_to_cpu=offload),
-                                  ShardedOptimStateDictConfig(offload_to_cpu=offload)):
-            return FSDP.optim_state_dict(model, optim)
-    raise ValueError(f"{api!r} is not an FSDP1 path of sut.paths; known: {FSDP1_PATHS}")
+    return FSDP.full_optim_state_dict(model, optim, rank0_only=rank0_only)
 
 
-def _model_sharded_sd(model) -> dict:
+def model_sharded_sd(model) -> dict:
+    """The FSDP1 model's SHARDED_STATE_DICT (what a DCP checkpoint holds beside the optim)."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import StateDictType
 
@@ -168,27 +132,23 @@ def write_saved(ctx, case: Case, model, saved: Any, workdir: Path, sub: str = ""
     out = workdir / sub if sub else workdir
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    if case.api == "fsdp1.rekey":
-        if ctx.rank == 0:
-            atomic_save(to_param_ids(case, saved), out / FULL_FILE)
-    elif is_full_path(case.api):
-        if ctx.rank == 0:
-            atomic_save(saved, out / FULL_FILE)
-    elif case.api == "fsdp1.legacy_sharded":
-        atomic_save(saved, out / rank_file(ctx.rank))
-    elif case.api == "fsdp1.sharded":
-        import torch.distributed.checkpoint as dcp
-
-        dcp.save({"model": _model_sharded_sd(model), "optim": saved},
-                 checkpoint_id=str(out / DCP_DIR), process_group=ctx.group)
-    elif case.api == "fsdp1.dsd_sharded":
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-        dcp.save({"model": get_model_state_dict(model), "optim": saved},
-                 checkpoint_id=str(out / DCP_DIR), process_group=ctx.group)
+    steps(case.api).write(ctx, case, model, saved, out)
     dist.barrier(group=ctx.group)
     return time.perf_counter() - t0
+
+
+def write_full(ctx, saved: Any, out: Path) -> None:
+    """A full path's write: rank 0 torch.saves the dict (the others hold ``{}``)."""
+    if ctx.rank == 0:
+        atomic_save(saved, out / FULL_FILE)
+
+
+def write_dcp(ctx, model_sd: dict, saved: Any, out: Path) -> None:
+    """A DCP path's write: ``dcp.save({"model", "optim"})`` on every rank."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save({"model": model_sd, "optim": saved}, checkpoint_id=str(out / DCP_DIR),
+             process_group=ctx.group)
 
 
 def _plain_pair(case: Case):
@@ -224,7 +184,7 @@ def _record(case: Case, saved: Any, rank: int, keys: list[str]) -> Any:
     """The saved object in the neutral named form sent back to the controller."""
     if is_error(saved):
         return saved
-    if case.api in ("fsdp1.sharded", "fsdp1.legacy_sharded", "fsdp1.dsd_sharded"):
+    if not is_full_path(case.api):
         return flat_sharded_to_neutral(saved)
     return to_cpu(named_local(saved, keys)) if saved else {}
 
@@ -260,40 +220,37 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
     if not is_error(saved):
         timings["write"] = write_saved(ctx, case, model, saved, workdir)
     saved_ids = None
-    if ctx.rank == 0 and case.api == "fsdp1.rekey" and not is_error(record):
+    if ctx.rank == 0 and api_path(case.api).rekeys and not is_error(record):
         saved_ids = to_cpu(guarded(to_param_ids, case, saved)[0])
     if ctx.rank == 0:
         atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
             atomic_save(sched.state_dict(), workdir / SCHED_FILE)
-    # P9: the same save with the flags flipped (all ranks, no offload).
-    all_ranks = unoffloaded = offloaded = None
-    if is_full_path(case.api):
-        flipped, _ = guarded(save_path, case, model, optim, rank0_only=False, offload=False)
-        all_ranks = _record(case, flipped, ctx.rank, keys)
-    elif case.api == "fsdp1.sharded":
-        flipped, _ = guarded(save_path, case, model, optim, offload=False)
-        unoffloaded = _record(case, flipped, ctx.rank, keys)
-    elif case.api == "fsdp1.dsd_sharded":  # saved without offload (DSD's default): flip it
-        flipped, _ = guarded(save_path, case, model, optim, offload=True)
-        offloaded = _record(case, flipped, ctx.rank, keys)
+    # P9: the same save with the flags flipped (the path's P9_FLIP)
+    flips: dict[str, Any] = {"all_ranks": None, "unoffloaded": None, "offloaded": None}
+    flip = steps(case.api).P9_FLIP
+    if flip is not None:
+        field, flags = flip
+        flipped, _ = guarded(save_path, case, model, optim, **flags)
+        flips[field] = _record(case, flipped, ctx.rank, keys)
     keep(tr)  # for the next path that trains alike (sut/trained.py)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
                       reused_training=tr.reused,
                       timings=timings, saved=record, saved_devices=saved_devices,
                       params=params if ctx.rank == 0 else None, saved_ids=saved_ids,
-                      all_ranks=all_ranks, unoffloaded=unoffloaded, offloaded=offloaded,
+                      **flips,
                       device=str(ctx.device), sched=sched_at_save)
 
 
 def read_saved(ctx, case: Case, workdir: Path) -> tuple[Any, str]:
     """Read what the save side wrote, as a resuming trainer would: ``torch.load`` with
     ``weights_only=True``; if that refuses the file, note why (P8) and read it without."""
-    if case.api == "fsdp1.legacy_scatter" and ctx.rank != 0:
-        return None, ""
-    if is_full_path(case.api):
+    rec = api_path(case.api)
+    if rec.full_load == "scatter" and ctx.rank != 0:
+        return None, ""  # rank 0 alone reads the file and scatters it
+    if rec.full:
         path = workdir / FULL_FILE
-    elif case.api == "fsdp1.legacy_sharded":
+    elif rec.writes == "per_rank":
         path = workdir / rank_file(ctx.rank)
     else:
         return None, ""
@@ -316,50 +273,9 @@ def _weights_only_refusal(exc: Exception) -> bool:
 def load_path(ctx, case: Case, model, optim, saved: Any, workdir: Path) -> None:
     """The path's load call on this rank, then ``optim.load_state_dict`` (DSD's
     ``set_optimizer_state_dict`` loads the optimizer itself)."""
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import StateDictType
-
-    api = case.api
-    if api in DSD_PATHS:
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
-                                                             get_optimizer_state_dict,
-                                                             set_optimizer_state_dict)
-
-        if api == "fsdp1.dsd_full":
-            set_optimizer_state_dict(model, optim, saved,
-                                     options=StateDictOptions(full_state_dict=True))
-            return
-        import torch.distributed.checkpoint as dcp
-
-        template = get_optimizer_state_dict(model, optim)
-        dcp.load({"optim": template}, checkpoint_id=str(workdir / DCP_DIR),
-                 process_group=ctx.group)
-        set_optimizer_state_dict(model, optim, template)
-        return
-    if api == "fsdp1.rekey":
-        flat = FSDP.shard_full_optim_state_dict(to_param_names(case, saved), model)
-    elif api == "fsdp1.legacy_full":
-        flat = FSDP.shard_full_optim_state_dict(saved, model)
-    elif api == "fsdp1.legacy_scatter":
-        flat = FSDP.scatter_full_optim_state_dict(saved if ctx.rank == 0 else None, model)
-    elif api == "fsdp1.legacy_sharded":
-        flat = FSDP.flatten_sharded_optim_state_dict(saved, model, optim)
-    elif api == "fsdp1.full":
-        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
-            flat = FSDP.optim_state_dict_to_load(model, optim, saved)
-    elif api == "fsdp1.sharded":
-        from torch.distributed.checkpoint import FileSystemReader
-        from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
-
-        model_sd = _model_sharded_sd(model)
-        loaded = load_sharded_optimizer_state_dict(
-            model_state_dict=model_sd, optimizer_key="optim",
-            storage_reader=FileSystemReader(str(workdir / DCP_DIR)))
-        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
-            flat = FSDP.optim_state_dict_to_load(model, optim, loaded["optim"])
-    else:
-        raise ValueError(f"{api!r} is not an FSDP1 path of sut.paths; known: {FSDP1_PATHS}")
-    optim.load_state_dict(flat)
+    flat = steps(case.api).load(ctx, case, model, optim, saved, workdir)
+    if flat is not None:
+        optim.load_state_dict(flat)
 
 
 def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
@@ -373,13 +289,13 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     saved, note = read_saved(ctx, case, workdir)
     timings["read"] = time.perf_counter() - t0
     reread = reread_ids = None
-    if ctx.rank == 0 and case.api == "fsdp1.rekey":
+    if ctx.rank == 0 and api_path(case.api).rekeys:
         reread_ids = to_cpu(saved)
         names, _ = guarded(to_param_names, case, saved)
         reread = to_cpu(names)
     elif ctx.rank == 0 and is_full_path(case.api):
         reread = to_cpu(named_local(saved, keys)) if saved else {}
-    elif case.api == "fsdp1.legacy_sharded" and saved is not None:
+    elif api_path(case.api).writes == "per_rank" and saved is not None:
         reread = _record(case, saved, ctx.rank, keys)  # this rank's own file (P8)
     head.update(timings=timings, weights_only_refused=note, reread=reread,
                 reread_ids=reread_ids)

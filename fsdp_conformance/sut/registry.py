@@ -65,7 +65,8 @@ class ApiPath:
     ``"fsdp2"`` (``fully_shard``, per-parameter DTensors). Decides the model wrapping, the
     reference layout and the property family that judge the path."""
     module: str
-    """Module (relative to ``fsdp_conformance.sut``) holding ``save_side`` / ``load_side``."""
+    """Module (relative to ``fsdp_conformance.sut``) holding ``save_side`` / ``load_side``
+    and, for an FSDP1 path, its own steps (one module per path: sut/fsdp1_paths/)."""
     writes: str
     """What the save writes: ``"full"`` (one torch.save'd full dict), ``"per_rank"`` (one
     torch.save'd file per rank) or ``"dcp"`` (a DCP directory)."""
@@ -128,6 +129,12 @@ class ApiPath:
             return ((self.full_load, "full"), ("copy", "shard"))
         return (("copy", "shard"),)
 
+    def round_trip(self) -> ModuleType:
+        """The module of the round trip the path's sides run in (``sut.paths`` for an FSDP1
+        path, ``sut.fsdp2_paths`` for an FSDP2 one): its build, save, write and load, which
+        the bounds measurement times call by call."""
+        return importlib.import_module(self.sides().save_side.__module__)
+
     @property
     def save_side(self) -> Callable[..., "SaveRecord"]:
         return self.sides().save_side
@@ -140,29 +147,30 @@ class ApiPath:
 _FSDP1_NEW = ("optim_state_dict", "optim_state_dict_to_load", "state_dict_type")
 _DSD = ("get_optimizer_state_dict", "set_optimizer_state_dict")
 PATHS: tuple[ApiPath, ...] = (
-    ApiPath(name="fsdp1.legacy_full", family="fsdp1", module="paths", writes="full",
-            full_load="every_rank",
+    ApiPath(name="fsdp1.legacy_full", family="fsdp1", module="fsdp1_paths.legacy_full",
+            writes="full", full_load="every_rank",
             calls=("full_optim_state_dict", "shard_full_optim_state_dict")),
-    ApiPath(name="fsdp1.legacy_scatter", family="fsdp1", module="paths", writes="full",
-            full_load="scatter", fixtures=False,  # legacy_full's save: its fixtures
+    ApiPath(name="fsdp1.legacy_scatter", family="fsdp1", module="fsdp1_paths.legacy_scatter",
+            writes="full", full_load="scatter", fixtures=False,  # legacy_full's save: its fixtures
             calls=("full_optim_state_dict", "scatter_full_optim_state_dict")),
-    ApiPath(name="fsdp1.legacy_sharded", family="fsdp1", module="paths", writes="per_rank",
+    ApiPath(name="fsdp1.legacy_sharded", family="fsdp1", module="fsdp1_paths.legacy_sharded",
+            writes="per_rank",
             # flatten_sharded_optim_state_dict takes the rank's own ShardedTensor shards,
             # which exist only for the saving world size and wrapping
             resizable=False,
             calls=("sharded_optim_state_dict", "flatten_sharded_optim_state_dict")),
-    ApiPath(name="fsdp1.full", family="fsdp1", module="paths", writes="full",
+    ApiPath(name="fsdp1.full", family="fsdp1", module="fsdp1_paths.full", writes="full",
             full_load="every_rank", primary=True, calls=_FSDP1_NEW),
-    ApiPath(name="fsdp1.sharded", family="fsdp1", module="paths", writes="dcp", primary=True,
-            calls=_FSDP1_NEW + ("load_sharded_optimizer_state_dict",)),
-    ApiPath(name="fsdp1.rekey", family="fsdp1", module="paths", writes="full", rekeys=True,
-            full_load="every_rank",
+    ApiPath(name="fsdp1.sharded", family="fsdp1", module="fsdp1_paths.sharded", writes="dcp",
+            primary=True, calls=_FSDP1_NEW + ("load_sharded_optimizer_state_dict",)),
+    ApiPath(name="fsdp1.rekey", family="fsdp1", module="fsdp1_paths.rekey", writes="full",
+            rekeys=True, full_load="every_rank",
             calls=("full_optim_state_dict", "rekey_optim_state_dict",
                    "shard_full_optim_state_dict")),
-    ApiPath(name="fsdp1.dsd_full", family="fsdp1", module="paths", writes="full",
+    ApiPath(name="fsdp1.dsd_full", family="fsdp1", module="fsdp1_paths.dsd_full", writes="full",
             full_load="every_rank", fixtures=False, bench=False, calls=_DSD),
-    ApiPath(name="fsdp1.dsd_sharded", family="fsdp1", module="paths", writes="dcp",
-            fixtures=False, bench=False, calls=_DSD),
+    ApiPath(name="fsdp1.dsd_sharded", family="fsdp1", module="fsdp1_paths.dsd_sharded",
+            writes="dcp", fixtures=False, bench=False, calls=_DSD),
     ApiPath(name="fsdp2.full", family="fsdp2", module="fsdp2_paths", writes="full",
             full_load="broadcast", axes=("no_broadcast",), primary=True, calls=_DSD),
     ApiPath(name="fsdp2.sharded", family="fsdp2", module="fsdp2_paths", writes="dcp",

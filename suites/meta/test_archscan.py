@@ -418,3 +418,13 @@ def test_cli_prints_figures_7_to_12(tmp_path, capsys):
     assert "10. Case fields: 1  (cases.py:3; @dataclass kw_only=False frozen=False)" in out
     assert "P2: 2 (p/q.py:p2_a, p/q.py:p2_b)" in out
     assert "12. property numbers written outside properties/catalogue.py: 0" in out
+
+
+def test_the_package_names_paths_only_in_their_records_modules_and_known_entries():
+    """An API path's name is written in its registry record, its own module and the known
+    limitations' predicates, nowhere else: every other place asks the record
+    (sut/registry.py). A literal anywhere else fails here with its file."""
+    package = SCRIPT.parents[1] / "fsdp_conformance"
+    lit = figures(package)["path_name_literals"]
+    assert lit["path_names_from"] == "sut/registry.py" and len(lit["path_names"]) >= 10
+    assert lit["count"] == 0, f"path names written outside the path modules: {lit['files']}"

@@ -1,0 +1,33 @@
+"""fsdp1.dsd_sharded: ``get_optimizer_state_dict()`` (ShardedTensor values under FSDP1) ->
+``dcp.save({"model", "optim"})`` at N -> at M the documented resume recipe: the template
+``get_optimizer_state_dict()`` of the fresh model and optimizer, filled by
+``dcp.load({"optim": template})``, then ``set_optimizer_state_dict``."""
+from __future__ import annotations
+
+from ..paths import DCP_DIR, load_side, save_side, write_dcp  # noqa: F401
+
+P9_FLIP = ("offloaded", {"offload": True})  # saved without offload (DSD's default): flip it
+
+
+def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optim, options=StateDictOptions(
+        full_state_dict=False, cpu_offload=offload))
+
+
+def write(ctx, case, model, saved, out) -> None:
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    write_dcp(ctx, get_model_state_dict(model), saved, out)
+
+
+def load(ctx, case, model, optim, saved, workdir):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
+                                                         set_optimizer_state_dict)
+
+    template = get_optimizer_state_dict(model, optim)
+    dcp.load({"optim": template}, checkpoint_id=str(workdir / DCP_DIR), process_group=ctx.group)
+    set_optimizer_state_dict(model, optim, template)
+    return None
