@@ -48,91 +48,114 @@ LOAD_ONLY = {"load_world_size": None, "load_plan": None, "scheduler_after_load":
              "nonstrict": False, "load_tensor_parallel": None, "no_broadcast": False}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Case:
     """One configuration. ``plan`` names a wrapping plan of the zoo model; ``load_world_size``
     and ``load_plan`` describe where the saved state is loaded (default: where it was saved)."""
 
     model: str = "mlp"
+    """Zoo model name (``zoo.MODELS``), or a user model's name under the plugin."""
     plan: str = "nested"
+    """Wrapping plan of the model on the save side (a zoo plan name)."""
     optimizer: str = "adam"
+    """Zoo optimizer name (``zoo.OPTIMIZERS``)."""
     groups: int = 1
+    """Number of param groups the optimizer is built with."""
     use_orig_params: bool = False
+    """FSDP1's ``use_orig_params`` on both sides."""
     strategy: str = "FULL_SHARD"
+    """Sharding strategy (``STRATEGIES``): FSDP1's ``ShardingStrategy``; under FSDP2 the
+    mesh and ``reshard_after_forward`` that mean the same (HYBRID_SHARD and NO_SHARD: a 2-D
+    mesh; sut/fsdp2.py)."""
     world_size: int = 2
+    """Ranks of the save side."""
     load_world_size: int | None = None
+    """Ranks of the load side (None: the save's)."""
     load_plan: str | None = None
+    """Wrapping plan of the load side (None: the save's)."""
     api: str = "fsdp1"
+    """The API path (``sut.registry``), a differential observer ("fsdp1", "fsdp2") or a
+    user's own path."""
     steps: int = 2
+    """Optimizer steps trained before the save."""
     batch: int = 12
+    """Batch size of every training step."""
     seed: int = 0
+    """Seed of the model, data and every random choice of the case."""
     dtype: str = "fp64"
+    """Param and state dtype ("fp64", "fp32", "bf16")."""
     resume_steps: int = 2
-    # The LR scheduler stepped after every optimizer step and checkpointed beside it: a
-    # zoo schedule name (``SCHEDULE_NAMES``; True is "exp"), "" = none (False).
+    """Optimizer steps trained after the load (P6)."""
     scheduler: bool | str = False
+    """The LR scheduler stepped after every optimizer step and checkpointed beside it: a zoo
+    schedule name (``SCHEDULE_NAMES``; True is "exp"), "" = none (False)."""
     impl: str = "default"
+    """Optimizer implementation: "default", "foreach" or "fused" (``zoo.FUSED``)."""
     fault: str = ""
-    # Golden-fixture case (P12 only): "<torch version>/<fixture name>" of a checkpoint stored
-    # under ``fixtures`` (a directory; "" = the fixtures the package ships), loaded through
-    # ``api`` at ``dst_world_size``. "" = a normal case.
+    """A bad input planted into the load (``FAULTS``; P15 only). "" = none."""
     golden: str = ""
+    """Golden-fixture case (P12 only): "<torch version>/<fixture name>" of a checkpoint
+    stored under ``fixtures``, loaded through ``api`` at ``dst_world_size``. "" = a normal
+    case."""
     fixtures: str = ""
-    # Bounds case (P13/P14 only): measure the path's save and load (time against its floor,
-    # peak memory per rank) at ``world_size`` instead of the round trip; ``inject`` plants a
-    # slowdown or an extra copy (INJECTIONS; the self-tests of suites/bounds only).
+    """Golden fixtures root of a golden case ("" = the fixtures the package ships)."""
     bounds: bool = False
+    """Bounds case (P13/P14 only): measure the path's save and load (time against its floor,
+    peak memory per rank) at ``world_size`` instead of the round trip; ``inject`` plants a
+    slowdown or an extra copy (INJECTIONS; the self-tests of suites/bounds only)."""
     inject: str = ""
-    # Compiled-model case (COMPILED): the side(s) whose model is wrapped by torch.compile
-    # (backend "eager") for training and every torch.distributed.checkpoint call. "" = none.
+    """Test-only slowdown or extra copy planted into a bounds case (``INJECTIONS``)."""
     compiled: str = ""
-    # FSDP2 round trips only: ``fully_shard(reshard_after_forward=<int>)`` on both sides, the
-    # world size the params are resharded to after forward (a factor of each side's world
-    # size, at least 2; equal to it is torch's ``True``). 0 = the strategy's own choice.
+    """Compiled-model case (COMPILED): the side(s) whose model is wrapped by torch.compile
+    (backend "eager") for training and every torch.distributed.checkpoint call. "" = none."""
     reshard_after_forward: int = 0
-    # FSDP2 round trips only: both sides pass ``StateDictOptions(
-    # flatten_optimizer_state_dict=True)`` (torchtitan's checkpointer does): the saved dict
-    # is ``{"state.<fqn>.<name>": v, "param_groups.<fqn>.<key>": v}``.
+    """FSDP2 round trips only: ``fully_shard(reshard_after_forward=<int>)`` on both sides,
+    the world size the params are resharded to after forward (a factor of each side's
+    world size, at least 2; equal to it is torch's ``True``). 0 = the strategy's own
+    choice."""
     flatten_optimizer_state_dict: bool = False
-    # FSDP2 round trips only (CPU_OFFLOAD): ``fully_shard(offload_policy=CPUOffloadPolicy(
-    # pin_memory=...))`` on both sides, "pinned" (torch's default) or "unpinned". "" = none.
+    """FSDP2 round trips only: both sides pass ``StateDictOptions(
+    flatten_optimizer_state_dict=True)`` (torchtitan's checkpointer does): the saved dict
+    is ``{"state.<fqn>.<name>": v, "param_groups.<fqn>.<key>": v}``."""
     cpu_offload: str = ""
-    # With ``scheduler``: the load side builds its LR scheduler after the optimizer state is
-    # loaded (then loads the scheduler's state), as a trainer that restores the optimizer
-    # first does; ``initial_lr`` must then come from the checkpoint (pytorch#140900 class).
+    """FSDP2 round trips only (CPU_OFFLOAD): ``fully_shard(offload_policy=CPUOffloadPolicy(
+    pin_memory=...))`` on both sides, "pinned" (torch's default) or "unpinned". "" = none."""
     scheduler_after_load: bool = False
-    # FSDP2 round trips only, float32 params: ``fully_shard(mp_policy=MixedPrecisionPolicy(
-    # param_dtype=bfloat16, reduce_dtype=float32))`` on both sides: compute in bfloat16,
-    # params and optimizer state stay float32 (MIXED_PRECISION). "" = none.
+    """With ``scheduler``: the load side builds its LR scheduler after the optimizer state is
+    loaded (then loads the scheduler's state), as a trainer that restores the optimizer
+    first does; ``initial_lr`` must then come from the checkpoint (pytorch#140900 class)."""
     mixed_precision: str = ""
-    # fsdp2.sharded only: the save writes with ``dcp.async_save`` (torch's default thread
-    # executor) and the save side takes one more optimizer step on the live model and
-    # optimizer before it waits on the returned Future (a trainer goes on training while the
-    # checkpoint is written); the checkpoint must hold the state at the save.
+    """FSDP2 round trips only, float32 params: ``fully_shard(mp_policy=MixedPrecisionPolicy(
+    param_dtype=bfloat16, reduce_dtype=float32))`` on both sides: compute in bfloat16,
+    params and optimizer state stay float32 (MIXED_PRECISION). "" = none."""
     async_save: bool = False
-    # fsdp2.sharded only: the checkpoint is a DCP ``Stateful`` app state (model, optimizer,
-    # LR scheduler, step; sut/app_state.py) saved and loaded under one key, as trainers do:
-    # ``get_state_dict`` / ``set_state_dict`` of model and optimizer together, the
-    # scheduler restored from the checkpoint.
+    """fsdp2.sharded only: the save writes with ``dcp.async_save`` (torch's default thread
+    executor) and the save side takes one more optimizer step on the live model and
+    optimizer before it waits on the returned Future (a trainer goes on training while the
+    checkpoint is written); the checkpoint must hold the state at the save."""
     app_state: bool = False
-    # FSDP2 round trips only: the load passes ``StateDictOptions(strict=False)`` (a trainer
-    # loading a checkpoint whose params do not all have state, e.g. ones that never had a
-    # gradient); the save is unchanged.
+    """fsdp2.sharded only: the checkpoint is a DCP ``Stateful`` app state (model, optimizer,
+    LR scheduler, step; sut/app_state.py) saved and loaded under one key, as trainers do:
+    ``get_state_dict`` / ``set_state_dict`` of model and optimizer together, the scheduler
+    restored from the checkpoint."""
     nonstrict: bool = False
-    # fsdp2.full only: the load without ``broadcast_from_rank0``: every rank loads the full
-    # dict it read itself (``set_optimizer_state_dict(full_state_dict=True)``).
+    """FSDP2 round trips only: the load passes ``StateDictOptions(strict=False)`` (a trainer
+    loading a checkpoint whose params do not all have state, e.g. ones that never had a
+    gradient); the save is unchanged."""
     no_broadcast: bool = False
-    # FSDP2 round trips only: every state-dict call of both sides passes
-    # ``StateDictOptions(ignore_frozen_params=True)`` (the model's frozen params are left out
-    # of its state dict; the optimizer's dict is documented as unchanged).
+    """fsdp2.full only: the load without ``broadcast_from_rank0``: every rank loads the full
+    dict it read itself (``set_optimizer_state_dict(full_state_dict=True)``)."""
     ignore_frozen_params: bool = False
-    # FSDP2 round trips only: tensor parallelism under ``fully_shard`` on the save side: a
-    # ``(world_size // tensor_parallel, tensor_parallel)`` mesh named ("dp", "tp"), the zoo
-    # model's ``tp_plan`` applied by ``parallelize_module`` on "tp", then ``fully_shard`` on
-    # "dp" (torchtitan's order). 0 = no tensor parallelism.
+    """FSDP2 round trips only: every state-dict call of both sides passes
+    ``StateDictOptions(ignore_frozen_params=True)`` (the model's frozen params are left
+    out of its state dict; the optimizer's dict is documented as unchanged)."""
     tensor_parallel: int = 0
-    # The load side's tensor-parallel degree (0: none); None = the save side's.
+    """FSDP2 round trips only: tensor parallelism under ``fully_shard`` on the save side: a
+    ``(world_size // tensor_parallel, tensor_parallel)`` mesh named ("dp", "tp"), the zoo
+    model's ``tp_plan`` applied by ``parallelize_module`` on "tp", then ``fully_shard`` on
+    "dp" (torchtitan's order). 0 = no tensor parallelism."""
     load_tensor_parallel: int | None = None
+    """The load side's tensor-parallel degree (0: none); None = the save side's."""
 
     def __post_init__(self) -> None:
         # the LR schedule: True is the zoo's "exp" (its id is "+sched", as it always was)

@@ -59,8 +59,8 @@ from . import wire
 from .errors import PoolClosed, RankDied, RankError, RankFailure, RankTimeout
 from .refs import check_importable, main_rerun_problem
 from .worker import LOG_FILE, STACK_FILE
+from ..options import DEFAULT_TIMEOUT_S
 
-DEFAULT_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 120.0
 ERROR_GRACE_S = 3.0
 _LOG_TAIL_LINES = 30

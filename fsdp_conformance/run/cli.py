@@ -26,6 +26,7 @@ import sys
 import time
 
 from ..usage import add_out
+from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
 
 def add_parser(sub) -> None:
@@ -50,7 +51,7 @@ def add_parser(sub) -> None:
                  "(default reports/latest.json)")
     p.add_argument("--md", default=None, help=argparse.SUPPRESS)  # earlier: Markdown apart
     p.add_argument("--seed", type=int, default=0, help="seed of every case (default 0)")
-    p.add_argument("--timeout", type=float, default=120.0,
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help="seconds a save or load may take on the ranks before it is a hang")
     p.add_argument("--lanes", type=int, default=None, metavar="N",
                    help="cases run side by side on N lanes, each with pools of its own "
@@ -177,7 +178,8 @@ def main(args: argparse.Namespace) -> int:
         previous = signal.signal(signal.SIGTERM, on_sigterm)
         try:
             run = run_all(cases, backend=backend, timeout=args.timeout,
-                          fault_timeout=max(30.0, args.timeout / 4), on_result=on_result,
+                          fault_timeout=max(DEFAULT_FAULT_TIMEOUT_S, args.timeout / 4),
+                          on_result=on_result,
                           lanes=args.lanes, calibration=args.calibration)
         finally:
             signal.signal(signal.SIGTERM, previous)

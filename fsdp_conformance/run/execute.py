@@ -44,6 +44,7 @@ from ..cases import Case
 from .kinds import kind_of
 from .lifecycle import CaseEnv, execute
 from .saves import SaveCache, by_save
+from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +73,7 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
-             fault_timeout: float = 30.0,
+             fault_timeout: float = DEFAULT_FAULT_TIMEOUT_S,
              calibration: str | os.PathLike | None = None, lane: int = 0,
              saves: SaveCache | None = None):
     """One case's ``CaseResult`` (run/lifecycle.py ``execute``) on the pools of ``lane``
@@ -170,8 +171,9 @@ def apply_scaling(results: Sequence, block: dict) -> list:
     return out
 
 
-def run_all(cases: Sequence[Case], *, backend: str | None = None, timeout: float = 120.0,
-            fault_timeout: float = 30.0,
+def run_all(cases: Sequence[Case], *, backend: str | None = None,
+            timeout: float = DEFAULT_TIMEOUT_S,
+            fault_timeout: float = DEFAULT_FAULT_TIMEOUT_S,
             on_result: Callable[[object], None] | None = None,
             calibration: str | os.PathLike | None = None, lanes: int | None = None) -> Run:
     """Run every case (module rules: lanes, then the bounds cases one at a time);
@@ -225,8 +227,9 @@ def run_all(cases: Sequence[Case], *, backend: str | None = None, timeout: float
                reused_trainings=sum(c.reused_trainings for c in caches.values()))
 
 
-def run_cases(cases: Sequence[Case], *, backend: str | None = None, timeout: float = 120.0,
-              fault_timeout: float = 30.0,
+def run_cases(cases: Sequence[Case], *, backend: str | None = None,
+              timeout: float = DEFAULT_TIMEOUT_S,
+              fault_timeout: float = DEFAULT_FAULT_TIMEOUT_S,
               on_result: Callable[[object], None] | None = None,
               calibration: str | os.PathLike | None = None) -> list:
     """Every case's ``CaseResult`` (``run_all``); an interruption propagates as

@@ -40,6 +40,7 @@ from ..cases import Case
 from ..properties.catalogue import PROPS
 from ..properties.verdict import Verdict, error, na, suite_error
 from .result import CaseResult
+from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,9 +51,9 @@ class CaseEnv:
     """The run's directory: each case gets a fresh sub-directory, removed after the case."""
     backend: str | None = None
     """Process-group backend of the pools (None: gloo on CPU)."""
-    timeout: float = 120.0
+    timeout: float = DEFAULT_TIMEOUT_S
     """Seconds a save or load may take on the ranks before it is a hang."""
-    fault_timeout: float = 30.0
+    fault_timeout: float = DEFAULT_FAULT_TIMEOUT_S
     """Seconds a fault case's load may take before it is a hang (P15)."""
     calibration: str | None = None
     """Bounds calibration file for P13/P14 (None: the packaged one)."""

@@ -29,6 +29,7 @@ from .model import CustomPath, UserModel, user_model
 from .protocols import (DataFn, LoadFn, LossFn, ModelFactory, OptimizerFactory, Rerun,
                         ResultSink, SaveFn)
 from .run import run_user_case
+from ..options import DEFAULT_TIMEOUT_S
 
 
 def check(model: ModelFactory | str | None = None, data: DataFn | str | None = None, *,
@@ -41,7 +42,7 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
           custom_name: str | None = None, steps: int = 2, resume_steps: int = 2,
           batch: int = 12, dtype: str | None = None, seed: int = 0,
           groups: int | None = None,
-          tier: str = "quick", backend: str | None = None, timeout: float = 120.0,
+          tier: str = "quick", backend: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
           known: Sequence = (), only: Sequence[str] | None = None,
           rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
     """Round-trip a user's model through the chosen paths and world-size specs (or through
@@ -117,7 +118,7 @@ def zoo_cases(custom: CustomPath, *, models: Sequence[str] = ZOO_SWEEP,
 def check_zoo(save_fn: SaveFn | str, load_fn: LoadFn | str, *,
               models: Sequence[str] = ZOO_SWEEP, world_sizes: Sequence = ("2", "2->3"),
               optimizer: str = "adamw", fsdp_version: int = 2, custom_name: str | None = None,
-              seed: int = 0, backend: str | None = None, timeout: float = 120.0,
+              seed: int = 0, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
               known: Sequence = (), only: Sequence[str] | None = None,
               rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
     """Run the user's own ``save_fn`` / ``load_fn`` on the suite's zoo models
@@ -137,7 +138,7 @@ def check_zoo(save_fn: SaveFn | str, load_fn: LoadFn | str, *,
 
 def run_checked(cases: Sequence[Case], user: UserModel | None = None,
                 custom: CustomPath | None = None, *, backend: str | None = None,
-                timeout: float = 120.0, known: Sequence = (),
+                timeout: float = DEFAULT_TIMEOUT_S, known: Sequence = (),
                 rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
     """Run ``cases``; raise :class:`RoundtripFailure` if any property fails or errors, or if
     a strict declared limitation matched nothing."""
@@ -165,7 +166,7 @@ def run_checked(cases: Sequence[Case], user: UserModel | None = None,
 
 
 def reproduce(case: Case, user: UserModel | None = None, custom: CustomPath | None = None,
-              *, backend: str | None = None, timeout: float = 120.0) -> int:
+              *, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> int:
     """Run one case, print every verdict; 0 if none fails or errors, else 1 (what the
     reproducers printed by failure messages call)."""
     r = run_user_case(case, user, custom, backend=backend, timeout=timeout)

@@ -22,16 +22,17 @@ from ..run.lifecycle import CaseEnv, execute
 from .kinds import CustomPathKind, UserModelKind
 from .limitations import Limitation, apply_declared, known_view
 from .model import CustomPath, UserModel
+from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
 
 def run_user_case(case: Case, user: UserModel | None = None, custom: CustomPath | None = None,
-                  *, backend: str | None = None, timeout: float = 120.0,
+                  *, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                   declared: Sequence[Limitation] = (), hits: set | None = None):
     """Save, load and judge one case on the shared pools (module rules); its CaseResult."""
     rundir = Path(tempfile.mkdtemp(prefix="fsdpc-rt-"))
     try:
         env = CaseEnv(rundir=rundir, backend=backend, timeout=timeout,
-                      fault_timeout=min(timeout, 30.0))
+                      fault_timeout=min(timeout, DEFAULT_FAULT_TIMEOUT_S))
         if custom is not None:
             kind = CustomPathKind(custom=custom, user=user)
         elif user is not None:

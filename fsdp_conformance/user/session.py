@@ -23,6 +23,7 @@ from dataclasses import KW_ONLY, dataclass
 
 import pytest
 
+from ..options import DEFAULT_TIMEOUT_S
 from .limitations import Limitation
 from .spec import ACTIVE, DEFAULT_PAIRS, TIERS, pair_id, world_size_pair
 
@@ -55,7 +56,8 @@ def add_options(parser) -> None:
     group.addoption("--fsdp-reproducer", action="store_true", default=False,
                     help="print a standalone reproducer script under each failing case "
                          "(default: the failure, its likely cause and the rerun line only)")
-    parser.addini("fsdp_timeout", "per-call timeout in seconds for rank pools", default="120")
+    parser.addini("fsdp_timeout", "per-call timeout in seconds for rank pools",
+                  default=str(DEFAULT_TIMEOUT_S))
     parser.addini("fsdp_backend", "process-group backend (gloo or nccl)", default="")
     parser.addini("fsdp_world_sizes", "comma-separated world sizes allowed", default="")
     parser.addini("fsdp_tier", "quick or full", default="quick")
@@ -93,7 +95,7 @@ def option(config, name: str):
 
 
 def timeout(config) -> float:
-    return float(option(config, "fsdp_timeout") or 120)
+    return float(option(config, "fsdp_timeout") or DEFAULT_TIMEOUT_S)
 
 
 def backend(config) -> str | None:

@@ -30,6 +30,7 @@ from ..harness import get_pool
 from .driver import check, run_checked
 from .failures import RoundtripFailure
 from .spec import pair_id, world_size_pair
+from ..options import DEFAULT_TIMEOUT_S
 
 
 def _parameterized():
@@ -68,7 +69,7 @@ class FSDPTestCase(unittest.TestCase):
     ``assertCaseConforms(case)``."""
 
     fsdp_backend: str | None = None
-    fsdp_timeout: float = 120.0
+    fsdp_timeout: float = DEFAULT_TIMEOUT_S
     fsdp_tier: str = "quick"
 
     def _settings(self) -> dict[str, Any]:
