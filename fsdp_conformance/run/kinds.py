@@ -1,33 +1,59 @@
-"""Which kind of case a ``Case`` is (run/lifecycle.py ``CaseKind``).
+"""Which kind of case a ``Case`` is (run/lifecycle.py ``CaseKind``): the kinds are
+registered, like the API paths (sut/registry.py).
 
-Rule: a bounds case (``case.bounds``) measures; a golden case (``case.golden``) loads a
-stored fixture; a fault case (``case.fault``) damages what was saved; every other case is a
-round trip. The one place that reads those flags.
+Rules
+- ``KINDS`` lists every kind once: its name, the ``Case`` flag that selects it and the class
+  that runs it (``"module:Class"``, imported when a case of that kind runs). The first kind
+  whose flag is set on the case runs it: a bounds case (``case.bounds``) measures; a golden
+  case (``case.golden``) loads a stored fixture; a fault case (``case.fault``) damages what
+  was saved; a case with none of them is a round trip (the kind without a flag, last).
+- Adding a kind is its module and one line here; this is the one place that reads those
+  flags.
 """
 from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
 
 from ..cases import Case
 from ..properties.verdict import Verdict
 from .lifecycle import CaseKind, all_props
 
 
+@dataclass(frozen=True, kw_only=True)
+class KindRecord:
+    """One kind of case."""
+
+    name: str
+    """The kind's name (reports and errors say it)."""
+    flag: str
+    """The ``Case`` field that selects it when set; "" for the round trip, the default."""
+    impl: str
+    """``"module:Class"`` of its ``CaseKind``, imported on first use."""
+
+    def load(self) -> CaseKind:
+        """A new instance of the kind's class."""
+        module, _, cls = self.impl.partition(":")
+        return getattr(importlib.import_module(module), cls)()
+
+
+KINDS: tuple[KindRecord, ...] = (
+    KindRecord(name="bounds", flag="bounds", impl="fsdp_conformance.bounds.kind:BoundsKind"),
+    KindRecord(name="golden", flag="golden", impl="fsdp_conformance.golden.kind:GoldenKind"),
+    KindRecord(name="fault", flag="fault", impl="fsdp_conformance.run.fault_kind:FaultKind"),
+    KindRecord(name="round trip", flag="",
+               impl="fsdp_conformance.run.roundtrip_kind:RoundTripKind"),
+)
+
+
+def kind_record(case: Case) -> KindRecord:
+    """The record of the kind that runs ``case`` (module rules)."""
+    return next(k for k in KINDS if not k.flag or getattr(case, k.flag))
+
+
 def kind_of(case: Case) -> CaseKind:
-    """The kind that runs ``case`` (module rule)."""
-    if case.bounds:
-        from ..bounds.kind import BoundsKind
-
-        return BoundsKind()
-    if case.golden:
-        from ..golden.kind import GoldenKind
-
-        return GoldenKind()
-    if case.fault:
-        from .fault_kind import FaultKind
-
-        return FaultKind()
-    from .roundtrip_kind import RoundTripKind
-
-    return RoundTripKind()
+    """The kind that runs ``case`` (module rules)."""
+    return kind_record(case).load()
 
 
 def failed_verdicts(case: Case, v: Verdict, kind: CaseKind | None = None) -> dict[str, Verdict]:
