@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
-from ..sut.registry import PATH_NAMES, api_path
+from ..sut.registry import DCP_DIR, PATH_NAMES, api_path
 
 
 def _state_map(d: dict, fn: Callable[[dict], dict | None],
@@ -287,7 +287,6 @@ def ignored_state_of_dcp_writer(d: dict, case: Any) -> dict:
     from torch.distributed.checkpoint import FileSystemReader
 
     from ..properties import expectation as expect
-    from ..sut.paths import DCP_DIR
 
     prefixes = _ignored_prefixes(case)
     if not prefixes:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..cases import Case
+from ..properties.catalogue import PROPS
 from ..sut.registry import PATH_NAMES, api_path
 from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_states,
                       hybrid_rows_chunked_globally, ignored_state_of_dcp_writer, untie_tied_model,
@@ -59,7 +60,7 @@ NAMES_NEITHER = r".*: every rank raised, but the error names neither the file no
 STRANDED = (r".*: rank\(s\) \[[\d, ]+\] raised but rank\(s\) \[[\d, ]+\] were left waiting in "
             r"a collective:")
 
-ALL_PROPS = tuple(f"P{i}" for i in range(16))
+ALL_PROPS = PROPS  # the catalogue's (properties/catalogue.py)
 # APIs whose save gathers a full dict with FSDP1's _optim_utils (the aliasing below).
 _FULL_GATHER_APIS = ("fsdp1", "fsdp1.full", "fsdp1.legacy_full", "fsdp1.legacy_scatter",
                      "fsdp1.rekey", "fsdp1.dsd_full")  # DSD calls FSDP.optim_state_dict

@@ -18,20 +18,20 @@ from typing import Any, Callable
 from .. import reference as ref
 from ..cases import Case
 from .baseline import local_run
-from ..sut.registry import api_path
+from ..sut.registry import DCP_DIR, api_path
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..zoo import model_spec
 from . import expectation as expect
 from . import run_props as rp
 from .precision import judged_dtype, own_mp_of, with_precision
 from .training_state import p6_scheduler, p11_training_state, with_problems
-from .catalogue import NO_REKEY
+from .catalogue import CATALOGUE, NO_REKEY
 from .layouts import reference_layout
 from .reference_props import p0_layout
 from .verdict import Verdict, error, na, passed
 
-DCP_DIR = "dcp"  # where the DCP paths write (sut/paths.py DCP_DIR)
-ROUND_TRIP: tuple[str, ...] = tuple(f"P{i}" for i in range(12))
+ROUND_TRIP: tuple[str, ...] = tuple(p.id for p in CATALOGUE
+                                    if p.decided_by in ("round trip", "rekey path"))
 """The properties a round-trip case decides."""
 
 

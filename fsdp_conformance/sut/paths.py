@@ -42,21 +42,14 @@ from . import fsdp1
 from .trained import keep, trained
 from .common import guarded, is_error, timed
 from .records import LoadRecord, SaveRecord
-from .registry import api_path, is_full_path, paths_of, resizable  # noqa: F401 (re-exported)
+from .registry import (DCP_DIR, FULL_FILE, MODEL_FILE, SCHED_FILE,  # noqa: F401 (re-exported)
+                       api_path, is_full_path, paths_of, rank_file, resizable)
 from .fsdp1 import to_cpu, flat_sharded_to_neutral, clean_name, named_local, optimizer_keys
 
 ALL_RANKS_FLIP = ("all_ranks", {"rank0_only": False, "offload": False})
 """A full path's P9 flip: the same save on every rank, without offloading."""
 
 FSDP1_PATHS = paths_of("fsdp1")
-FULL_FILE = "optim.pt"
-MODEL_FILE = "model.pt"
-SCHED_FILE = "sched.pt"
-DCP_DIR = "dcp"
-
-
-def rank_file(r: int) -> str:
-    return f"optim_rank{r}.pt"
 
 
 def _build(ctx, case: Case, load_side: bool):

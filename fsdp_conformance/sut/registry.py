@@ -26,6 +26,21 @@ if TYPE_CHECKING:
     from .records import LoadRecord, SaveRecord
 
 FAMILIES = ("fsdp1", "fsdp2")
+
+# Where a round trip's save writes, under the case's work directory (``ApiPath.writes``):
+FULL_FILE = "optim.pt"
+"""The full dict a "full" path writes (rank 0)."""
+MODEL_FILE = "model.pt"
+"""The model's full params (rank 0; the load side loads them, not under test)."""
+SCHED_FILE = "sched.pt"
+"""The LR scheduler's state (rank 0), when the case has one."""
+DCP_DIR = "dcp"
+"""The DCP directory a "dcp" path writes."""
+
+
+def rank_file(r: int) -> str:
+    """The file rank ``r`` of a "per_rank" path writes."""
+    return f"optim_rank{r}.pt"
 CUSTOM_PREFIX = "custom:"
 # A user's own save/load under FSDP2 (``fully_shard``): ``"fsdp2.custom:<name>"``.
 CUSTOM_PREFIXES = {"fsdp1": CUSTOM_PREFIX, "fsdp2": "fsdp2." + CUSTOM_PREFIX}
@@ -201,6 +216,12 @@ def full_paths() -> tuple[str, ...]:
 def sharded_paths() -> tuple[str, ...]:
     """The registered paths whose saved form is sharded (per-rank files or DCP)."""
     return tuple(p.name for p in PATHS if not p.full)
+
+
+def paths_writing(file_format: str) -> tuple[str, ...]:
+    """The registered paths whose saves have ``file_format`` (``ApiPath.file_format``): the
+    load paths that read a checkpoint of that format, in registry order."""
+    return tuple(p.name for p in PATHS if p.file_format == file_format)
 
 
 def paths_with_axis(axis: str) -> tuple[str, ...]:
