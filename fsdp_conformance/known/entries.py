@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..cases import Case
 from ..properties.catalogue import PROPS
-from ..sut.registry import PATH_NAMES, api_path
+from ..sut.registry import PATH_NAMES, PATHS, api_path, paths_of
 from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_states,
                       hybrid_rows_chunked_globally, ignored_state_of_dcp_writer, untie_tied_model,
                       drop_frozen_state, dummy_step_state, empty_state_for_every_param,
@@ -61,9 +61,10 @@ STRANDED = (r".*: rank\(s\) \[[\d, ]+\] raised but rank\(s\) \[[\d, ]+\] were le
             r"a collective:")
 
 ALL_PROPS = PROPS  # the catalogue's (properties/catalogue.py)
-# APIs whose save gathers a full dict with FSDP1's _optim_utils (the aliasing below).
-_FULL_GATHER_APIS = ("fsdp1", "fsdp1.full", "fsdp1.legacy_full", "fsdp1.legacy_scatter",
-                     "fsdp1.rekey", "fsdp1.dsd_full")  # DSD calls FSDP.optim_state_dict
+# APIs whose save gathers a full dict with FSDP1's _optim_utils (the aliasing below): the
+# FSDP1 observer and every FSDP1 path that saves a full dict (DSD's full save on FSDP1 calls
+# FSDP.optim_state_dict too).
+_FULL_GATHER_APIS = ("fsdp1",) + tuple(p.name for p in PATHS if p.family == "fsdp1" and p.full)
 
 def _some_rank_gets_no_chunk(c: Case) -> bool:
     """At the load world size, torch.chunk of some param's dim 0 gives fewer pieces than
@@ -81,9 +82,10 @@ def _fsdp1(c: Case) -> bool:
 
 # FSDP2 API paths of the conformance run (sut/fsdp2_paths.py); "fsdp2" is the differential
 # observer (sut/fsdp2.py), whose properties name a path ("P3:set_full").
-_FSDP2_RUN = ("fsdp2.full", "fsdp2.sharded")
-# Run paths that go through torch.distributed.checkpoint.state_dict (DSD), on either FSDP.
-_DSD_RUN = _FSDP2_RUN + ("fsdp1.dsd_full", "fsdp1.dsd_sharded")
+_FSDP2_RUN = paths_of("fsdp2")
+# Run paths that go through torch.distributed.checkpoint.state_dict (DSD), on either FSDP:
+# their records say they call set_optimizer_state_dict.
+_DSD_RUN = tuple(p.name for p in PATHS if "set_optimizer_state_dict" in p.calls)
 _LAZY_STATE = ("sgd_momentum", "adam", "adamw", "adadelta", "rmsprop")  # state at 1st step
 _ALL_BUT = lambda *ps: tuple(p for p in ALL_PROPS if p not in ps)  # noqa: E731
 
