@@ -97,9 +97,12 @@ def steps(api: str):
 
 
 def save_path(case: Case, model, optim, *, rank0_only: bool = True,
-              offload: bool = True) -> Any:
-    """The path's save call on this rank (what a trainer calls before writing)."""
-    return steps(case.api).save(case, model, optim, rank0_only=rank0_only, offload=offload)
+              offload: bool | None = None) -> Any:
+    """The path's save call on this rank (what a trainer calls before writing); ``offload``
+    None: the path's own default (its module's ``save`` signature: FSDP1's calls offload,
+    DSD's sharded save does not)."""
+    flags = {} if offload is None else {"offload": offload}
+    return steps(case.api).save(case, model, optim, rank0_only=rank0_only, **flags)
 
 
 def full_optim(model, optim, rank0_only: bool) -> Any:

@@ -9,7 +9,7 @@ from ..paths import DCP_DIR, load_side, save_side, write_dcp  # noqa: F401
 P9_FLIP = ("offloaded", {"offload": True})  # saved without offload (DSD's default): flip it
 
 
-def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
+def save(case, model, optim, *, rank0_only: bool = True, offload: bool = False):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     return get_optimizer_state_dict(model, optim, options=StateDictOptions(
