@@ -64,6 +64,17 @@ class _OldName(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+REPORT_SUFFIXES = (".json", ".md", ".html")
+
+
+def beside(path: str | os.PathLike, suffix: str) -> str:
+    """``path`` with ``suffix`` in place of a report suffix (``.json``, ``.md``, ``.html``),
+    or added after it: ``reports/cmp-2.13.0-to-2.15.0`` -> ``reports/cmp-2.13.0-to-2.15.0.md``
+    (a dotted name keeps its dots)."""
+    root, ext = os.path.splitext(str(path))
+    return (root if ext in REPORT_SUFFIXES else str(path)) + suffix
+
+
 def add_out(parser, *, help: str, default: str | None = None, required: bool = False,
             old: tuple[str, ...] = ()) -> None:
     """The one spelling of what a command writes: ``--out PATH`` (a file or a directory, as

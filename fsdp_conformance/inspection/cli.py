@@ -5,7 +5,7 @@ Rules
 -----
 JSON (``--out PATH``, ``-`` for stdout): ``Summary.to_json()`` (schema
   ``fsdp-conformance/inspect/1``), every param whatever the limit, written atomically; an
-  output path that is the input, or a directory, is refused. With ``--json -`` nothing
+  output path that is the input, or a directory, is refused. With ``--out -`` nothing
   else goes to stdout.
 Exit codes: 0 the checkpoint was read (notes and warnings printed), 1 ``--strict`` and at
   least one warning, 2 usage error (unreadable input: the message names the file, the rank

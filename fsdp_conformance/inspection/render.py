@@ -106,7 +106,7 @@ def render(s: Summary, console=None, *, limit: int | None = DEFAULT_LIMIT) -> No
     console.print(table)
     if len(shown) < len(s.params):
         console.print(Text(f"... {len(s.params) - len(shown)} more params (--all lists every "
-                           "one; --json writes them all)", style="dim"))
+                           "one; --out writes them all)", style="dim"))
 
     groups = Table(title=f"param groups ({len(s.groups)})", title_justify="left",
                    title_style="bold")

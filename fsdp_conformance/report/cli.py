@@ -18,7 +18,7 @@ from pathlib import Path
 from .diff import (RUN_SCHEMA, Thresholds, compare_files, load_any, render_markdown,
                    render_rich, render_text)
 from .io import write_json_atomic, write_text_atomic
-from ..usage import UsageError, add_old, add_out
+from ..usage import UsageError, add_old, add_out, beside
 from .run_report import ReportFormatError
 
 
@@ -98,7 +98,7 @@ def _targets(args, base: Path | None, suffixes: dict[str, str]) -> dict[str, tup
         if old:
             targets[name] = (f"--{name}", old)
         elif base is not None:
-            targets[name] = (f"--out ({suffix})", str(base.with_suffix(suffix)))
+            targets[name] = (f"--out ({suffix})", beside(base, suffix))
     return targets
 
 

@@ -182,12 +182,11 @@ def _time_plot(api: str, entries: list[tuple[str, int, dict]], scaling: dict) ->
             cpu = s.get("clock") == "cpu"
             what, color = ("work (CPU)", "C1") if cpu else ("wall time", "C0")
             allowed = s.get("allowed_exponent")
-            judged = f" <= allowed {allowed:.2f}" if isinstance(allowed, (int, float)) else ""
+            failed = s.get("status") == "fail"
+            judged = (f" {'>' if failed else '<='} allowed {allowed:.2f}"
+                      if isinstance(allowed, (int, float)) else "") + (" (FAIL)" if failed else "")
             ax.plot(s["world_sizes"], [t * 1e3 for t in s.get("times_s", [])], color=color,
-                    label=f"{what} scaling: ws^{s.get('exponent', float('nan')):.2f}{judged}"
-                          if s.get("status") != "fail" else
-                          f"{what} scaling: ws^{s.get('exponent', float('nan')):.2f} > "
-                          f"allowed {allowed:.2f} (FAIL)")
+                    label=f"{what} scaling: ws^{s.get('exponent', float('nan')):.2f}{judged}")
             if s.get("floor_times_s"):
                 ax.plot(s["world_sizes"], [t * 1e3 for t in s["floor_times_s"]], color="C2",
                         linestyle="--", label=f"floor {what}: "

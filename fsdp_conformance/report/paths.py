@@ -17,8 +17,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-_PACKAGES = re.compile(r"(?:/[^\s\"'():]+)?/(?:site|dist)-packages/")
-"""An absolute directory prefix ending in site-packages/ or dist-packages/."""
+_START = r"(?<![^\s\"'(=\[,])"
+"""Where a path may start: the text's start, or after a space, a quote, ``(``, ``=``, ``[``
+or ``,`` (not inside a word, a relative path or a URL)."""
+_PACKAGES = re.compile(_START + r"/[^\s\"'():]*?/(?:site|dist)-packages/")
+"""An absolute directory prefix ending in site-packages/ or dist-packages/, where a path
+starts."""
 
 
 def _prefixes() -> list[tuple[str, str]]:
@@ -40,7 +44,8 @@ def portable_text(text: str, prefixes: list[tuple[str, str]] | None = None) -> s
         return text
     text = _PACKAGES.sub("", text)
     for prefix, short in prefixes if prefixes is not None else _prefixes():
-        text = text.replace(prefix, short)
+        if prefix in text:
+            text = re.sub(_START + re.escape(prefix), lambda _: short, text)
     return text
 
 

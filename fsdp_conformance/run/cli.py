@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 
-from ..usage import add_out
+from ..usage import add_old, add_out, beside
 from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
 
@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
     add_out(p, default="reports/latest.json", old=("--json",),
             help="the JSON report; the Markdown (.md) and the HTML page (.html) go beside it "
                  "(default reports/latest.json)")
-    p.add_argument("--md", default=None, help=argparse.SUPPRESS)  # earlier: Markdown apart
+    add_old(p, "--md", dest="md")  # earlier: the Markdown at a path of its own
     p.add_argument("--seed", type=int, default=0, help="seed of every case (default 0)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help="seconds a save or load may take on the ranks before it is a hang")
@@ -192,12 +192,12 @@ def main(args: argparse.Namespace) -> int:
                           scaling=run.scaling, incomplete=run.interrupted, planned=run.planned,
                           calibration=args.calibration,
                           bounds_mode="advisory" if args.bounds == "advisory" else "gate")
-    md = args.md or os.path.splitext(args.out)[0] + ".md"
+    md = getattr(args, "md", None) or beside(args.out, ".md")
     write_run_report(report, args.out, md)
     from ..report.html import render_html
     from ..report.io import write_text_atomic
 
-    html = os.path.splitext(args.out)[0] + ".html"  # the page a person looks at
+    html = beside(args.out, ".html")  # the page a person looks at
     write_text_atomic(html, render_html(report))
     # a log (CI) is not a terminal: rich would wrap the matrix at 80 columns
     render_table(report, Console() if sys.stdout.isatty() else Console(width=200))

@@ -44,8 +44,10 @@ ALT_PLAN = {"mlp": "block", "tied": "root", "frozen": "nested", "unused": "root"
 
 
 def default_paths() -> tuple[str, ...]:
-    """The registered paths the run can drive on this torch: those whose module imports
-    (an FSDP2 path's adapter needs ``fully_shard``), in registry order."""
+    """The registered paths the run can drive on this torch, in registry order: every FSDP1
+    path, and the FSDP2 paths when their adapter imports (it needs ``fully_shard``). An
+    FSDP1 path whose module cannot import is an error, not a path left out (a path whose
+    torch API is gone is reported "removed" by its verdicts)."""
     usable: dict[str, bool] = {}
     for p in PATHS:
         if p.module not in usable:
@@ -53,6 +55,8 @@ def default_paths() -> tuple[str, ...]:
                 p.sides()
                 usable[p.module] = True
             except ImportError:
+                if p.family != "fsdp2":
+                    raise
                 usable[p.module] = False
     return tuple(p.name for p in PATHS if usable[p.module])
 

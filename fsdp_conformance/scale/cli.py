@@ -11,7 +11,7 @@ import argparse
 import sys
 import textwrap
 
-from ..usage import add_out
+from ..usage import add_out, beside
 
 EXAMPLE = ("examples:\n  fsdp-conformance scale --model llama3-8b --save 1024 --load 768\n"
            "  fsdp-conformance scale --model llama3-70b --save 64x16 --load 48x16\n"
@@ -116,7 +116,7 @@ def main(args) -> int:
                                                     args.load or args.save))
     path = args.out or f"reports/scale-{slug}.json"
     write_json_atomic(path, doc)
-    md = path[:-5] + ".md" if path.endswith(".json") else path + ".md"
+    md = beside(path, ".md")
     write_text_atomic(md, to_markdown(doc))
     print(to_markdown(doc).split("\n## ")[0])
     print(f"report: {path}, {md}")

@@ -290,6 +290,11 @@ def test_cli_exit_codes_and_outputs(tmp_path, capsys):
     assert data["counts"]["newly failing"] == 2 and data["base"]["path"] == base
     assert md.read_text().startswith("# fsdp-conformance compare: run reports")
     assert "**REGRESSION: 7 regressions" in md.read_text()
+    # a dotted name keeps its dots: --out cmp-2.13.0-to-2.15.0 -> cmp-2.13.0-to-2.15.0.{json,md}
+    assert cli_main(["compare", base, new, "--out", str(tmp_path / "cmp-2.13.0-to-2.15.0")]) == 1
+    capsys.readouterr()
+    assert {p.name for p in tmp_path.glob("cmp-2.13*")} == {"cmp-2.13.0-to-2.15.0.json",
+                                                           "cmp-2.13.0-to-2.15.0.md"}
     # improvements only -> exit 0
     assert cli_main(["compare", new, new]) == 0
     r = make_report([CaseResult(A, {"P0": fail("x")})])

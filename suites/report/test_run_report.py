@@ -335,3 +335,19 @@ def test_a_report_names_files_as_a_reader_elsewhere_finds_them(tmp_path, monkeyp
     assert 'File "/usr/lib/python3.11/threading.py", line 1' in detail  # elsewhere: kept
     assert str(own) not in json.dumps(rep["cases"]) and "site-packages" not in detail
     assert rep["argv"][-1] == f"{tmp_path}/r.json"
+
+
+@pytest.mark.parametrize("text", [
+    ".venv/lib/python3.11/site-packages/torch/x.py",  # relative: no writer's directory
+    "https://example.com/a/site-packages/torch/x.py",  # a URL
+    "(/[^/]+)+/site-packages/torch",  # a regular expression
+    "file:///opt/run/reports/latest.html", "mlp/opt/run/x", "id.root/opt/run"])
+def test_report_paths_rewrite_only_where_an_absolute_path_starts(text):
+    from fsdp_conformance.report.paths import portable_text
+
+    prefixes = [("/opt/run/fsdp_conformance/", "fsdp_conformance/"), ("/opt/run/", ""),
+                ("/home/u/", "~/")]
+    assert portable_text(text, prefixes) == text
+    # the same text made absolute, where a path starts, is rewritten (torch's file from torch/)
+    short = "torch/x.py" if text.startswith(".venv/") else text
+    assert portable_text(f'see "/opt/run/{text}"', prefixes) == f'see "{short}"'

@@ -3,7 +3,8 @@ path). A path module holds its own steps and hands the shared round trip of ``su
 (``save_side`` / ``load_side``, the ``PathSides`` protocol) to the pools:
 
 - ``save(case, model, optim, *, rank0_only=True, offload=True)``: the path's save call on
-  this rank (what a trainer calls before writing); the flags are P9's.
+  this rank (what a trainer calls before writing); the flags are P9's, their defaults the
+  path's own (``sut.paths.save_path`` passes ``offload`` only when told).
 - ``write(ctx, case, model, saved, out)``: write what ``save`` returned, as a trainer would.
 - ``load(ctx, case, model, optim, saved, workdir)``: the path's load call on this rank; it
   returns the dict to pass to ``optim.load_state_dict``, or None when the path loaded the

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from ..paths import DCP_DIR, load_side, save_side, write_dcp  # noqa: F401
 
-P9_FLIP = ("offloaded", {"offload": True})  # saved without offload (DSD's default): flip it
+# saved with cpu_offload=True (what P9 checks on a device: every saved tensor on CPU); the
+# flip saves without it, which must give the same sharded dict
+P9_FLIP = ("unoffloaded", {"offload": False})
 
 
-def save(case, model, optim, *, rank0_only: bool = True, offload: bool = False):
+def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     return get_optimizer_state_dict(model, optim, options=StateDictOptions(
