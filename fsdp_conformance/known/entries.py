@@ -992,8 +992,10 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "process-group timeout (a hang on a real job; docs/design.md bug class 9). What the "
         "damaged rank raises depends on where the fault's bytes land in the file: with the "
         "same 64 bytes flipped, torch 2.13.0 raises 'pickle stream refers to out-of-band "
-        "data', torch 2.15.0 'pickle data was truncated' (every run, both seen in the gate).",
-        model=Outcome(headline=STRANDED,
+        "data', torch 2.15.0 'pickle data was truncated' (every run, both seen in the gate); "
+        "the model takes them as one observation (interchangeable), so an upgrade that "
+        "moves the bytes does not change the entry's digest.",
+        model=Outcome(headline=STRANDED, interchangeable=True,
                  raises=(Raises(exc="OSError", message=r"^\[Errno 22\] Invalid argument$",
                                alongside=("UnpicklingError",)),
                          Raises(exc="UnpicklingError", message=r"^pickle stream refers to "

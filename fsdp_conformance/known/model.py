@@ -160,6 +160,12 @@ class Outcome:
     raises: tuple[Raises, ...] = ()
     """The exceptions the ranks that raised show, one of these (by fault: a truncated
     and a corrupted file raise differently); empty: no rank raised."""
+    interchangeable: bool = False
+    """The ``raises`` are one observation: which of them a rank shows depends on where the
+    fault's bytes land in the file, and another torch writes other bytes. The digest
+    (``observation_digest``) then records the headline and that one of them was raised,
+    not which, so an upgrade that moves the bytes is no "known changed"; an exception none
+    of them matches is still unexplained (it fails)."""
 
     def explains(self, detail: str) -> bool:
         head, _, rest = detail.partition("\n")
@@ -239,7 +245,8 @@ def observation_digest(detail: str, model: Model | None = None) -> str:
     """A digest of what a failure showed, as its model sees it, stable across runs, machines
     and torch releases that show the same thing. ``Raises``: the exceptions (module rule of
     ``_raised``); ``Outcome``: its first line and the exceptions of the ``Raises`` that
-    explains the rest; ``Effect`` and no model: the detail's items without rank
+    explains the rest (an ``interchangeable`` one: its first line and that one of its
+    ``Raises`` was seen); ``Effect`` and no model: the detail's items without rank
     logs and frames, with memory addresses and directories blanked, in sorted order. In
     every form, printed floating-point values are blanked (``mask_floats``): a known pair's
     values are what its model predicts at the property's tolerance, and their last digits
@@ -250,6 +257,8 @@ def observation_digest(detail: str, model: Model | None = None) -> str:
 
     if isinstance(model, Raises) and model.explains(detail):
         items = _raised(model, detail)
+    elif isinstance(model, Outcome) and model.explains(detail) and model.interchangeable:
+        items = [detail.partition("\n")[0], "raised one of: " + model.describe()]
     elif isinstance(model, Outcome) and model.explains(detail):
         head, _, rest = detail.partition("\n")
         r = next((r for r in model.raises if r.explains(rest)), None)

@@ -225,6 +225,23 @@ def test_the_digest_is_the_observation_as_the_model_reads_it():
     other = a.replace("[0] raised but rank(s) [1]", "[1] raised but rank(s) [0]")
     assert observation_digest(other, outcome) != observation_digest(a, outcome)
 
+    # interchangeable alternatives (which one shows depends on where a fault's bytes land):
+    # one observation for the digest; a non-interchangeable model tells them apart; an
+    # exception no alternative matches is not explained at all
+    alts = (Raises(exc="UnpicklingError", message=r"^pickle stream refers to out-of-band"),
+            Raises(exc="UnpicklingError", message=r"^pickle data was truncated$"))
+    one = Outcome(headline=outcome.headline, raises=alts, interchangeable=True)
+    apart = dataclasses.replace(one, interchangeable=False)
+    c = head + "rank 0: _pickle.UnpicklingError: pickle stream refers to out-of-band data"
+    d = head + "rank 0: _pickle.UnpicklingError: pickle data was truncated"
+    assert one.explains(c) and one.explains(d)
+    assert observation_digest(c, one) == observation_digest(d, one)
+    assert observation_digest(c, apart) != observation_digest(d, apart)
+    assert observation_digest(other.replace("OSError: [Errno 22] Invalid argument",
+                                            "UnpicklingError: pickle data was truncated"),
+                              one) != observation_digest(d, one)  # another headline
+    assert not one.explains(head + "rank 0: KeyError: 'state'")
+
     x = "2 differences:\n  state['a']: value 1\n  state['b']: value 2"
     y = "2 differences:\n  state['b']: value 2\n  state['a']: value 1"
     assert observation_digest(x) == observation_digest(y)  # an Effect's residual-free detail
