@@ -68,6 +68,9 @@ class ScaleResult:
     """"save" and "load"."""
     peak_rss_mib: float = 0.0
     """This process's peak resident memory at the end."""
+    unreached: dict[str, str] = field(default_factory=dict)
+    """What the fake process group and meta tensors cannot reach here, by name, with what
+    this torch said (``simulate.fsdp1_reach``): reported, never a pass."""
 
     @property
     def ok(self) -> bool:
@@ -206,5 +209,8 @@ def check_scale(model: str | Callable, save: str | int, load: str | int | None =
                                                                  else save), on_rank,
                           saved_at=save_mesh)
     elements = sum(functools.reduce(lambda a, b: a * b, s, 1) for s in shapes.values())
+    from .simulate import fsdp1_reach
+
     return ScaleResult(model=name, params=len(shapes), elements=elements, sides=sides,
-                       peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+                       peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                       unreached={"fsdp1": fsdp1_reach()})

@@ -66,7 +66,8 @@ def to_json(result) -> dict:
                           "mismatches": list(s.mismatches), "cover": list(s.cover),
                           "plans": list(s.plans),
                           "empty_params": s.empty_params, "seconds": round(s.seconds, 2)}
-                      for k, s in result.sides.items()}}
+                      for k, s in result.sides.items()},
+            "unreached": dict(result.unreached)}
 
 
 def to_markdown(doc: dict) -> str:
@@ -80,6 +81,9 @@ def to_markdown(doc: dict) -> str:
            f"{doc['peak_rss_mib']} MiB",
            f"- machine: {machine_line(doc)}",
            f"- command: `{' '.join(doc.get('argv') or [])}`", ""]
+    for name, why in (doc.get("unreached") or {}).items():
+        out += [f"- not reached ({name}): {why}"]
+    out += [""] if doc.get("unreached") else []
     for name, s in doc["sides"].items():
         out += [f"## {name}: mesh {s['mesh']}", "",
                 f"- ranks simulated ({len(s['ranks'])}, the sample: every class of piece): "

@@ -85,6 +85,12 @@ def test_the_command_writes_its_report_and_refuses_an_unknown_model(tmp_path):
     assert doc["schema"] == "fsdp-conformance/scale/1" and doc["ok"] is True
     assert doc["sides"]["load"]["mesh"] == "192" and doc["ranks_per_second"] > 0
     assert (tmp_path / "s.md").read_text().startswith("# fsdp-conformance scale: moe")
+    # what the fake group and meta tensors cannot reach is said, with torch's own words,
+    # and is not part of the OK: FSDP1's flat parameters
+    why = doc["unreached"]["fsdp1"]
+    assert why.startswith("FSDP1 on a meta module") and "without device_id it " in why
+    assert "Not simulated at scale" in why and "- not reached (fsdp1): " in \
+        (tmp_path / "s.md").read_text()
     bad = subprocess.run([PYTHON, "-m", "fsdp_conformance", "scale", "--model", "gpt5",
                           "--save", "8"], cwd=ROOT, env=env_for_subprocess(),
                          capture_output=True, text=True, timeout=120)
