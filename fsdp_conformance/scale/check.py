@@ -45,7 +45,8 @@ class Side:
     plans: tuple[str, ...] = ()
     """Where DCP's own plan of a sampled rank is not the reference's (scale/plans.py): of
     the trainer's checkpoint, params and Adam's state with DSD's flattening off and on; the
-    save plan's write items on the save side; on the load side, whether the load plan reads
+    save plan's write items on the save side, and the coordinator's de-duplication of every
+    rank's plan (each piece written once); on the load side, whether the load plan reads
     exactly the rank's new pieces from the save's chunks."""
     empty_params: int
     """Parameters some rank of this mesh holds no element of (dim 0 < shard group size, or
@@ -152,7 +153,8 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
           on_rank: Callable[[str, int], None] | None, saved_at: Mesh | None = None) -> Side:
     """One side's sampled ranks: their pieces against the reference, and DCP's plans (the
     save plan; with ``saved_at``, the load plan against a checkpoint saved there)."""
-    from .plans import checkpoint, load_problems, save_problems, saved_metadata
+    from .plans import (checkpoint, global_save_problems, load_problems, save_problems,
+                        saved_metadata)
     from .simulate import adam_state
 
     t0 = time.perf_counter()
@@ -166,6 +168,8 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
                 ckpt = checkpoint(sd, adam_state(model, sd, flatten=flatten))
                 if saved_at is None:
                     plans += save_problems(ckpt, shapes, mesh, r)
+                    if r == ranks[0] and not flatten:  # the coordinator, once per side
+                        plans += global_save_problems(ckpt, shapes, mesh, r)
                     continue
                 if flatten not in metadata:  # the same keys on every rank: built once
                     metadata[flatten] = saved_metadata(ckpt, shapes, saved_at)

@@ -70,6 +70,10 @@ def to_json(result) -> dict:
             "unreached": dict(result.unreached)}
 
 
+PLANS_CHECKED = {"save": "the save plan; all ranks' plans de-duplicated by the coordinator",
+                 "load": "the load plan against the save"}
+
+
 def to_markdown(doc: dict) -> str:
     """The report as Markdown: the verdict, the figures and the machine, then each side."""
     from ..report.run_report import machine_line
@@ -92,8 +96,7 @@ def to_markdown(doc: dict) -> str:
                 f"- exact cover of the reference pieces: "
                 f"{'yes' if not s['cover'] else '; '.join(s['cover'][:20])}",
                 f"- pieces that differ from the reference: {len(s['mismatches'])}",
-                f"- DCP plans of the sampled ranks ("
-                f"{'the save plan' if name == 'save' else 'the load plan against the save'}"
+                f"- DCP plans of the sampled ranks ({PLANS_CHECKED[name]}"
                 f"): {'as the reference' if not s['plans'] else str(len(s['plans'])) + ' problems'}",
                 f"- {s['seconds']} s", ""]
         problems = s["mismatches"][:50] + s["plans"][:50]

@@ -9,6 +9,10 @@ Rules
 - Save: the rank's ``DefaultSavePlanner.create_local_plan()``; each write item of a sharded
   key must be the rank's reference box (offset and size), one per key; a rank whose box is
   empty writes nothing of that key, or only an empty piece.
+- Save, all ranks: DCP's coordinator de-duplicates every rank's save plan
+  (``global_save_problems``: torch's ``dedup_save_plans`` over all the mesh's ranks, the
+  unsimulated ranks' plans being the simulated one's with their reference boxes); after it
+  every sharded key's pieces tile the parameter once and every other key has one writer.
 - Load: the checkpoint's metadata is what a save at the save mesh writes once replicas are
   deduplicated: one chunk per shard rank of the first shard group for every sharded key
   (``saved_metadata``), the whole tensor for a plain one (``step``), bytes for the rest. The
@@ -174,4 +178,75 @@ def load_problems(sd: dict, shapes: dict, metadata, mesh: Mesh, rank: int) -> li
                 if all(max(x0, y0) < min(x1, y1) for x0, x1, y0, y1 in
                        zip(boxes[a][0], boxes[a][1], boxes[b][0], boxes[b][1])):
                     out.append(f"rank {rank}: {key}: two reads write the same elements")
+    return out
+
+
+def global_save_problems(sd: dict, shapes: dict, mesh: Mesh, rank: int) -> list[str]:
+    """DCP's coordinator over every rank's save plan: torch's ``dedup_save_plans`` (what
+    ``DefaultSavePlanner.create_global_plan`` runs first) on the local plans of all
+    ``mesh.world_size`` ranks, then every sharded key's pieces must tile its parameter
+    exactly once and every other key be written by one rank. The simulated ``rank``'s own
+    plan is torch's; every other rank's is the same plan with each sharded item's piece
+    replaced by that rank's reference box (exact: ``save_problems`` holds each sampled
+    rank's plan to its box, and the sample covers every class of box), the plain items (a
+    param's ``step``, the param groups) as they are: every rank writes them, as replicas do."""
+    import collections
+    import dataclasses
+
+    import torch
+    from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex
+
+    planner = DefaultSavePlanner()
+    plan = _quiet(lambda: (planner.set_up_planner(sd, is_coordinator=False),
+                           planner.create_local_plan())[1])
+    flat = _flat(sd)
+    sharded = {k for k, v in flat.items() if _sharded(v) and param_of(k, shapes) is not None}
+    layout = reference_layout(shapes, mesh)
+    plain = [i for i in plan.items if i.index.fqn not in sharded]
+    mine = {i.index.fqn: i for i in plan.items if i.index.fqn in sharded}
+
+    def plan_of(r: int):
+        if r == rank:
+            return plan
+        items = list(plain)
+        for key, item in mine.items():
+            off, size = reference_box(layout, param_of(key, shapes), r)
+            if math.prod(size):
+                chunk = ChunkStorageMetadata(offsets=torch.Size(off), sizes=torch.Size(size))
+                items.append(dataclasses.replace(
+                    item, index=MetadataIndex(key, torch.Size(off)),
+                    tensor_data=dataclasses.replace(item.tensor_data, chunk=chunk)))
+        return dataclasses.replace(plan, items=items)
+
+    plans = dedup_save_plans([plan_of(r) for r in range(mesh.world_size)])
+    pieces: dict[str, list] = collections.defaultdict(list)
+    writers: collections.Counter = collections.Counter()
+    for p in plans:
+        for item in p.items:
+            if item.index.fqn in sharded:
+                c = item.tensor_data.chunk
+                if math.prod(c.sizes):
+                    pieces[item.index.fqn].append((tuple(c.offsets), tuple(c.sizes)))
+            else:
+                writers[item.index.fqn] += 1
+    out = [f"{key}: written by {n} ranks after de-duplication, expected 1"
+           for key, n in sorted(writers.items()) if n != 1]
+    for key in sorted(sharded):
+        shape = shapes[param_of(key, shapes)]
+        rows = sorted((o[0], o[0] + s[0]) for o, s in pieces[key]
+                      if s[1:] == tuple(shape[1:]) and not any(o[1:]))
+        at, gap = 0, None
+        for a, b in rows:
+            if a != at:
+                gap = (f"{key}: rows {min(a, at)}..{max(a, at)} written "
+                       f"{'twice' if a < at else 'by no rank'} after de-duplication")
+                break
+            at = b
+        if gap is None and (len(rows) != len(pieces[key]) or at != shape[0]):
+            gap = (f"{key}: the de-duplicated pieces do not tile shape {shape} "
+                   f"({len(pieces[key])} pieces, rows covered to {at})")
+        if gap is not None:
+            out.append(gap)
     return out

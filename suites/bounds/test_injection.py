@@ -70,9 +70,10 @@ def test_an_extra_copy_fails_p14(clean_and_injected):
     assert v.status == "fail", v.detail
     assert "save rank 0: peak" in v.detail and "> bound" in v.detail and "full state" in v.detail
     # rank 0 holds the whole dict: the copy adds most of the state (freed heap blocks of the
-    # previous call are reused for the small tensors)
+    # previous call are reused for the small tensors: 74-90% of the state seen, so at least
+    # half; allocator noise is kilobytes)
     m, m0 = copy.measurements["save"], clean.measurements["save"]
-    assert m["peak_bytes"][0] >= m0["peak_bytes"][0] + 0.75 * m["state_bytes"]
+    assert m["peak_bytes"][0] >= m0["peak_bytes"][0] + 0.5 * m["state_bytes"]
 
 
 def test_an_extra_copy_fails_p14_where_the_path_peaks_far_under_the_design_bound(

@@ -122,3 +122,27 @@ def test_dcp_plans_of_a_rank_are_checked_and_a_missing_saved_chunk_is_named():
         wrong = save_problems(ckpt, shapes, Mesh.parse("8"), 3)  # another mesh's pieces
     assert any(p.startswith("rank 3: optim.state.") for p in wrong)
     assert any(p.startswith("rank 3: model.") for p in wrong)
+
+
+def test_the_coordinator_deduplicates_every_ranks_save_plan_and_a_missed_replica_is_named(
+        monkeypatch):
+    """DCP's dedup_save_plans over all 256 ranks of a 4x64 HSDP mesh leaves every piece
+    written once; without it (planted: de-duplication that keeps everything) the replicas'
+    pieces and the plain keys are named as written more than once."""
+    import torch.distributed.checkpoint._dedup_save_plans as dedup
+
+    from fsdp_conformance.scale.models import build
+    from fsdp_conformance.scale.plans import checkpoint, global_save_problems
+    from fsdp_conformance.scale.simulate import adam_state, shapes_of, simulated_rank
+
+    fn = lambda: build("moe")  # noqa: E731
+    shapes, mesh = shapes_of(fn), Mesh.parse("4x64")
+    with simulated_rank(fn, mesh, 65) as (model, sd):
+        ckpt = checkpoint(sd, adam_state(model, sd, flatten=False))
+        assert global_save_problems(ckpt, shapes, mesh, 65) == []
+        monkeypatch.setattr(dedup, "dedup_save_plans", lambda plans, **kw: plans)
+        problems = global_save_problems(ckpt, shapes, mesh, 65)
+    assert any(p.startswith("model.layers.0.ffn_norm.weight: rows ") and "written twice" in p
+               for p in problems), problems[:5]
+    assert any(p.endswith("written by 256 ranks after de-duplication, expected 1")
+               for p in problems), problems[:5]
