@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cases import Case
-from ..harness.errors import RankError
+from ..harness.errors import RankDied, RankError
 from ..known.apply import apply_known, recognise, rejudge
 from ..properties.verdict import Verdict, fail
 from ..run.lifecycle import Outcome, Step, StepFailed, all_props
@@ -35,6 +35,15 @@ from .rank_side import rank_custom, rank_load, rank_save
 from .verdicts import CUSTOM_DECIDES, custom_undecided, evaluate_custom, evaluate_user, \
     rank_error_text
 
+
+
+def _not_a_death(exc: StepFailed) -> RankError:
+    """A stage's rank error, for the verdicts; a rank process that died (a signal, an OOM
+    kill) is not the user's code failing but the machine or a rare native crash: re-raised,
+    so that the lifecycle runs the case once more on a fresh pool (run/lifecycle.py)."""
+    if isinstance(exc.exc, RankDied):
+        raise exc
+    return exc.exc
 
 @dataclass(frozen=True, kw_only=True)
 class UserModelKind(RoundTripKind):
@@ -104,25 +113,25 @@ class CustomPathKind:
         except StepFailed as exc:
             return Outcome(verdicts=all_props(fail(
                 "building or training the model under FSDP raised:\n"
-                + rank_error_text(exc.exc)), self.decides(case)))
+                + rank_error_text(_not_a_death(exc))), self.decides(case)))
         load_obs = None
         try:
             merge(save_obs, stage(case.world_size, "save"))
             step.timings["save"] = max(o["timings"].get("save", 0.0) for o in save_obs)
         except StepFailed as exc:
-            errors["save"] = exc.exc
+            errors["save"] = _not_a_death(exc)
         if "save" not in errors:
             try:
                 load_obs = stage(case.dst_world_size, "load")
                 step.timings["load"] = max(o["timings"].get("load", 0.0) for o in load_obs)
             except StepFailed as exc:
-                errors["load"] = exc.exc
+                errors["load"] = _not_a_death(exc)
         if load_obs is not None:
             for name in ("resume", "again"):
                 try:
                     merge(load_obs, stage(case.dst_world_size, name))
                 except StepFailed as exc:
-                    errors[name] = exc.exc
+                    errors[name] = _not_a_death(exc)
         # the merged stages are one rank's save / load side: typed as the built-in paths' are
         # (a stage field that is not a record field fails here, by name)
         saves = [SaveRecord(**o) for o in save_obs]
