@@ -219,3 +219,27 @@ def test_case_whose_rank_dies_every_time_is_an_error_naming_the_death(tmp_path, 
     v = result.properties["P1"]
     assert v.status == "error" and "died during the call" in v.detail and "SIGABRT" in v.detail
     assert result.rerun.rstrip().endswith("(second attempt: a rank died again)")
+
+
+def test_a_users_own_save_whose_rank_died_once_runs_again_and_keeps_the_first_death():
+    """A rank that dies in a user's own save (a planted SIGABRT in FSDP.optim_state_dict,
+    which the user's save calls) is not the user's code failing: the case runs once more on
+    a fresh pool and passes, and the first death is kept (user/kinds.py, run/lifecycle.py)."""
+    from examples.my_model import GatedNet, batch, loss, make_optimizer
+    from fsdp_conformance.user import check
+    from suites.plugin import userfns
+
+    pool = _pool2()
+    pool.run(cp.plant_abort, 1)
+    try:
+        [result] = check(GatedNet, batch, plan=["body", "head"], optimizer=make_optimizer,
+                         loss=loss, fsdp_version=1, world_sizes=["2"], save_fn=userfns.save,
+                         load_fn=userfns.load)
+    finally:
+        if get_pool(2).alive:
+            get_pool(2).run(cp.unplant_crash)
+    assert result.case.api == "custom:save"  # the load is the save's counterpart
+    checked = {p: v.status for p, v in result.properties.items() if v.status != "n/a"}
+    assert checked and set(checked.values()) <= {"pass", "known"}, checked
+    assert "rank(s) [1] died during the call" in result.rerun and "SIGABRT" in result.rerun
+    assert result.rerun.rstrip().endswith("(second attempt: completed)")
