@@ -16,7 +16,9 @@ Rules
     any other exception -> "error" of origin "suite": a bug of this package, never turned
         "known" by a torch limitation.
 - A rank process that died in a pool call (a signal: SIGABRT, SIGSEGV; an OOM kill; an
-  exit) may be the machine or a rare race in torch's native code, not what the case checks:
+  exit), whether the call failed the step or the kind judged the death itself
+  (``Outcome.died``: a user's own save that killed a rank), may be the machine or a rare
+  race in torch's native code, not what the case checks:
   the case runs once more from the start on a fresh pool, and the second attempt's verdicts
   stand. The first death is never dropped: ``CaseResult.rerun`` keeps its failure text
   (which rank, which signal, the C++ reason and stack from the rank's log) and every report
@@ -76,6 +78,10 @@ class Outcome:
     modelled: Mapping[str, Mapping[str, Verdict]] = field(default_factory=dict)
     """The verdicts judged again under each applicable known bug's ``Effect`` model
     (``known.apply.rejudge``): what the known limitations are checked against."""
+    died: str = ""
+    """A rank process died in one of the kind's pool calls and the kind judged it itself
+    (a user's own save that kills a rank): the death's text. The lifecycle runs the case
+    once more, as for a death it sees (module rules); the second attempt's verdicts stand."""
 
 
 class StepFailed(Exception):
@@ -205,7 +211,7 @@ def _attempt(case: Case, env: CaseEnv, kind: CaseKind) -> tuple:
         try:
             out = kind.run(step)
             decided, measurements = dict(out.verdicts), out.measurements
-            modelled = out.modelled
+            modelled, died = out.modelled, out.died
         except StepFailed as exc:
             why = not_applicable_here(exc)
             decided = all_props(na(why) if why else error(str(exc)), kind.decides(case))

@@ -37,13 +37,11 @@ from .verdicts import CUSTOM_DECIDES, custom_undecided, evaluate_custom, evaluat
 
 
 
-def _not_a_death(exc: StepFailed) -> RankError:
-    """A stage's rank error, for the verdicts; a rank process that died (a signal, an OOM
-    kill) is not the user's code failing but the machine or a rare native crash: re-raised,
-    so that the lifecycle runs the case once more on a fresh pool (run/lifecycle.py)."""
-    if isinstance(exc.exc, RankDied):
-        raise exc
-    return exc.exc
+
+def _death(exc: StepFailed) -> str:
+    """The failure text when a rank process died in the stage (a signal, an OOM kill: the
+    machine or a rare native crash, not necessarily the user's code), else ""."""
+    return str(exc) if isinstance(exc.exc, RankDied) else ""
 
 @dataclass(frozen=True, kw_only=True)
 class UserModelKind(RoundTripKind):
@@ -108,30 +106,34 @@ class CustomPathKind:
                 o.setdefault("timings", {}).update(m.get("timings", {}))
 
         errors: dict[str, RankError] = {}
+        died: list[str] = []  # the lifecycle reruns a case whose rank died (Outcome.died)
         try:
             save_obs = stage(case.world_size, "train")
         except StepFailed as exc:
             return Outcome(verdicts=all_props(fail(
                 "building or training the model under FSDP raised:\n"
-                + rank_error_text(_not_a_death(exc))), self.decides(case)))
+                + rank_error_text(exc.exc)), self.decides(case)), died=_death(exc))
         load_obs = None
         try:
             merge(save_obs, stage(case.world_size, "save"))
             step.timings["save"] = max(o["timings"].get("save", 0.0) for o in save_obs)
         except StepFailed as exc:
-            errors["save"] = _not_a_death(exc)
+            errors["save"] = exc.exc
+            died.append(_death(exc))
         if "save" not in errors:
             try:
                 load_obs = stage(case.dst_world_size, "load")
                 step.timings["load"] = max(o["timings"].get("load", 0.0) for o in load_obs)
             except StepFailed as exc:
-                errors["load"] = _not_a_death(exc)
+                errors["load"] = exc.exc
+                died.append(_death(exc))
         if load_obs is not None:
             for name in ("resume", "again"):
                 try:
                     merge(load_obs, stage(case.dst_world_size, name))
                 except StepFailed as exc:
-                    errors[name] = _not_a_death(exc)
+                    errors[name] = exc.exc
+                    died.append(_death(exc))
         # the merged stages are one rank's save / load side: typed as the built-in paths' are
         # (a stage field that is not a record field fails here, by name)
         saves = [SaveRecord(**o) for o in save_obs]
@@ -143,7 +145,8 @@ class CustomPathKind:
 
         # known torch limitations, recognised in the user's code by their exact effect
         return Outcome(verdicts=recognise(known_view(case, self.user), _paths_first(case.family),
-                                          judge(), judge))
+                                          judge(), judge),
+                       died=next((d for d in died if d), ""))
 
 
 def _paths_first(family: str) -> list[str]:
