@@ -3,17 +3,10 @@ rank 0 alone loads the file -> ``scatter_full_optim_state_dict`` sends every ran
 share."""
 from __future__ import annotations
 
-from ..paths import ALL_RANKS_FLIP, full_optim, load_side, save_side, write_full  # noqa: F401
-
-P9_FLIP = ALL_RANKS_FLIP
-
-
-def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
-    return full_optim(model, optim, rank0_only)
-
-
-def write(ctx, case, model, saved, out) -> None:
-    write_full(ctx, saved, out)
+# its save and its file are legacy_full's (one function, one file format); only the load
+# differs: rank 0 reads the file and scatters it
+from ..paths import load_side, save_side  # noqa: F401
+from .legacy_full import P9_FLIP, save, write  # noqa: F401
 
 
 def load(ctx, case, model, optim, saved, workdir):

@@ -3,14 +3,9 @@ unwrapped model (a checkpoint a plain model can load) -> torch.save -> every ran
 back to PARAM_NAME with the unwrapped model -> ``shard_full_optim_state_dict``."""
 from __future__ import annotations
 
-from ..paths import (ALL_RANKS_FLIP, atomic_save, full_optim, load_side, save_side,  # noqa: F401
-                     to_param_ids, to_param_names, FULL_FILE)
-
-P9_FLIP = ALL_RANKS_FLIP
-
-
-def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
-    return full_optim(model, optim, rank0_only)
+from ..paths import (FULL_FILE, atomic_save, load_side, save_side,  # noqa: F401
+                     to_param_ids, to_param_names)
+from .legacy_full import P9_FLIP, save  # noqa: F401 (legacy full_optim_state_dict)
 
 
 def write(ctx, case, model, saved, out) -> None:
