@@ -8,7 +8,10 @@
   path raises (a torch bug with this model at this world size) is not measured: the file
   lists it under ``unmeasured`` with torch's error, and the run's bounds case then shows that
   error (a known torch limitation where one explains it exactly). ``--refit`` measures
-  nothing: it refits the file's own observations under the current rules.
+  nothing: it refits the file's own observations under the current rules. ``-k EXPR --add``
+  measures only the bounds cases EXPR selects (a new path's) and adds their fits to the
+  existing file, keeping every other entry: the file must have been measured on this machine
+  (same fingerprint), since one file's bounds are one machine's.
 - ``bounds stability [--runs N] [--calibration PATH] [--out reports/bounds-stability.json]``:
   runs the tier's bounds cases N times in a row through the conformance runner (P13 with the
   scaling fits, P14) and writes JSON and Markdown: per run whether every P13/P14 verdict
@@ -36,7 +39,9 @@ Calibrate the timing and memory bounds (P13, P14) on this machine, or prove they
                      itself: $FSDPC_CALIBRATION_DIR or ~/.cache/fsdp-conformance/bounds/,
                      one file per machine fingerprint). A case whose path raises is listed
                      as unmeasured with torch's error. --refit measures nothing and refits
-                     the file's own observations.
+                     the file's own observations. -k EXPR --add measures only the cases
+                     EXPR selects (a new path's) and adds them to the file, which must come
+                     from this machine.
   bounds stability   run the bounds cases --runs times in a row as the conformance run
                      does, and write JSON and Markdown: whether every run passed, the worst
                      time, work and peak against their bounds per path and phase, and how
@@ -49,6 +54,8 @@ error (bad world sizes, an unreadable calibration).
 
 Examples:
   fsdp-conformance bounds calibrate --runs 5
+  fsdp-conformance bounds calibrate -k fsdp1.dsd_full_broadcast --add --runs 8 \
+      --out fsdp_conformance/data/bounds.json
   fsdp-conformance bounds stability --runs 3 --load 3
 """
 
@@ -75,6 +82,13 @@ def add_parser(sub) -> None:
                                     "$FSDPC_CALIBRATION_DIR, else ~/.cache/fsdp-conformance/"
                                     "bounds)")
     bsub.choices["calibrate"].add_argument(
+        "-k", dest="keyword", default=None, metavar="EXPR",
+        help="only the bounds cases this expression selects (run -k's grammar)")
+    bsub.choices["calibrate"].add_argument(
+        "--add", action="store_true",
+        help="add the selected cases' fits to the existing calibration file (measured on this "
+             "machine), keeping its other entries; with -k, to calibrate a new path alone")
+    bsub.choices["calibrate"].add_argument(
         "--refit", action="store_true", help="refit the existing file's observations under "
                                              "bounds.py's current rules; measure nothing")
     st = bsub.choices["stability"]
@@ -99,7 +113,11 @@ def _cases(args) -> list:
     if args.runs < 1:
         raise ValueError(f"--runs must be >= 1, got {args.runs}")
     cases = [c for c in matrix.TIERS[args.tier](matrix.default_paths()) if c.bounds]
-    return matrix.select(cases, world_sizes=ws)
+    cases = matrix.select(cases, world_sizes=ws, keyword=getattr(args, "keyword", None))
+    if not cases:
+        raise ValueError(f"no bounds case of the {args.tier} tier is selected by "
+                         f"-k {args.keyword!r} and --world-sizes {args.world_sizes}")
+    return cases
 
 
 def _facts(args, cases) -> dict:
@@ -120,6 +138,49 @@ def _last_error_line(exc) -> str:
             if not ln.startswith((" ", "\t")) and ":" in ln:
                 return f"rank {f.rank}: {ln.strip()}"
     return exc.summary
+
+
+def _existing_for_add(out: Path) -> dict:
+    """The calibration file ``--add`` adds to: readable, and measured on this machine (one
+    file's bounds are one machine's); a CalibrationError naming what is wrong otherwise."""
+    import json
+
+    from ..report.io import machine_info
+    from .rules import CalibrationError, parse_calibration
+
+    try:
+        data = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CalibrationError(f"{out}: --add needs an existing calibration file ({e})") from None
+    parse_calibration(data, str(out))
+    theirs = (data.get("machine_info") or {}).get("fingerprint")
+    mine = machine_info().get("fingerprint")
+    if theirs != mine:
+        raise CalibrationError(f"{out} was measured on machine {theirs}, this is {mine}: "
+                               f"--add would mix two machines' bounds in one file; calibrate "
+                               f"every path here instead (without --add)")
+    return data
+
+
+def add_to(base: dict, new: dict) -> dict:
+    """``base`` (a calibration file's JSON) with ``new``'s fits added: its time, work,
+    memory and scaling entries and unmeasured cases replace those of the same key, every
+    other entry of ``base`` is kept; the cases are the union, and ``added`` records the
+    command, date and cases of every addition."""
+    if base.get("rules") != new.get("rules"):
+        from .rules import CalibrationError
+
+        raise CalibrationError("the calibration file was fitted under other rules than this "
+                               "version's: refit it first (bounds calibrate --refit)")
+    out = dict(base)
+    for section in ("time", "work", "memory", "scaling", "unmeasured"):
+        out[section] = dict(sorted({**base.get(section, {}), **new.get(section, {})}.items()))
+    old = list(base.get("cases", []))
+    out["cases"] = old + [c for c in new["cases"] if c not in old]
+    out["added"] = list(base.get("added", [])) + [
+        {"command": new["command"], "created": new["created"], "runs": new["runs"],
+         "cases": new["cases"]}]
+    return out
 
 
 def calibrate(args) -> int:
@@ -145,6 +206,7 @@ def calibrate(args) -> int:
         return 0
     from ..harness.errors import RankError
 
+    base = _existing_for_add(out) if args.add else None
     cases = _cases(args)
     runs = []
     unmeasured: dict[str, str] = {}
@@ -172,6 +234,8 @@ def calibrate(args) -> int:
         close_pools()
     data = calibration_data(runs, **_facts(args, cases), repeats=BOUNDS_REPEATS)
     data["unmeasured"] = unmeasured
+    if base is not None:
+        data = add_to(base, data)
     write_json_atomic(out, data)
     print(f"wrote {out}: {len(data['time'])} time keys, {len(data['memory'])} memory keys, "
           f"{len(data['scaling'])} scaling keys from {args.runs} runs")
