@@ -184,6 +184,9 @@ PATHS: tuple[ApiPath, ...] = (
                    "shard_full_optim_state_dict")),
     ApiPath(name="fsdp1.dsd_full", family="fsdp1", module="fsdp1_paths.dsd_full", writes="full",
             full_load="every_rank", fixtures=False, bench=False, calls=_DSD),
+    ApiPath(name="fsdp1.dsd_full_broadcast", family="fsdp1",
+            module="fsdp1_paths.dsd_full_broadcast", writes="full", full_load="broadcast",
+            fixtures=False, bench=False, calls=_DSD),  # its save is dsd_full's
     ApiPath(name="fsdp1.dsd_sharded", family="fsdp1", module="fsdp1_paths.dsd_sharded",
             writes="dcp", fixtures=False, bench=False, calls=_DSD),
     ApiPath(name="fsdp2.full", family="fsdp2", module="fsdp2_paths", writes="full",
