@@ -86,6 +86,48 @@ _FSDP2_RUN = paths_of("fsdp2")
 # Run paths that go through torch.distributed.checkpoint.state_dict (DSD), on either FSDP:
 # their records say they call set_optimizer_state_dict.
 _DSD_RUN = tuple(p.name for p in PATHS if "set_optimizer_state_dict" in p.calls)
+
+
+def _record(c: Case):
+    """The run path's record (sut/registry.py), None for an observer or a user's path."""
+    return api_path(c.api) if c.api in PATH_NAMES else None
+
+
+def _dsd_full_load(c: Case) -> bool:
+    """A run path that loads a full dict with ``set_optimizer_state_dict(full_state_dict=True)``
+    (its record writes a full dict and calls DSD), on either FSDP."""
+    r = _record(c)
+    return r is not None and r.full and "set_optimizer_state_dict" in r.calls
+
+
+def _dsd_load_on_fsdp1(c: Case) -> bool:
+    """A run path that loads an FSDP1 model with ``set_optimizer_state_dict`` (which splits the
+    dict, then hands it to ``FSDP.optim_state_dict_to_load``: state_dict.py:1094-1134)."""
+    r = _record(c)
+    return r is not None and r.family == "fsdp1" and "set_optimizer_state_dict" in r.calls
+
+
+def _rank0_broadcasts(c: Case) -> bool:
+    """A run path whose full load hands the dict to rank 0 alone, which sends the others
+    theirs (its record's ``full_load == "broadcast"``; fsdp2.full's ``no_broadcast`` axis
+    turns that off)."""
+    r = _record(c)
+    return r is not None and r.full_load == "broadcast" and not c.no_broadcast
+
+
+def _rank0_scatters(c: Case) -> bool:
+    """A run path whose full file rank 0 alone reads and scatters (``full_load``)."""
+    r = _record(c)
+    return r is not None and r.full_load == "scatter"
+
+
+def _every_rank_reads_full_file(c: Case) -> bool:
+    """A run path whose full file every rank reads with torch.load (a full path that does not
+    scatter)."""
+    r = _record(c)
+    return r is not None and r.full and r.full_load != "scatter"
+
+
 _LAZY_STATE = ("sgd_momentum", "adam", "adamw", "adadelta", "rmsprop")  # state at 1st step
 _ALL_BUT = lambda *ps: tuple(p for p in ALL_PROPS if p not in ps)  # noqa: E731
 
@@ -327,16 +369,17 @@ KNOWN: tuple[KnownLimitation, ...] = (
                where=("_load_optim_state_dict",))),
     KnownLimitation(
         "dsd-strict-param-without-grad", ("P3:set_full", "P3:set_sharded", "P3"),
-        lambda c: c.api in ("fsdp2", "fsdp2.full", "fsdp1.dsd_full") and c.model == "unused"
+        lambda c: (c.api == "fsdp2" or _dsd_full_load(c)) and c.model == "unused"
         and c.optimizer not in ("sgd", "adagrad"),
         "2.13",
         "A trainable param that never got a gradient has no state in get_optimizer_state_dict's "
         "output, and set_optimizer_state_dict with the default strict=True rejects exactly that "
         "dict ('Missing optimizer state for parameter', state_dict.py:1032-1040): a save -> load "
-        "round trip of the same model fails by default (full and sharded dicts alike). In the "
-        "run (fsdp2.full, broadcast_from_rank0) only rank 0 checks, so the other ranks are left "
-        "waiting in the broadcast (dsd-broadcast-rank0-error-strands-others) and the whole "
-        "load side fails: every property of the case reads this error.",
+        "round trip of the same model fails by default (full and sharded dicts alike). On the "
+        "run's paths that load with broadcast_from_rank0 (fsdp2.full, fsdp1.dsd_full_broadcast) "
+        "only rank 0 checks, so the other ranks are left waiting in the broadcast "
+        "(dsd-broadcast-rank0-error-strands-others); either way the whole load side fails: "
+        "every property of the case reads this error.",
         "not yet reported upstream for this case (partial-state class of "
         "https://github.com/pytorch/pytorch/issues/132628)",
         also=_ALL_BUT("P3"),
@@ -560,36 +603,42 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      "gradient and lr=0 (step=1, zero moments)", save=dummy_step_state)),
     KnownLimitation(
         "dsd-broadcast-rank0-error-strands-others", ("P15",),
-        lambda c: c.api == "fsdp2.full" and c.fault in ("missing_fqn", "mixed_keys", "wrong_model"),
+        lambda c: _rank0_broadcasts(c) and c.fault in ("missing_fqn", "mixed_keys", "wrong_model"),
         "2.13",
         "set_optimizer_state_dict(full_state_dict=True, broadcast_from_rank0=True) checks the "
         "dict on rank 0 only (the other ranks pass {}): when rank 0 rejects it ('Missing "
         "optimizer state for parameter', state_dict.py:1037 in _split_optim_state_dict, "
-        "called at :1096 before the broadcast at :1161), the other ranks are already waiting "
-        "in _broadcast_state_dict's broadcast_object_list (_state_dict_utils.py:662) and stay "
-        "there until the process-group timeout (a hang on a real job; docs/design.md bug class 9). "
-        "For 'wrong_model' the error names this model's first param, not the foreign dict.",
+        "called at :1096 before any broadcast), the other ranks are already waiting in the "
+        "broadcast and stay there until the process-group timeout (a hang on a real job; "
+        "docs/design.md bug class 9). On fully_shard (fsdp2.full) they wait in "
+        "_broadcast_state_dict's broadcast_object_list (_state_dict_utils.py:662, called at "
+        "state_dict.py:1161); on an FSDP1 model (fsdp1.dsd_full_broadcast) DSD turns "
+        "broadcast_from_rank0 into FSDP1's rank0_only load (state_dict.py:350) and they wait in "
+        "_broadcast_processed_state's broadcast_object_list (_optim_utils.py:338, from "
+        "FSDP.optim_state_dict_to_load at state_dict.py:1134; the stranded rank's stack in the "
+        "unused-model case shows it). For 'wrong_model' the error names this model's first "
+        "param, not the foreign dict.",
         model=Outcome(headline=r".*: rank\(s\) \[0\] raised but rank\(s\) \[[\d, ]+\] were left waiting "
                           r"in a collective:",
                  raises=(Raises(exc="RuntimeError",
                                message=r"^Missing optimizer state for parameter '[\w.]+' in checkpoint"),))),
     KnownLimitation(
         "dsd-full-load-wrong-model-names-own-param", ("P15",),
-        lambda c: c.api == "fsdp1.dsd_full" and c.fault == "wrong_model",
+        lambda c: _dsd_full_load(c) and not _rank0_broadcasts(c) and c.fault == "wrong_model",
         "2.13",
         "set_optimizer_state_dict(full_state_dict=True) with another model's full dict raises "
         "on every rank 'Missing optimizer state for parameter <this model's first param>' "
         "(_split_optim_state_dict, state_dict.py:1037): it names a param the dict lacks, not "
         "the foreign keys the dict has (conv1.weight), so the user is not told that the file "
-        "is another model's. (fsdp2.full, which broadcasts from rank 0, raises the same on rank "
-        "0 and strands the others: dsd-broadcast-rank0-error-strands-others.)",
+        "is another model's. (The paths that broadcast from rank 0 raise the same on rank 0 and "
+        "strand the others: dsd-broadcast-rank0-error-strands-others.)",
         model=Outcome(headline=r".*: every rank raised, but the error does not name '[\w.]+':",
                       raises=(Raises(exc="RuntimeError",
                                      message=r"^Missing optimizer state for parameter "
                                              r"'[\w.]+' in checkpoint"),))),
     KnownLimitation(
         "dsd-full-load-ignores-unknown-fqn", ("P15",),
-        lambda c: c.api in ("fsdp2.full", "fsdp1.dsd_full") and c.fault == "extra_fqn",
+        lambda c: _dsd_full_load(c) and c.fault == "extra_fqn",
         "2.13",
         "A full optimizer dict with state and a param-group entry for a param the model does "
         "not have loads without a word: _split_optim_state_dict walks the optimizer's own "
@@ -669,7 +718,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      stored=ignored_state_of_dcp_writer, load=ignored_state_of_dcp_writer)),
     KnownLimitation(
         "dsd-sharded-load-drops-frozen-state", ("P3",),
-        lambda c: c.api in ("fsdp2.sharded", "fsdp1.dsd_full", "fsdp1.dsd_sharded")
+        lambda c: (c.api == "fsdp2.sharded" or _dsd_load_on_fsdp1(c))
         and c.optimizer != "sgd" and (
             c.model == "late_frozen" or (c.model == "frozen" and c.optimizer == "adagrad")),
         "2.13",
@@ -680,7 +729,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "param frozen from the start with Adagrad (which creates {'step': 0, 'sum': 0} at "
         "construction, and DSD saves it) and on a param trained and then frozen before the "
         "save (zoo `late_frozen`: SGD momentum, Adam, Adagrad lose `step` 2 and the trained "
-        "state). DSD on an FSDP1 model (fsdp1.dsd_full, fsdp1.dsd_sharded) splits the loaded "
+        "state). DSD on an FSDP1 model (fsdp1.dsd_full, fsdp1.dsd_full_broadcast, "
+        "fsdp1.dsd_sharded) splits the loaded "
         "dict the same way before FSDP.optim_state_dict_to_load (state_dict.py:1094-1097), so "
         "its loads drop the frozen params' state too (a whole FlatParameter's without "
         "use_orig_params). Unfreezing such a param later raises nothing: the optimizer creates the "
@@ -885,9 +935,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         model=Outcome(headline=SILENT)),
     KnownLimitation(
         "torch-load-truncated-oserror", ("P15",),
-        lambda c: c.fault == "truncated_file" and c.api in ("fsdp1.full", "fsdp1.legacy_full",
-                                                             "fsdp1.dsd_full",
-                                                             "fsdp1.rekey", "fsdp2.full"),
+        lambda c: c.fault == "truncated_file" and _every_rank_reads_full_file(c),
         "2.13",
         "torch.load of a truncated file raises 'OSError: [Errno 22] Invalid argument', which "
         "names neither the file nor the problem (DCP's reader says 'archive is corrupted').",
@@ -915,7 +963,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "fsdp1-mixed-keys-attributeerror", ("P15",),
         lambda c: c.fault == "mixed_keys" and c.api in _FULL_GATHER_APIS
-        and c.api != "fsdp1.dsd_full",  # DSD names the mixed keys
+        and not _dsd_full_load(c),  # DSD names the mixed keys (or rank 0 strands the others)
         "2.13",
         "A full dict keyed by FQNs with one int key fails with an internal "
         "\"AttributeError: 'int' object has no attribute 'unflat_param_names'\" instead of "
@@ -925,7 +973,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                                message=r"^'int' object has no attribute 'unflat_param_names'$"),))),
     KnownLimitation(
         "scatter-missing-param-typeerror", ("P15",),
-        lambda c: c.fault == "missing_fqn" and c.api == "fsdp1.legacy_scatter",
+        lambda c: c.fault == "missing_fqn" and _rank0_scatters(c),
         "2.13",
         "scatter_full_optim_state_dict with a param missing from the full dict fails on the "
         "other ranks with an internal \"TypeError: _PosDimTensorInfo.__new__() missing 1 "
@@ -1054,7 +1102,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      load=empty_state_for_every_param)),
     KnownLimitation(
         "scatter-rank0-error-strands-others", ("P15",),
-        lambda c: c.fault == "truncated_file" and c.api == "fsdp1.legacy_scatter",
+        lambda c: c.fault == "truncated_file" and _rank0_scatters(c),
         "2.13",
         "With scatter_full_optim_state_dict only rank 0 reads the file; when that fails the "
         "other ranks wait in the broadcast until the process-group timeout (a hang on a real "
