@@ -5,7 +5,7 @@ Importing this module does not import torch (``Case`` is part of the light publi
 ``Case.torch_dtype`` (``torch_dtypes()``) imports it on first use."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .sut.registry import (FAMILIES, PATH_NAMES, custom_family, family_of, paths_of,
@@ -41,11 +41,26 @@ FSDP2_ROUND_TRIPS = paths_of("fsdp2")
 # FSDP2's CPUOffloadPolicy on both sides: pin_memory=True (torch's default) or False.
 CPU_OFFLOAD = ("", "pinned", "unpinned")
 MIXED_PRECISION = ("", "bf16")
-# The fields only a round trip's load side reads, and their reset values: a case with them
-# reset is what its save side sees (run/saves.py shares saves by it) and what the
-# single-process baseline trains (properties/baseline.py).
-LOAD_ONLY = {"load_world_size": None, "load_plan": None, "scheduler_after_load": False,
-             "nonstrict": False, "load_tensor_parallel": None, "no_broadcast": False}
+KEEP = object()
+"""A field's ``single_process`` value (``axis``) that the single-process baseline keeps."""
+
+
+def axis(default: Any, *, load_only: bool = False, single_process: Any = KEEP) -> Any:
+    """A ``Case`` field, with the two facts the harness needs about it, stated where the field
+    is (every field says both; suites/meta checks):
+
+    - ``load_only``: only the load side reads it. A case with every load-only field at its
+      default is what its save side sees, so cases that differ only in them share one save
+      (``LOAD_ONLY``; run/saves.py, sut/trained.py).
+    - ``single_process``: the value the single-process baseline trains with
+      (properties/baseline.py): a field that does not change the single-process steps is
+      reset to it, so one run serves every case that differs only there; ``KEEP`` (the
+      default) keeps the case's value. A load-only field is reset to its default.
+    """
+    if load_only:
+        single_process = default
+    return field(default=default, metadata={"load_only": load_only,
+                                            "single_process": single_process})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,108 +68,108 @@ class Case:
     """One configuration. ``plan`` names a wrapping plan of the zoo model; ``load_world_size``
     and ``load_plan`` describe where the saved state is loaded (default: where it was saved)."""
 
-    model: str = "mlp"
+    model: str = axis("mlp")
     """Zoo model name (``zoo.MODELS``), or a user model's name under the plugin."""
-    plan: str = "nested"
+    plan: str = axis("nested", single_process="root")
     """Wrapping plan of the model on the save side (a zoo plan name)."""
-    optimizer: str = "adam"
+    optimizer: str = axis("adam")
     """Zoo optimizer name (``zoo.OPTIMIZERS``)."""
-    groups: int = 1
+    groups: int = axis(1)
     """Number of param groups the optimizer is built with."""
-    use_orig_params: bool = False
+    use_orig_params: bool = axis(False, single_process=False)
     """FSDP1's ``use_orig_params`` on both sides."""
-    strategy: str = "FULL_SHARD"
+    strategy: str = axis("FULL_SHARD", single_process="FULL_SHARD")
     """Sharding strategy (``STRATEGIES``): FSDP1's ``ShardingStrategy``; under FSDP2 the
     mesh and ``reshard_after_forward`` that mean the same (HYBRID_SHARD and NO_SHARD: a 2-D
     mesh; sut/fsdp2.py)."""
-    world_size: int = 2
+    world_size: int = axis(2, single_process=1)
     """Ranks of the save side."""
-    load_world_size: int | None = None
+    load_world_size: int | None = axis(None, load_only=True)
     """Ranks of the load side (None: the save's)."""
-    load_plan: str | None = None
+    load_plan: str | None = axis(None, load_only=True)
     """Wrapping plan of the load side (None: the save's)."""
-    api: str = "fsdp1"
+    api: str = axis("fsdp1")
     """The API path (``sut.registry``), a differential observer ("fsdp1", "fsdp2") or a
     user's own path."""
-    steps: int = 2
+    steps: int = axis(2)
     """Optimizer steps trained before the save."""
-    batch: int = 12
+    batch: int = axis(12)
     """Batch size of every training step."""
-    seed: int = 0
+    seed: int = axis(0)
     """Seed of the model, data and every random choice of the case."""
-    dtype: str = "fp64"
+    dtype: str = axis("fp64")
     """Param and state dtype ("fp64", "fp32", "bf16")."""
-    resume_steps: int = 2
+    resume_steps: int = axis(2)
     """Optimizer steps trained after the load (P6)."""
-    scheduler: bool | str = False
+    scheduler: bool | str = axis(False)
     """The LR scheduler stepped after every optimizer step and checkpointed beside it: a zoo
     schedule name (``SCHEDULE_NAMES``; True is "exp"), "" = none (False)."""
-    impl: str = "default"
+    impl: str = axis("default")
     """Optimizer implementation: "default", "foreach" or "fused" (``zoo.FUSED``)."""
-    fault: str = ""
+    fault: str = axis("", single_process="")
     """A bad input planted into the load (``FAULTS``; P15 only). "" = none."""
-    golden: str = ""
+    golden: str = axis("")
     """Golden-fixture case (P12 only): "<torch version>/<fixture name>" of a checkpoint
     stored under ``fixtures``, loaded through ``api`` at ``dst_world_size``. "" = a normal
     case."""
-    fixtures: str = ""
+    fixtures: str = axis("")
     """Golden fixtures root of a golden case ("" = the fixtures the package ships)."""
-    bounds: bool = False
+    bounds: bool = axis(False)
     """Bounds case (P13/P14 only): measure the path's save and load (time against its floor,
     peak memory per rank) at ``world_size`` instead of the round trip; ``inject`` plants a
     slowdown or an extra copy (INJECTIONS; the self-tests of suites/bounds only)."""
-    inject: str = ""
+    inject: str = axis("")
     """Test-only slowdown or extra copy planted into a bounds case (``INJECTIONS``)."""
-    compiled: str = ""
+    compiled: str = axis("", single_process="")
     """Compiled-model case (COMPILED): the side(s) whose model is wrapped by torch.compile
     (backend "eager") for training and every torch.distributed.checkpoint call. "" = none."""
-    reshard_after_forward: int = 0
+    reshard_after_forward: int = axis(0, single_process=0)
     """FSDP2 round trips only: ``fully_shard(reshard_after_forward=<int>)`` on both sides,
     the world size the params are resharded to after forward (a factor of each side's
     world size, at least 2; equal to it is torch's ``True``). 0 = the strategy's own
     choice."""
-    flatten_optimizer_state_dict: bool = False
+    flatten_optimizer_state_dict: bool = axis(False, single_process=False)
     """FSDP2 round trips only: both sides pass ``StateDictOptions(
     flatten_optimizer_state_dict=True)`` (torchtitan's checkpointer does): the saved dict
     is ``{"state.<fqn>.<name>": v, "param_groups.<fqn>.<key>": v}``."""
-    cpu_offload: str = ""
+    cpu_offload: str = axis("", single_process="")
     """FSDP2 round trips only (CPU_OFFLOAD): ``fully_shard(offload_policy=CPUOffloadPolicy(
     pin_memory=...))`` on both sides, "pinned" (torch's default) or "unpinned". "" = none."""
-    scheduler_after_load: bool = False
+    scheduler_after_load: bool = axis(False, load_only=True)
     """With ``scheduler``: the load side builds its LR scheduler after the optimizer state is
     loaded (then loads the scheduler's state), as a trainer that restores the optimizer
     first does; ``initial_lr`` must then come from the checkpoint (pytorch#140900 class)."""
-    mixed_precision: str = ""
+    mixed_precision: str = axis("")
     """FSDP2 round trips only, float32 params: ``fully_shard(mp_policy=MixedPrecisionPolicy(
     param_dtype=bfloat16, reduce_dtype=float32))`` on both sides: compute in bfloat16,
     params and optimizer state stay float32 (MIXED_PRECISION). "" = none."""
-    async_save: bool = False
+    async_save: bool = axis(False, single_process=False)
     """fsdp2.sharded only: the save writes with ``dcp.async_save`` (torch's default thread
     executor) and the save side takes one more optimizer step on the live model and
     optimizer before it waits on the returned Future (a trainer goes on training while the
     checkpoint is written); the checkpoint must hold the state at the save."""
-    app_state: bool = False
+    app_state: bool = axis(False, single_process=False)
     """fsdp2.sharded only: the checkpoint is a DCP ``Stateful`` app state (model, optimizer,
     LR scheduler, step; sut/app_state.py) saved and loaded under one key, as trainers do:
     ``get_state_dict`` / ``set_state_dict`` of model and optimizer together, the scheduler
     restored from the checkpoint."""
-    nonstrict: bool = False
+    nonstrict: bool = axis(False, load_only=True)
     """FSDP2 round trips only: the load passes ``StateDictOptions(strict=False)`` (a trainer
     loading a checkpoint whose params do not all have state, e.g. ones that never had a
     gradient); the save is unchanged."""
-    no_broadcast: bool = False
+    no_broadcast: bool = axis(False, load_only=True)
     """fsdp2.full only: the load without ``broadcast_from_rank0``: every rank loads the full
     dict it read itself (``set_optimizer_state_dict(full_state_dict=True)``)."""
-    ignore_frozen_params: bool = False
+    ignore_frozen_params: bool = axis(False, single_process=False)
     """FSDP2 round trips only: every state-dict call of both sides passes
     ``StateDictOptions(ignore_frozen_params=True)`` (the model's frozen params are left
     out of its state dict; the optimizer's dict is documented as unchanged)."""
-    tensor_parallel: int = 0
+    tensor_parallel: int = axis(0, single_process=0)
     """FSDP2 round trips only: tensor parallelism under ``fully_shard`` on the save side: a
     ``(world_size // tensor_parallel, tensor_parallel)`` mesh named ("dp", "tp"), the zoo
     model's ``tp_plan`` applied by ``parallelize_module`` on "tp", then ``fully_shard`` on
     "dp" (torchtitan's order). 0 = no tensor parallelism."""
-    load_tensor_parallel: int | None = None
+    load_tensor_parallel: int | None = axis(None, load_only=True)
     """The load side's tensor-parallel degree (0: none); None = the save side's."""
 
     def __post_init__(self) -> None:
@@ -370,6 +385,13 @@ class Case:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+LOAD_ONLY: dict[str, Any] = {f.name: f.default for f in fields(Case) if f.metadata["load_only"]}
+"""The fields only a round trip's load side reads, with their defaults (``axis``)."""
+SINGLE_PROCESS: dict[str, Any] = {f.name: f.metadata["single_process"] for f in fields(Case)
+                                  if f.metadata["single_process"] is not KEEP}
+"""What the single-process baseline trains with, per field it resets (``axis``)."""
 
 
 def torch_dtypes() -> dict[str, Any]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..cases import FSDP2_ROUND_TRIPS, LOAD_ONLY, Case
+from ..cases import FSDP2_ROUND_TRIPS, SINGLE_PROCESS, Case
 from . import expectation as expect
 from ..zoo import (build_model, build_optimizer, build_scheduler, freeze_at_save, loss_of,
                    make_batch, scheduler_state, train_step)
@@ -291,16 +291,12 @@ def fresh_training(case: Case):
 
 @functools.lru_cache(maxsize=128)
 def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
-    # one run per training: every axis that does not change the single-process steps is
-    # reset (mixed precision does; it lives on the FSDP2 round trips)
-    # (a Case with mixed precision names an FSDP2 round trip: any one, the steps are alike)
+    # one run per training: every field that does not change the single-process steps is
+    # reset to what its declaration says (cases.axis: cases.SINGLE_PROCESS); the api too,
+    # since mixed precision (which does change the steps) lives on the FSDP2 round trips (any
+    # one: the steps are alike)
     api = FSDP2_ROUND_TRIPS[0] if case.mixed_precision else "fsdp1"
-    base = Case(**{**case.to_dict(), **LOAD_ONLY, "world_size": 1, "api": api, "fault": "",
-                   "strategy": "FULL_SHARD", "use_orig_params": False, "plan": "root",
-                   "compiled": "", "reshard_after_forward": 0,
-                   "flatten_optimizer_state_dict": False, "cpu_offload": "",
-                   "async_save": False, "app_state": False, "ignore_frozen_params": False,
-                   "tensor_parallel": 0})
+    base = Case(**{**case.to_dict(), **SINGLE_PROCESS, "api": api})
     if base != case:
         return _local_run(base, exp)
     model, optim, sched, names = fresh_training(case)

@@ -1,0 +1,38 @@
+"""Every ``Case`` field states, where it is declared (``cases.axis``), whether only the load
+side reads it and what the single-process baseline trains with; the tables the harness
+shares saves and baselines by are read from those declarations."""
+from __future__ import annotations
+
+import dataclasses
+
+from fsdp_conformance import cases
+from fsdp_conformance.cases import KEEP, LOAD_ONLY, SINGLE_PROCESS, Case
+
+
+def test_every_field_is_declared_with_axis():
+    undeclared = [f.name for f in dataclasses.fields(Case)
+                  if set(f.metadata) != {"load_only", "single_process"}]
+    assert not undeclared, f"Case fields not declared with cases.axis(...): {undeclared}"
+
+
+def test_load_only_fields_are_reset_to_their_defaults_in_both_tables():
+    for f in dataclasses.fields(Case):
+        if f.metadata["load_only"]:
+            assert LOAD_ONLY[f.name] == f.default
+            assert SINGLE_PROCESS[f.name] == f.default
+    assert "load_world_size" in LOAD_ONLY and "world_size" not in LOAD_ONLY
+
+
+def test_a_case_with_only_load_fields_changed_shares_its_save_and_baseline():
+    a = Case(api="fsdp1.full", world_size=2)
+    b = Case(api="fsdp1.full", world_size=2, load_world_size=3, load_plan="root")
+    assert dataclasses.replace(a, **LOAD_ONLY) == dataclasses.replace(b, **LOAD_ONLY)
+    sp = {**SINGLE_PROCESS, "api": "fsdp1"}
+    assert Case(**{**a.to_dict(), **sp}) == Case(**{**b.to_dict(), **sp})
+    # a field that changes the single-process steps is kept
+    c = Case(api="fsdp1.full", world_size=2, steps=3)
+    assert Case(**{**c.to_dict(), **sp}) != Case(**{**a.to_dict(), **sp})
+    assert SINGLE_PROCESS["world_size"] == 1 and SINGLE_PROCESS["plan"] == "root"
+    assert all(v is not KEEP for v in SINGLE_PROCESS.values())
+    assert "steps" not in SINGLE_PROCESS and "optimizer" not in SINGLE_PROCESS
+    assert cases.axis(5, load_only=True).metadata == {"load_only": True, "single_process": 5}
