@@ -45,7 +45,7 @@ CATALOGUE: tuple[Property, ...] = (
              checks="saved state ~= the single-process optimizer after the same steps (rtol "
                     "1e-9 in float64; step and param groups exact)",
              na_reasons=("the model has ignored modules: no single-process run can match",)),
-    Property(id="P3", name="load", decided_by="round trip", module="run_props, fsdp2_run_props",
+    Property(id="P3", name="load", decided_by="round trip", module="loaded",
              checks="every rank's state after the load == reference.shard_full(saved); same "
                     "world size and plan: == its own state before saving (bitwise)"),
     Property(id="P4", name="flatten", decided_by="round trip", module="run_props",

@@ -23,6 +23,7 @@ import torch
 from .. import reference as ref
 from . import expectation as expect
 from .statediff import diff_state_dicts, format_diff
+from .loaded import LoadedState
 from .reference_props import path_value
 from .verdict import Verdict, error, fail, na, passed
 
@@ -139,48 +140,23 @@ def _state_only(d: dict) -> dict:
     return {"state": d.get("state", {})}
 
 
-def p3_shard(layout, full: dict, observations: Sequence[dict], paths: Sequence[str] = FULL_LOAD_PATHS,
-             own_locals: bool = True) -> Verdict:
-    """Every full-dict load path leaves, on every rank, the state of
-    reference.fsdp2_shard(full, rank) in the optimizer, bitwise; with the same world size and
-    plan that also equals the rank's own state before saving (ignored params: rank 0 only).
-    ``param_groups`` are P11's (:func:`p11_groups`). A path that raised is an error; a path
-    skipped on purpose is not checked."""
-    problems, checked, first_error = [], 0, None
-    loaded_full = expect.loaded(full)  # a load effect acts on the full dict (known/model.py)
+def loaded_states(full: dict, observations: Sequence[dict],
+                  paths: Sequence[str] = FULL_LOAD_PATHS,
+                  own_locals: bool = True) -> list[LoadedState]:
+    """What P3 (properties/loaded.py, with ``families.FSDP2``) judges of the differential
+    observations: every full-dict load path on every rank, having loaded ``full``, and with
+    ``own_locals`` the reference's shard of ``full`` against each rank's own
+    ``optim.state_dict()`` (no load went through torch). A path that raised is an error; a
+    path skipped on purpose is not checked."""
+    out = []
     for obs in observations:
         r = obs["rank"]
-        try:
-            shard = _state_only(ref.fsdp2_shard(layout, full, r))
-            want = shard if loaded_full is full else \
-                _state_only(ref.fsdp2_shard(layout, loaded_full, r))
-        except ref.StateDictMismatch as exc:
-            return error(f"reference.fsdp2_shard rejected the full dict for rank {r}: {exc}")
         for path in paths:
             got, v = path_value(obs, path)
-            if v is not None:
-                if v.status == "error" and first_error is None:
-                    first_error = v
-                continue
-            diffs = diff_state_dicts(want, _state_only(got), owner=owner_of(layout))
-            checked += 1
-            if diffs:
-                problems.append(f"{path} on rank {r} differs from reference.fsdp2_shard:\n"
-                                + format_diff(diffs))
+            out.append(LoadedState(rank=r, label=path, got=got, problem=v, source=full))
         if own_locals and "local" in obs:
-            mine = shard if r == 0 else drop_plain(shard, layout)  # no load went through torch
-            theirs = _state_only(obs["local"] if r == 0 else drop_plain(obs["local"], layout))
-            diffs = diff_state_dicts(mine, theirs, owner=owner_of(layout))
-            if diffs:
-                problems.append(f"reference.fsdp2_shard(full) on rank {r} differs from the rank's "
-                                f"own optim.state_dict():\n" + format_diff(diffs))
-    if first_error is not None:
-        return first_error if not problems else fail("\n\n".join(problems) + "\n\n" + first_error.detail)
-    if problems:
-        return fail("\n\n".join(problems))
-    if not checked:
-        return na(f"none of {list(paths)} ran")
-    return passed(f"{checked} (path, rank) outputs equal reference.fsdp2_shard")
+            out.append(LoadedState(rank=r, source=full, own=obs["local"]))
+    return out
 
 
 def p11_groups(full: dict, observations: Sequence[dict], path: str) -> Verdict:
@@ -199,19 +175,17 @@ def p11_groups(full: dict, observations: Sequence[dict], path: str) -> Verdict:
     return passed(f"{path}: param_groups exact on every rank")
 
 
-def p3_reload_own(layout, observations: Sequence[dict], path: str = "set_sharded") -> Verdict:
-    """A dict loaded back at the same world size and plan (the sharded DTensor dict) leaves
-    every rank's optimizer state bitwise equal to the rank's own state before saving."""
-    problems = []
+def reloaded_states(observations: Sequence[dict],
+                    path: str = "set_sharded") -> list[LoadedState]:
+    """What P3 judges of a dict loaded back at the same world size and plan (the sharded
+    DTensor dict, ``path``): every rank's state after it against the rank's own state
+    before saving."""
+    out = []
     for obs in observations:
         got, v = path_value(obs, path)
-        if v is not None:
-            return v
-        diffs = diff_state_dicts(obs["local"], got, owner=owner_of(layout))
-        if diffs:
-            problems.append(f"{path} on rank {obs['rank']} differs from the rank's own state:\n"
-                            + format_diff(diffs))
-    return fail("\n\n".join(problems)) if problems else passed(f"{path}: bitwise on every rank")
+        out.append(LoadedState(rank=obs["rank"], label=path, got=got, problem=v,
+                               own=obs.get("local")))
+    return out
 
 
 def _pieces_problems(fqn: str, name: str, val: dict) -> list[str]:

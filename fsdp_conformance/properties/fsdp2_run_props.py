@@ -1,16 +1,13 @@
 """The FSDP2 side of the conformance run's properties (``sut.fsdp2_paths`` round trips): the
 ones whose reference differs from FSDP1's. P0 against ``reference.fsdp2_layout`` (via
-``fsdp2_props.p0_layout``), P1 against ``reference.fsdp2_gather``, P3 against
-``reference.fsdp2_shard``, P9 of the sharded path. Everything else is ``run_props``' (given
-``reference.fsdp2_gather`` where it gathers).
+``fsdp2_props.p0_layout``), P1 against ``reference.fsdp2_gather``, P9 of the sharded path.
+P3 is written once for both families (properties/loaded.py, with ``families.FSDP2``);
+everything else is ``run_props``' (given ``reference.fsdp2_gather`` where it gathers).
 
 Rules
 - Params outside FSDP2 (ignored params: plain tensors, per rank): the saved full dict holds
-  rank 0's state for them (what ``fsdp2_gather`` takes), a load gives every rank the saved
-  (rank 0's) values, and "== the rank's own state before saving" leaves them out on ranks
-  other than 0.
-- P3 compares optimizer *state*; ``param_groups`` after the load are P11's (so one torch
-  limitation on hyperparameters is reported once, where it belongs).
+  rank 0's state for them (what ``fsdp2_gather`` takes); what a load gives them is P3's rule
+  (properties/families.py).
 """
 from __future__ import annotations
 
@@ -23,7 +20,7 @@ from .statediff import diff_state_dicts, format_diff
 from . import fsdp2_props
 from .fsdp2_props import drop_plain, owner_of
 from .layouts import fsdp2_reference_layout
-from .run_props import assemble_sharded, layout_view, own_expected
+from .run_props import assemble_sharded, layout_view
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from .verdict import Verdict, error, fail, passed
 
@@ -62,46 +59,6 @@ def p1_saved(layout, save_obs: Sequence[SaveRecord], full: dict, api: str) -> Ve
                     + format_diff(diffs))
     return passed(f"{len(want['state'])} params bitwise equal")
 
-
-def _state(d: dict) -> dict:
-    return {"state": d.get("state", {})}
-
-
-def p3_loaded(dst, full: dict, load_obs: Sequence[LoadRecord],
-              own: Sequence[SaveRecord] | None = None) -> Verdict:
-    """Every rank's optimizer state after the load == reference.fsdp2_shard(full, rank),
-    bitwise; with the same world size and plan also == that rank's state before saving
-    (ignored params: rank 0 only)."""
-    problems = []
-    for o in load_obs:
-        r = o.rank
-        e = error_of(o.loaded)
-        if e:
-            return error(f"torch raised while loading on rank {r}:\n{e}")
-        with expect.on_rank(r):  # a load effect acts on the full dict (known/model.py)
-            loaded_full = expect.loaded(full)
-        try:
-            want = _state(ref.fsdp2_shard(dst, loaded_full, r))
-        except ref.StateDictMismatch as exc:
-            return error(f"reference.fsdp2_shard rejected the saved dict for rank {r}: {exc}")
-        diffs = diff_state_dicts(want, _state(o.loaded), owner=owner_of(dst))
-        if diffs:
-            problems.append(f"rank {r} after loading differs from reference.fsdp2_shard:\n"
-                            + format_diff(diffs))
-        if own is not None:
-            with expect.on_rank(r):
-                mine = _state(own_expected(dst, own, r, ref.fsdp2_gather, ref.fsdp2_shard))
-            theirs = _state(o.loaded)
-            if r != 0:
-                mine, theirs = drop_plain(mine, dst), drop_plain(theirs, dst)
-            diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst))
-            if diffs:
-                problems.append(f"rank {r} after loading differs from its own state before "
-                                f"saving:\n" + format_diff(diffs))
-    if problems:
-        return fail("\n\n".join(problems))
-    return passed(f"bitwise on {len(load_obs)} rank(s)"
-                  + ("; equal to each rank's own state before saving" if own else ""))
 
 
 def p9_sharded(full: dict, save_obs: Sequence[SaveRecord]) -> Verdict:

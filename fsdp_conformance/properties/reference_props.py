@@ -150,50 +150,28 @@ FROM_RANK0 = ("scatter_legacy",)
 (``scatter_full_optim_state_dict``)."""
 
 
-def p3_shard(layout, full: dict | Sequence[dict], observations: Sequence[dict],
-             paths: Sequence[str] = ("shard_legacy", "scatter_legacy", "to_load"),
-             own_locals: bool = True) -> Verdict:
-    """Every load path gives, on every rank, reference.shard_full(full, rank) (``full``: the
-    dict every rank loaded, or one per rank: each rank loads its own full dict, except
-    through the paths that scatter rank 0's, ``FROM_RANK0``); with the same world size and
-    wrapping it also equals the rank's own optimizer state (bitwise). On ranks other than 0,
-    params of ignored modules are left out: torch keeps each rank's own (unsynchronised)
-    values for them, and P1 checks those per rank."""
-    problems, checked = [], 0
+def loaded_states(full: dict | Sequence[dict], observations: Sequence[dict],
+                  paths: Sequence[str] = ("shard_legacy", "scatter_legacy", "to_load"),
+                  own_locals: bool = True) -> list:
+    """What P3 (properties/loaded.py, with ``families.FSDP1``) judges of the differential
+    observations: every load path on every rank, having loaded ``full`` (the dict every rank
+    loaded, or one per rank: each rank loads its own full dict, except through the paths
+    that scatter rank 0's, ``FROM_RANK0``), and with ``own_locals`` the reference's shard of
+    the rank's full dict against its own ``optim.state_dict()`` as this torch's load leaves
+    it (properties/expectation.py; the identity unless modelled)."""
+    from .loaded import LoadedState
+
+    out = []
     for obs in observations:
         r = obs["rank"]
-        wants = {}
-        try:
-            for src in {0, r} if not isinstance(full, dict) else {r}:
-                wants[src] = ref.shard_full(layout, full if isinstance(full, dict) else full[src],
-                                            r)
-        except ref.StateDictMismatch as exc:
-            return error(f"reference.shard_full rejected the full dict for rank {r}: {exc}")
-        want = wants[r]
+        mine = full if isinstance(full, dict) else full[r]
         for path in paths:
             got, v = path_value(obs, path)
-            if v is not None:
-                if v.status == "error":
-                    return v
-                continue
-            loaded_from = 0 if path in FROM_RANK0 and not isinstance(full, dict) else r
-            mine, theirs = comparable(expect.loaded(wants[loaded_from]), got, layout, r)
-            diffs = diff_state_dicts(mine, theirs, owner=owner_of(layout))
-            checked += 1
-            if diffs:
-                problems.append(f"{path} on rank {r} differs from reference.shard_full:\n"
-                                + format_diff(diffs))
+            src = full[0] if path in FROM_RANK0 and not isinstance(full, dict) else mine
+            out.append(LoadedState(rank=r, label=path, got=got, problem=v, source=src))
         if own_locals and "local" in obs:
-            # the shard of the full dict is what a load gives: the rank's own state as this
-            # torch's load leaves it (properties/expectation.py; the identity unless modelled)
-            mine, theirs = comparable(want, expect.loaded(obs["local"]), layout, r)
-            diffs = diff_state_dicts(mine, theirs, owner=owner_of(layout))
-            if diffs:
-                problems.append(f"reference.shard_full(full) on rank {r} differs from the "
-                                f"rank's own optim.state_dict():\n" + format_diff(diffs))
-    if problems:
-        return fail("\n\n".join(problems))
-    return passed(f"{checked} (path, rank) outputs equal reference.shard_full")
+            out.append(LoadedState(rank=r, source=mine, own=expect.loaded(obs["local"])))
+    return out
 
 
 def sharded_to_flat_offsets(sharded_state: dict) -> dict:
@@ -244,7 +222,7 @@ def p4_flatten(layout, observations: Sequence[dict]) -> Verdict:
             return error(f"reference.flatten_sharded rejected the sharded dicts for rank {r}: "
                          f"{exc}")
         want = drop_plain(want, layout)  # per-rank values: merged pieces mean nothing there
-        local = expect.loaded(obs["local"])  # flattening is what a load does (see p3_shard)
+        local = expect.loaded(obs["local"])  # flattening is what a load does (see loaded_states)
         diffs = diff_state_dicts(want, drop_plain(local, layout), owner=owner_of(layout))
         if diffs:
             problems.append(f"reference.flatten_sharded on rank {r} differs from the rank's "

@@ -32,7 +32,9 @@ from .statediff import diff_state_dicts, format_diff
 from ..sut.rekey import (plain_model, plain_optimizer, plain_optimizer_for,
                          uses_model_order)
 from .layouts import reference_layout
-from .reference_props import p3_shard
+from .families import FSDP1
+from .loaded import p3_loaded
+from .reference_props import loaded_states
 from .verdict import Verdict, error, fail, na, passed
 
 
@@ -204,7 +206,8 @@ def p5_rekey(case: Case, observations: Sequence[dict], *, shard: bool = True) ->
                       "optimizer's groups split flat unit(s) " + ", ".join(split) + ", which "
                       "use_orig_params=False cannot load (torch lists the flat param in each of "
                       "those groups; the reference raises)")
-    shard_v = p3_shard(layout, names, observations, paths=("b_shard",), own_locals=False)
+    shard_v = p3_loaded(FSDP1, layout, loaded_states(names, observations, paths=("b_shard",),
+                                                     own_locals=False))
     if shard_v.status != "pass":
         return Verdict(shard_v.status, "shard_full_optim_state_dict of the rekeyed plain dict: "
                        + shard_v.detail)

@@ -26,7 +26,9 @@ from . import run_props as rp
 from .precision import judged_dtype, own_mp_of, with_precision
 from .training_state import p6_scheduler, p11_training_state, with_problems
 from .catalogue import CATALOGUE, NO_REKEY
+from .families import FSDP1, FSDP2, FamilyReference
 from .layouts import reference_layout
+from .loaded import p3_loaded, run_states
 from .reference_props import p0_layout
 from .verdict import Verdict, error, na, passed
 
@@ -47,10 +49,20 @@ class FamilyRefs:
     """``p0_side(layout, records, ordered)``: one side's layout against the reference."""
     p1_saved: Callable[..., Verdict]
     """P1: what the path saved against the reference's gather."""
-    p3_loaded: Callable[..., Verdict]
-    """P3: each rank's state after the load against the reference's shard."""
-    gather: Callable[..., dict]
-    """The reference's gather of the ranks' local dicts."""
+    family: FamilyReference
+    """The family's reference (properties/families.py): what P3 (properties/loaded.py)
+    judges with."""
+
+    @property
+    def gather(self) -> Callable[..., dict]:
+        """The reference's gather of the ranks' local dicts."""
+        return self.family.gather
+
+    def p3(self, full: dict, load_obs, own=None) -> Verdict:
+        """P3 of a round trip's load side that loaded ``full`` (``own``: the save side's
+        records where the load is at the save's world size and plan)."""
+        return p3_loaded(self.family, self.dst,
+                         run_states(self.family, self.dst, full, load_obs, own=own))
 
 
 def _fsdp1_p0_side(layout, records, ordered: bool) -> Verdict:
@@ -65,10 +77,9 @@ def family_refs(case: Case) -> FamilyRefs:
 
         layout, dst = f2.layouts(case)
         return FamilyRefs(layout=layout, dst=dst, p0_side=f2.p0_side, p1_saved=f2.p1_saved,
-                          p3_loaded=f2.p3_loaded, gather=f2.gather)
+                          family=FSDP2)
     return FamilyRefs(layout=reference_layout(case), dst=reference_layout(case, load_side=True),
-                      p0_side=_fsdp1_p0_side, p1_saved=rp.p1_saved, p3_loaded=rp.p3_loaded,
-                      gather=ref.gather_full)
+                      p0_side=_fsdp1_p0_side, p1_saved=rp.p1_saved, family=FSDP1)
 
 
 def p0_both(refs: FamilyRefs, save_obs, load_obs, ordered: bool) -> Verdict:
@@ -127,8 +138,7 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
     v: dict[str, Verdict] = {}
     ordered = case.groups == 1  # several groups: the optimizer's order is the groups' order
     refs = family_refs(case)
-    layout, dst, p1_saved, p3_loaded, gather = (refs.layout, refs.dst, refs.p1_saved,
-                                                refs.p3_loaded, refs.gather)
+    layout, dst, p1_saved, gather = refs.layout, refs.dst, refs.p1_saved, refs.gather
     v["P0"] = p0_both(refs, save_obs, load_obs, ordered)
     full, bad = rp.to_full(api, save_obs)
     local = local_run(case)
@@ -146,7 +156,7 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         v["P2"] = na(why) if why else with_precision(
             case, rp.p2_vs_local(layout, full, local, dt), always=False, own_mp=mp)
         same = case.loads_where_saved
-        v["P3"] = p3_loaded(dst, full, load_obs, own=save_obs if same else None)
+        v["P3"] = refs.p3(full, load_obs, own=save_obs if same else None)
         v["P4"] = rp.p4_flatten(dst, load_obs, api)
         v["P6"] = na(why) if why else with_precision(case, rp.p6_resume(
             dst, load_obs, local, dt, gather=gather,

@@ -228,51 +228,6 @@ def p2_each_rank(layout, fulls: Sequence[dict], local: LocalRun, dtype: str) -> 
         passed(f"{len(fulls)} rank(s) within the tolerance of the single-process run")
 
 
-def p3_loaded(dst_layout, full: dict, load_obs: Sequence[LoadRecord],
-              own: Sequence[SaveRecord] | None = None) -> Verdict:
-    """Every rank's optimizer state after the load == reference.shard_full(full, rank);
-    with the same world size and wrapping, also == that rank's state before saving."""
-    problems = []
-    for o in load_obs:
-        r = o.rank
-        e = error_of(o.loaded)
-        if e:
-            return error(f"torch raised while loading on rank {r}:\n{e}")
-        with expect.on_rank(r):
-            try:
-                want = ref.shard_full(dst_layout, expect.shards_from(full), r)
-            except ref.StateDictMismatch as exc:
-                return error(f"reference.shard_full rejected the saved dict for rank {r}: "
-                             f"{exc}")
-            mine, theirs = comparable(expect.loaded(want), o.loaded, dst_layout, r)
-        diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst_layout))
-        if diffs:
-            problems.append(f"rank {r} after loading differs from reference.shard_full:\n"
-                            + format_diff(diffs))
-        if own is not None:
-            with expect.on_rank(r):
-                mine = own_expected(dst_layout, own, r, ref.gather_full, ref.shard_full)
-            mine, theirs = comparable(mine, o.loaded, dst_layout, r)
-            diffs = diff_state_dicts(mine, theirs, owner=owner_of(dst_layout))
-            if diffs:
-                problems.append(f"rank {r} after loading differs from its own state before "
-                                f"saving:\n" + format_diff(diffs))
-    if problems:
-        return fail("\n\n".join(problems))
-    return passed(f"bitwise on {len(load_obs)} rank(s)"
-                  + ("; equal to each rank's own state before saving" if own else ""))
-
-
-def own_expected(layout, own: Sequence[SaveRecord], rank: int, gather, shard) -> dict:
-    """What ``rank`` should hold after loading what it saved (same world size and plan):
-    its own state before the save; under a modelled bug (properties/expectation.py) the
-    ranks' states are gathered by the reference, passed through the model and sharded
-    again, since a bug's effect is stated on full dicts."""
-    if not expect.current().key:
-        return own[rank].local
-    full = expect.round_trip(gather(layout, [o.local for o in own]))
-    return shard(layout, expect.shards_from(full), rank)
-
 
 def p4_flatten(dst_layout, load_obs: Sequence[LoadRecord], api: str) -> Verdict:
     """Sharded paths: reference.flatten_sharded(the sharded dict torch saves after the load)

@@ -78,3 +78,40 @@ def error(detail: str) -> Verdict:
 def suite_error(detail: str) -> Verdict:
     """An error of this package itself (origin "suite")."""
     return Verdict("error", detail, origin="suite")
+
+
+class Findings:
+    """What a property that compares many (path, rank) observations has found so far, and the
+    verdict that follows (the rule of P1 and P3): the differences of every observation are
+    reported together; an observation that raised is an error, and one beside a difference
+    elsewhere makes the verdict a failure that shows both (a second bug never hides behind
+    an error); nothing compared is "n/a" with the first reason given, never a pass."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.compared: set[tuple[str, int]] = set()
+        self._error: Verdict | None = None
+        self._na: Verdict | None = None
+
+    def skipped(self, why: Verdict) -> None:
+        """An observation with nothing to compare: it raised ("error") or did not run."""
+        if why.status == "error" and self._error is None:
+            self._error = why
+        elif why.status == "n/a" and self._na is None:
+            self._na = why
+
+    def verdict(self, detail: str, nothing: str) -> Verdict:
+        """The verdict: ``detail`` of a pass, ``nothing``: the n/a reason when no
+        observation was compared and none gave one."""
+        if self.problems:
+            tail = f"\n\n{self._error.detail}" if self._error is not None else ""
+            return fail("\n\n".join(self.problems) + tail)
+        if self._error is not None:
+            return self._error
+        if not self.compared:
+            return self._na or na(nothing)
+        return passed(detail)
+
+    def ranks(self) -> int:
+        """How many ranks had an observation compared."""
+        return len({r for _, r in self.compared})

@@ -233,7 +233,7 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     # what a save would have written: the state at the save (under a modelled bug, as that
     # bug's save writes it; the identity otherwise)
     written = expect.saved(full)
-    v["P3"] = refs.p3_loaded(dst, written, load_obs, own=save_obs if same else None)
+    v["P3"] = refs.p3(written, load_obs, own=save_obs if same else None)
     if errors.get("resume") is not None:
         v["P6"] = fail("training after the load raised (the loaded state cannot be trained "
                        "on):\n" + rank_error_text(errors["resume"]))

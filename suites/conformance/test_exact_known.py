@@ -337,7 +337,10 @@ def test_a_second_bug_behind_the_nonstrict_dummy_state_fails(rank_pool):
     layout, full = fsdp2_reference_layout(case), obs[0]["full"]
 
     def judge():
-        return P.p3_shard(layout, full, obs, paths=(path,))
+        from fsdp_conformance.properties.families import FSDP2
+        from fsdp_conformance.properties.loaded import p3_loaded
+
+        return p3_loaded(FSDP2, layout, P.loaded_states(full, obs, paths=(path,)))
 
     clean = explain_one(case, prop, judge(), judge)
     assert (clean.status, clean.known) == ("known", "dsd-nonstrict-dummy-state"), clean.detail

@@ -16,7 +16,10 @@ from fsdp_conformance.properties.baseline import local_run
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.properties.run_props import p2_each_rank
 from fsdp_conformance.zoo import model_spec
-from fsdp_conformance.properties.reference_props import p0_layout, p1_gather, p3_shard, p4_flatten
+from fsdp_conformance.properties.families import FSDP1
+from fsdp_conformance.properties.loaded import p3_loaded
+from fsdp_conformance.properties.reference_props import (loaded_states, p0_layout, p1_gather,
+                                                         p4_flatten)
 from fsdp_conformance.sut import fsdp1
 
 from .known_pairs import assert_ok as _assert_ok
@@ -47,7 +50,7 @@ def _check_same_layout(rank_pool, case):
     _assert_ok(lambda: p1_gather(layout, obs, "full_current"), f"P1 optim_state_dict FULL {case.id}",
                case, "P1")
     if known_for(case, "P1") is None:  # a corrupted full dict cannot be sharded meaningfully
-        _assert_ok(lambda: p3_shard(layout, [o["full_legacy"] for o in obs], obs), f"P3 {case.id}", case,
+        _assert_ok(lambda: p3_loaded(FSDP1, layout, loaded_states([o["full_legacy"] for o in obs], obs)), f"P3 {case.id}", case,
                    "P3")
     _assert_ok(lambda: p4_flatten(layout, obs), f"P4 {case.id}", case, "P4")
     p2 = p2_judge(case, obs, lambda: reference_layout(case))
@@ -127,7 +130,8 @@ def test_save_at_n_load_at_m(rank_pool, src, dst, orig):
     loaded = rank_pool(dst).run(fsdp1.load_full, case, full)
     layout = reference_layout(case, load_side=True)
     _assert_ok(p0_layout(layout, loaded), f"P0 load side {case.id}")
-    _assert_ok(p3_shard(layout, full, loaded, own_locals=False), f"P3 {case.id}")
+    _assert_ok(p3_loaded(FSDP1, layout, loaded_states(full, loaded, own_locals=False)),
+               f"P3 {case.id}")
 
 
 def test_a_second_failure_on_a_known_pair_is_not_accepted():

@@ -20,6 +20,8 @@ from fsdp_conformance.cases import Case
 from fsdp_conformance.harness.errors import RankError
 from fsdp_conformance.known.entries import known_all
 from fsdp_conformance.properties import fsdp2_props as P
+from fsdp_conformance.properties.families import FSDP2
+from fsdp_conformance.properties.loaded import p3_loaded
 from fsdp_conformance.properties.layouts import fsdp2_reference_layout, reference_layout
 from fsdp_conformance.sut import fsdp1_dtensor, fsdp2
 
@@ -52,11 +54,11 @@ def _check_same_layout(rank_pool, case, nonstrict=False, extras=True):
              and (extras or p != "set_flattened")]
     for path in paths:
         na_ok = _broadcast_twin_known(case, path)
-        _assert_ok(lambda: P.p3_shard(layout, full, obs, paths=(path,)), f"P3 {path} {case.id}",
+        _assert_ok(lambda: p3_loaded(FSDP2, layout, P.loaded_states(full, obs, paths=(path,))), f"P3 {path} {case.id}",
                    case, f"P3:{path}", allow_na=na_ok)
         _assert_ok(lambda: P.p11_groups(full, obs, path), f"P11 {path} {case.id}", case, f"P11:{path}",
                    allow_na=True)
-    _assert_ok(P.p3_reload_own(layout, obs), f"P3 set_sharded {case.id}", case, "P3:set_sharded")
+    _assert_ok(p3_loaded(FSDP2, layout, P.reloaded_states(obs)), f"P3 set_sharded {case.id}", case, "P3:set_sharded")
     _assert_ok(lambda: P.p11_groups(full, obs, "set_sharded"), f"P11 set_sharded {case.id}", case,
                "P11:set_sharded", allow_na=True)
     for path in ("sharded", "sharded_offload") if extras else ("sharded",):
@@ -128,7 +130,8 @@ def test_save_at_n_load_at_m(rank_pool, src, dst):
     layout = fsdp2_reference_layout(case, load_side=True)
     _assert_ok(P.p0_layout(layout, loaded), f"P0 load side {case.id}", case, "P0:fsdp2")
     for path in ("set_full", "set_full_broadcast"):
-        _assert_ok(P.p3_shard(layout, full, loaded, paths=(path,), own_locals=False),
+        _assert_ok(p3_loaded(FSDP2, layout, P.loaded_states(full, loaded, paths=(path,),
+                                                    own_locals=False)),
                    f"P3 {path} {case.id}", case, f"P3:{path}")
         _assert_ok(lambda: P.p11_groups(full, loaded, path), f"P11 {path} {case.id}", case, f"P11:{path}")
 

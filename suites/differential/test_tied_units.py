@@ -18,7 +18,10 @@ from fsdp_conformance.cases import Case
 from fsdp_conformance.harness import RankError
 from fsdp_conformance.known.entries import known_for
 from fsdp_conformance.properties.layouts import reference_layout
-from fsdp_conformance.properties.reference_props import p0_layout, p1_gather, p3_shard, p4_flatten
+from fsdp_conformance.properties.families import FSDP1
+from fsdp_conformance.properties.loaded import p3_loaded
+from fsdp_conformance.properties.reference_props import (loaded_states, p0_layout, p1_gather,
+                                                         p4_flatten)
 from fsdp_conformance.properties.rekey_props import p5_rekey
 from fsdp_conformance.properties.verdict import error
 from fsdp_conformance.sut import fsdp1, rekey
@@ -60,7 +63,8 @@ def _check(rank_pool, case):
     elif "error" in obs[0]["full_legacy"]:
         verdicts["P3 shard/scatter/to_load"] = lambda: error(obs[0]["full_legacy"]["error"])
     elif case.plan in OWNER or known_for(case, "P1") is None:  # else: a corrupted full dict
-        verdicts["P3 shard/scatter/to_load"] = lambda: p3_shard(lay(), [o["full_legacy"] for o in obs], obs)
+        verdicts["P3 shard/scatter/to_load"] = lambda: p3_loaded(FSDP1, lay(), loaded_states(
+            [o["full_legacy"] for o in obs], obs))
     verdicts["P4"] = lambda: failed or p4_flatten(lay(), obs)
     # whether the replicas agree is P2's question (P1/P3/P4 judge each one on its own)
     errs = [] if failed else [o["full_legacy"]["error"] for o in obs if "error" in o["full_legacy"]]

@@ -1,0 +1,113 @@
+"""The reference of each FSDP family, as the properties judge with it: the one place where
+FSDP1 (flat params, ``reference.gather_full`` / ``shard_full``) and FSDP2 (per-parameter
+DTensors, ``reference.fsdp2_gather`` / ``fsdp2_shard``) differ for a property that is written
+once (P1: properties/saved.py; P3: properties/loaded.py).
+
+Rules
+- ``loaded_shard(layout, full, rank)`` is what a load of the full dict ``full`` leaves on
+  ``rank`` as this torch is expected to leave it (properties/expectation.py, judged as on
+  ``rank``). FSDP1: the reference's shard of the full dict the load cuts from
+  (``expectation.shards_from``), passed through the modelled load. FSDP2: the reference's
+  shard of the modelled load's full dict (a load effect acts on the full dict).
+- ``vs_reference`` / ``vs_own`` are the parts of a rank's dict compared with the reference's
+  shard / with the rank's own state before saving. Params of ignored modules are plain
+  tensors FSDP does not synchronise: an FSDP1 load keeps each rank's own values for them (left
+  out on ranks other than 0 in both comparisons); an FSDP2 full load gives every rank the
+  saved (rank 0's) values (compared with the reference's shard, left out of the own state on
+  ranks other than 0). FSDP2's P3 compares optimizer *state*; its ``param_groups`` after the
+  load are P11's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .. import reference as ref
+from . import expectation as expect
+from . import fsdp2_props
+from . import reference_props
+
+View = Callable[[dict, Any, int], dict]
+"""``(dict, layout, rank) -> the part of it that is compared``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyReference:
+    """One FSDP family's reference, as the properties use it."""
+
+    family: str
+    """``"fsdp1"`` or ``"fsdp2"`` (``sut.registry.FAMILIES``)."""
+    gather_name: str
+    """How a verdict names the gather (``"reference.gather_full"``)."""
+    shard_name: str
+    """How a verdict names the shard (``"reference.shard_full"``)."""
+    gather: Callable[[Any, list], dict]
+    """``gather(layout, every rank's local dict) -> the full dict``."""
+    gather_replica: Callable[[Any, list, int], dict]
+    """``gather_replica(layout, every rank's local dict, rank) ->`` the full dict of the
+    rank's replica (FSDP1: ``layout.replicas()``, the replica's dicts put first; FSDP2: the
+    gather of every rank's)."""
+    replica_note: Callable[[Any, int], str]
+    """What an error of ``gather_replica`` for a rank must add: which replica was put first
+    ("" where none was)."""
+    shard: Callable[[Any, dict, int], dict]
+    """``shard(layout, full, rank) -> the rank's local dict``."""
+    loaded_shard: Callable[[Any, dict, int], dict]
+    """What a load of ``full`` leaves on ``rank`` as this torch is expected to (module rules)."""
+    vs_reference: View
+    """The part of a rank's dict compared with the reference's shard (module rules)."""
+    vs_own: View
+    """The part of a rank's dict compared with its own state before saving (module rules)."""
+    owner: Callable[[Any], Callable[[str, Any], int]]
+    """``owner(layout)(fqn, index) -> the rank owning that element`` (for diffs)."""
+
+
+def _fsdp1_loaded_shard(layout, full: dict, rank: int) -> dict:
+    with expect.on_rank(rank):
+        return expect.loaded(ref.shard_full(layout, expect.shards_from(full), rank))
+
+
+def _fsdp1_replica(layout, rank: int) -> tuple[int, ...]:
+    return tuple(next(g for g in layout.replicas() if rank in g))
+
+
+def _fsdp1_gather_replica(layout, local_dicts: list, rank: int) -> dict:
+    first = _fsdp1_replica(layout, rank)[0]
+    return ref.gather_full(layout, reference_props.replica_first(layout, local_dicts, first))
+
+
+def _fsdp1_replica_note(layout, rank: int) -> str:
+    return reference_props.rotated_note(_fsdp1_replica(layout, rank))
+
+
+def _fsdp1_view(d: dict, layout, rank: int) -> dict:
+    return d if rank == 0 else reference_props.drop_plain(d, layout)
+
+
+def _fsdp2_loaded_shard(layout, full: dict, rank: int) -> dict:
+    with expect.on_rank(rank):  # a load effect acts on the full dict (known/model.py)
+        loaded_full = expect.loaded(full)
+    return ref.fsdp2_shard(layout, loaded_full, rank)
+
+
+def _state(d: dict, layout=None, rank: int = 0) -> dict:
+    return {"state": d.get("state", {})}
+
+
+def _fsdp2_own(d: dict, layout, rank: int) -> dict:
+    return _state(d) if rank == 0 else fsdp2_props.drop_plain(_state(d), layout)
+
+
+FSDP1 = FamilyReference(
+    family="fsdp1", gather_name="reference.gather_full", shard_name="reference.shard_full",
+    gather=ref.gather_full, gather_replica=_fsdp1_gather_replica,
+    replica_note=_fsdp1_replica_note, shard=ref.shard_full, loaded_shard=_fsdp1_loaded_shard,
+    vs_reference=_fsdp1_view, vs_own=_fsdp1_view, owner=reference_props.owner_of)
+FSDP2 = FamilyReference(
+    family="fsdp2", gather_name="reference.fsdp2_gather", shard_name="reference.fsdp2_shard",
+    gather=ref.fsdp2_gather, gather_replica=lambda layout, dicts, rank: ref.fsdp2_gather(
+        layout, dicts), replica_note=lambda layout, rank: "",
+    shard=ref.fsdp2_shard, loaded_shard=_fsdp2_loaded_shard,
+    vs_reference=_state, vs_own=_fsdp2_own, owner=fsdp2_props.owner_of)
+FAMILY_REFERENCES = {f.family: f for f in (FSDP1, FSDP2)}
+"""The reference of each family, by ``Case.family``."""
