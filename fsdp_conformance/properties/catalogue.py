@@ -38,7 +38,7 @@ CATALOGUE: tuple[Property, ...] = (
     Property(id="P0", name="layout", decided_by="round trip", module="run_props, fsdp2_run_props",
              checks="FSDP's flat-param metadata (FSDP2: per-parameter DTensor placements) on "
                     "both pools == the reference layout (exact)"),
-    Property(id="P1", name="gather", decided_by="round trip", module="run_props, fsdp2_run_props",
+    Property(id="P1", name="gather", decided_by="round trip", module="saved",
              checks="what the path saved == reference.gather_full(every rank's local state) "
                     "(bitwise)"),
     Property(id="P2", name="vs one process", decided_by="round trip", module="run_props",

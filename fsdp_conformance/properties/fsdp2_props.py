@@ -40,18 +40,6 @@ def drop_plain(d: dict, layout) -> dict:
     return {**d, "state": {k: v for k, v in d.get("state", {}).items() if k not in plain}}
 
 
-def _with_own_plain(want: dict, local: dict, layout) -> dict:
-    """``want`` with the ignored params' state replaced by the rank's own (``local``)."""
-    state = dict(want["state"])
-    for p in layout.plain_params:
-        own = local["state"].get(p.fqn)
-        if own is not None:
-            state[p.fqn] = own
-        else:
-            state.pop(p.fqn, None)
-    return {**want, "state": state}
-
-
 def p0_layout(layout, observations: Sequence[dict]) -> Verdict:
     """FSDP2's real per-parameter layout on every rank equals the reference's: the optimizer's
     key order, which params are DTensors (all but ignored ones), their global and local
@@ -107,37 +95,20 @@ def flatten_keys(full: Mapping) -> dict:
     return out
 
 
-def p1_gather(layout, observations: Sequence[dict], path: str = "full") -> Verdict:
-    """torch's full dict == reference.fsdp2_gather(every rank's local state), bitwise, on
-    every rank (``full_rank0``: rank 0 only, every other rank gets ``{}``; ``flattened``:
-    compared with :func:`flatten_keys` of the reference's dict)."""
-    try:
-        want = ref.fsdp2_gather(layout, [o["local"] for o in observations])
-    except ref.StateDictMismatch as exc:
-        return error(f"reference.fsdp2_gather rejected torch's local dicts: {exc}")
-    want = expect.saved(want)
+def saved_dicts(observations: Sequence[dict], path: str = "full") -> list:
+    """What P1 (properties/saved.py, with ``families.FSDP2``; the local dicts:
+    ``[o["local"] for o in observations]``) judges of the differential observations: the
+    full dict ``path`` returned on every rank (``full_rank0``: rank 0 only, every other rank
+    gets ``{}``; ``flattened``: the flattened form), whose ignored params carry the rank's
+    own state."""
+    from .saved import SavedDict
+
+    out = []
     for obs in observations:
-        r = obs["rank"]
         got, v = path_value(obs, path)
-        if v is not None:
-            return v
-        if path == "full_rank0" and r != 0:
-            if got != {}:
-                return fail(f"{path} on rank {r} (cpu_offload=True, so rank 0 only) is not "
-                            f"empty: {sorted(got)[:5]}")
-            continue
-        want_r = _with_own_plain(want, obs["local"], layout)
-        if path == "flattened":
-            want_r = flatten_keys(want_r)
-        diffs = diff_state_dicts(want_r, got, owner=owner_of(layout))
-        if diffs:
-            return fail(f"{path} on rank {r} differs from reference.fsdp2_gather:\n"
-                        + format_diff(diffs))
-    return passed(f"{path}: {len(want['state'])} params bitwise equal on every rank")
-
-
-def _state_only(d: dict) -> dict:
-    return {"state": d.get("state", {})}
+        out.append(SavedDict(rank=obs["rank"], label=path, got=got, problem=v, own=obs["local"],
+                             rank0_only=path == "full_rank0", flattened=path == "flattened"))
+    return out
 
 
 def loaded_states(full: dict, observations: Sequence[dict],

@@ -46,20 +46,6 @@ def p0_side(layout, records: Sequence[SaveRecord] | Sequence[LoadRecord],
     return fsdp2_props.p0_layout(layout, [{**o, "keys": want} for o in obs])
 
 
-def p1_saved(layout, save_obs: Sequence[SaveRecord], full: dict, api: str) -> Verdict:
-    """What the path saved == reference.fsdp2_gather(every rank's local dict), bitwise."""
-    try:
-        want = ref.fsdp2_gather(layout, [o.local for o in save_obs])
-    except ref.StateDictMismatch as exc:
-        return error(f"reference.fsdp2_gather rejected torch's local dicts: {exc}")
-    want = expect.saved(want)
-    diffs = diff_state_dicts(want, full, owner=owner_of(layout))
-    if diffs:
-        return fail(f"{api} saved a dict that differs from reference.fsdp2_gather:\n"
-                    + format_diff(diffs))
-    return passed(f"{len(want['state'])} params bitwise equal")
-
-
 
 def p9_sharded(full: dict, save_obs: Sequence[SaveRecord]) -> Verdict:
     """fsdp2.sharded: ``cpu_offload=True`` puts every tensor of the sharded dict on CPU (a

@@ -110,39 +110,18 @@ def own_shard_group(layout, dicts: Sequence, rank: int) -> list:
     return [dicts[q] for q in next(g for g in layout.shard_groups() if rank in g)]
 
 
-def p1_gather(layout, observations: Sequence[dict], path: str = "full_legacy") -> Verdict:
-    """The full dict torch returns on every rank (rank0_only=False) equals
-    reference.gather_full of the local dicts of the rank's replica (``layout.replicas()``:
-    all ranks, a HYBRID_SHARD shard group, a NO_SHARD rank's own), bitwise. Params outside
-    every unit (ignored modules) are not synchronised by FSDP, so on rank r their state is
-    rank r's own. Whether the replicas agree is not P1's question: the single-process run's
-    (P2)."""
-    locals_ = [o["local"] for o in observations]
-    wants: dict[int, dict] = {}
-    for group in layout.replicas():
-        try:
-            want = ref.gather_full(layout, replica_first(layout, locals_, group[0]))
-        except ref.StateDictMismatch as exc:
-            return error(f"reference.gather_full rejected torch's local dicts"
-                         f"{rotated_note(group)}: {exc}")
-        wants.update({r: expect.saved(want) for r in group})
+def saved_dicts(observations: Sequence[dict], path: str = "full_legacy") -> list:
+    """What P1 (properties/saved.py, with ``families.FSDP1``; the local dicts:
+    ``[o["local"] for o in observations]``) judges of the differential observations: the
+    full dict ``path`` returned on every rank (rank0_only=False), whose ignored params carry
+    the rank's own state."""
+    from .saved import SavedDict
+
+    out = []
     for obs in observations:
         got, v = path_value(obs, path)
-        if v is not None:
-            return v
-        want = wants[obs["rank"]]
-        want_r = {**want, "state": dict(want["state"])}
-        for slot in layout.plain_params:
-            own = obs["local"]["state"].get(slot.fqn)
-            if own is not None:
-                want_r["state"][slot.fqn] = own
-            else:
-                want_r["state"].pop(slot.fqn, None)
-        diffs = diff_state_dicts(want_r, got, owner=owner_of(layout))
-        if diffs:
-            return fail(f"{path} on rank {obs['rank']} differs from reference.gather_full:\n"
-                        + format_diff(diffs))
-    return passed(f"{path}: {len(wants[0]['state'])} params bitwise equal on every rank")
+        out.append(SavedDict(rank=obs["rank"], label=path, got=got, problem=v, own=obs["local"]))
+    return out
 
 
 FROM_RANK0 = ("scatter_legacy",)

@@ -29,6 +29,7 @@ from .catalogue import CATALOGUE, NO_REKEY
 from .families import FSDP1, FSDP2, FamilyReference
 from .layouts import reference_layout
 from .loaded import p3_loaded, run_states
+from .saved import SavedDict, p1_saved
 from .reference_props import p0_layout
 from .verdict import Verdict, error, na, passed
 
@@ -47,8 +48,6 @@ class FamilyRefs:
     """The load side's (its world size and plan)."""
     p0_side: Callable[..., Verdict]
     """``p0_side(layout, records, ordered)``: one side's layout against the reference."""
-    p1_saved: Callable[..., Verdict]
-    """P1: what the path saved against the reference's gather."""
     family: FamilyReference
     """The family's reference (properties/families.py): what P3 (properties/loaded.py)
     judges with."""
@@ -57,6 +56,12 @@ class FamilyRefs:
     def gather(self) -> Callable[..., dict]:
         """The reference's gather of the ranks' local dicts."""
         return self.family.gather
+
+    def p1(self, full: dict, save_obs, api: str) -> Verdict:
+        """P1 of the full dict ``full`` a round trip's path ``api`` saved (rank 0's, or
+        the ranks' shards assembled) against the gather of the save side's local dicts."""
+        return p1_saved(self.family, self.layout, [o.local for o in save_obs],
+                        [SavedDict(rank=0, label=api, got=full)])
 
     def p3(self, full: dict, load_obs, own=None) -> Verdict:
         """P3 of a round trip's load side that loaded ``full`` (``own``: the save side's
@@ -76,10 +81,9 @@ def family_refs(case: Case) -> FamilyRefs:
         from . import fsdp2_run_props as f2
 
         layout, dst = f2.layouts(case)
-        return FamilyRefs(layout=layout, dst=dst, p0_side=f2.p0_side, p1_saved=f2.p1_saved,
-                          family=FSDP2)
+        return FamilyRefs(layout=layout, dst=dst, p0_side=f2.p0_side, family=FSDP2)
     return FamilyRefs(layout=reference_layout(case), dst=reference_layout(case, load_side=True),
-                      p0_side=_fsdp1_p0_side, p1_saved=rp.p1_saved, family=FSDP1)
+                      p0_side=_fsdp1_p0_side, family=FSDP1)
 
 
 def p0_both(refs: FamilyRefs, save_obs, load_obs, ordered: bool) -> Verdict:
@@ -138,7 +142,7 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
     v: dict[str, Verdict] = {}
     ordered = case.groups == 1  # several groups: the optimizer's order is the groups' order
     refs = family_refs(case)
-    layout, dst, p1_saved, gather = refs.layout, refs.dst, refs.p1_saved, refs.gather
+    layout, dst, gather = refs.layout, refs.dst, refs.gather
     v["P0"] = p0_both(refs, save_obs, load_obs, ordered)
     full, bad = rp.to_full(api, save_obs)
     local = local_run(case)
@@ -146,7 +150,7 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         for p in ("P1", "P2", "P3", "P4", "P6", "P7", "P8", "P9", "P10", "P11"):
             v[p] = bad
     else:
-        v["P1"] = p1_saved(layout, save_obs, full, api)
+        v["P1"] = refs.p1(full, save_obs, api)
         ignored = model_spec(case.model).ignored
         why = (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank on "
                f"the rank's own rows, and they feed every other param's gradient, so no "

@@ -174,20 +174,6 @@ def _without(d: dict, fqns: set[str]) -> dict:
     return {**d, "state": {k: v for k, v in d["state"].items() if k not in fqns}}
 
 
-def p1_saved(layout, save_obs: Sequence[SaveRecord], full: dict, api: str) -> Verdict:
-    """What the path saved == reference.gather_full(every rank's local dict), bitwise
-    (params of ignored modules: rank 0's own state)."""
-    try:
-        want = ref.gather_full(layout, [o.local for o in save_obs])
-    except ref.StateDictMismatch as exc:
-        return error(f"reference.gather_full rejected torch's local dicts: {exc}")
-    want, got = comparable(expect.saved(want), full, layout, 0)
-    diffs = diff_state_dicts(want, got, owner=owner_of(layout))
-    if diffs:
-        return fail(f"{api} saved a dict that differs from reference.gather_full:\n"
-                    + format_diff(diffs))
-    return passed(f"{len(want['state'])} params bitwise equal")
-
 
 def p2_vs_local(layout, full: dict, local: LocalRun, dtype: str, rank: int = 0) -> Verdict:
     """The saved full dict ~= the single-process optimizer state after the same steps (of

@@ -373,14 +373,17 @@ def test_a_second_bug_behind_the_broken_tie_fails(rank_pool):
     naming the state, with the entry that explained the rest."""
     from fsdp_conformance.known.apply import explain_one
     from fsdp_conformance.properties.layouts import reference_layout
-    from fsdp_conformance.properties.reference_props import p1_gather
+    from fsdp_conformance.properties.families import FSDP1
+    from fsdp_conformance.properties.reference_props import saved_dicts
+    from fsdp_conformance.properties.saved import p1_saved
     from fsdp_conformance.sut import fsdp1
 
     case = Case(api="fsdp1", model="tied", plan="split", optimizer="adam", world_size=2)
     obs = rank_pool(2).run(fsdp1.observe, case, seed=case.seed, timeout=60)
 
     def judge():
-        return p1_gather(reference_layout(case), obs, "full_legacy")
+        return p1_saved(FSDP1, reference_layout(case), [o["local"] for o in obs],
+                        saved_dicts(obs, "full_legacy"))
 
     clean = explain_one(case, "P1", judge(), judge)
     assert (clean.status, clean.known) == ("known", "tied-across-units-flat-untied"), clean.detail

@@ -18,8 +18,9 @@ from fsdp_conformance.properties.run_props import p2_each_rank
 from fsdp_conformance.zoo import model_spec
 from fsdp_conformance.properties.families import FSDP1
 from fsdp_conformance.properties.loaded import p3_loaded
-from fsdp_conformance.properties.reference_props import (loaded_states, p0_layout, p1_gather,
-                                                         p4_flatten)
+from fsdp_conformance.properties.reference_props import (loaded_states, p0_layout, p4_flatten,
+                                                         saved_dicts)
+from fsdp_conformance.properties.saved import p1_saved
 from fsdp_conformance.sut import fsdp1
 
 from .known_pairs import assert_ok as _assert_ok
@@ -45,9 +46,11 @@ def _check_same_layout(rank_pool, case):
     obs = rank_pool(case.world_size).run(fsdp1.observe, case, seed=case.seed)
     layout = reference_layout(case)
     _assert_ok(p0_layout(layout, obs), f"P0 {case.id}")
-    _assert_ok(lambda: p1_gather(layout, obs, "full_legacy"), f"P1 full_optim_state_dict {case.id}",
+    _assert_ok(lambda: p1_saved(FSDP1, layout, [o["local"] for o in obs],
+                                       saved_dicts(obs, "full_legacy")), f"P1 full_optim_state_dict {case.id}",
                case, "P1")
-    _assert_ok(lambda: p1_gather(layout, obs, "full_current"), f"P1 optim_state_dict FULL {case.id}",
+    _assert_ok(lambda: p1_saved(FSDP1, layout, [o["local"] for o in obs],
+                                       saved_dicts(obs, "full_current")), f"P1 optim_state_dict FULL {case.id}",
                case, "P1")
     if known_for(case, "P1") is None:  # a corrupted full dict cannot be sharded meaningfully
         _assert_ok(lambda: p3_loaded(FSDP1, layout, loaded_states([o["full_legacy"] for o in obs], obs)), f"P3 {case.id}", case,
@@ -112,7 +115,8 @@ def test_replicas_that_disagree_pass_p1_and_fail_p2(rank_pool, strategy):
         t.view(-1)[0] += 1e-3
         st[fqn] = {**st[fqn], "momentum_buffer": t}
     if strategy == "NO_SHARD":  # HSDP: the full dict is gathered over the shard group
-        assert p1_gather(layout, obs, "full_legacy").status == "pass"
+        assert p1_saved(FSDP1, layout, [o["local"] for o in obs],
+                        saved_dicts(obs, "full_legacy")).status == "pass"
     v = p2_judge(case, obs, lambda: layout)()
     assert v.status == "fail" and f"rank {last}:" in v.detail, v.detail
     assert not any(f"rank {r}:" in v.detail for r in range(last)), v.detail

@@ -22,6 +22,7 @@ from fsdp_conformance.known.entries import known_all
 from fsdp_conformance.properties import fsdp2_props as P
 from fsdp_conformance.properties.families import FSDP2
 from fsdp_conformance.properties.loaded import p3_loaded
+from fsdp_conformance.properties.saved import p1_saved
 from fsdp_conformance.properties.layouts import fsdp2_reference_layout, reference_layout
 from fsdp_conformance.sut import fsdp1_dtensor, fsdp2
 
@@ -48,7 +49,7 @@ def _check_same_layout(rank_pool, case, nonstrict=False, extras=True):
     layout = fsdp2_reference_layout(case)
     _assert_ok(P.p0_layout(layout, obs), f"P0 {case.id}", case, "P0:fsdp2")
     for path in ("full", "full_rank0", "flattened") if extras else ("full",):
-        _assert_ok(P.p1_gather(layout, obs, path), f"P1 {path} {case.id}", case, f"P1:{path}")
+        _assert_ok(p1_saved(FSDP2, layout, [o["local"] for o in obs], P.saved_dicts(obs, path)), f"P1 {path} {case.id}", case, f"P1:{path}")
     full = obs[0]["full"]
     paths = [p for p in LOAD_PATHS if (nonstrict or "nonstrict" not in p)
              and (extras or p != "set_flattened")]
@@ -122,7 +123,8 @@ def test_save_at_n_load_at_m(rank_pool, src, dst):
                 world_size=src, load_world_size=dst, load_plan="block")
     if src not in _SAVED:
         saved = rank_pool(src).run(fsdp2.save_full, case, timeout=TIMEOUT)
-        _assert_ok(P.p1_gather(fsdp2_reference_layout(case), saved, "full"),
+        _assert_ok(p1_saved(FSDP2, fsdp2_reference_layout(case), [o["local"] for o in saved],
+                            P.saved_dicts(saved, "full")),
                    f"P1 full {case.id}", case, "P1:full")
         _SAVED[src] = saved[0]["full"]
     full = _SAVED[src]

@@ -20,8 +20,9 @@ from fsdp_conformance.known.entries import known_for
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.properties.families import FSDP1
 from fsdp_conformance.properties.loaded import p3_loaded
-from fsdp_conformance.properties.reference_props import (loaded_states, p0_layout, p1_gather,
-                                                         p4_flatten)
+from fsdp_conformance.properties.reference_props import (loaded_states, p0_layout, p4_flatten,
+                                                         saved_dicts)
+from fsdp_conformance.properties.saved import p1_saved
 from fsdp_conformance.properties.rekey_props import p5_rekey
 from fsdp_conformance.properties.verdict import error
 from fsdp_conformance.sut import fsdp1, rekey
@@ -56,8 +57,10 @@ def _check(rank_pool, case):
     # the untied model's layout, expectation.runs_as)
     lay = lambda: reference_layout(case)  # noqa: E731
     verdicts = {"P0": lambda: failed or p0_layout(lay(), obs),
-                "P1 full_optim_state_dict": lambda: failed or p1_gather(lay(), obs, "full_legacy"),
-                "P1 optim_state_dict FULL": lambda: failed or p1_gather(lay(), obs, "full_current")}
+                "P1 full_optim_state_dict": lambda: failed or p1_saved(
+                    FSDP1, lay(), [o["local"] for o in obs], saved_dicts(obs, "full_legacy")),
+                "P1 optim_state_dict FULL": lambda: failed or p1_saved(
+                    FSDP1, lay(), [o["local"] for o in obs], saved_dicts(obs, "full_current"))}
     if failed:
         verdicts["P3 shard/scatter/to_load"] = lambda: failed
     elif "error" in obs[0]["full_legacy"]:

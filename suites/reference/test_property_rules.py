@@ -11,6 +11,7 @@ import torch
 
 from fsdp_conformance.properties.families import FSDP1
 from fsdp_conformance.properties.loaded import LoadedState, p3_loaded
+from fsdp_conformance.properties.saved import SavedDict, p1_saved
 from fsdp_conformance.properties.verdict import error, na
 from fsdp_conformance.reference import layout_from_spec, shard_full
 
@@ -95,3 +96,32 @@ def test_p3_own_state_differs():
                                               own=_nudged(shards[0]))])
     assert v.status == "fail"
     assert "rank 0 after loading differs from the rank's own state before saving" in v.detail
+def test_p1_gather_of_the_locals_passes_and_a_nudged_save_fails_by_rank():
+    layout = _layout()
+    full = _full(layout)
+    locals_ = _shards(layout, full)
+    v = p1_saved(FSDP1, layout, locals_, [SavedDict(rank=0, label="x.full", got=full)])
+    assert v.status == "pass", v.detail
+    v = p1_saved(FSDP1, layout, locals_, [SavedDict(rank=0, label="x.full", got=_nudged(full))])
+    assert v.status == "fail"
+    assert v.detail.startswith("x.full on rank 0 differs from reference.gather_full"), v.detail
+
+
+def test_p1_rank0_only_elsewhere_empty_and_errors_beside_differences():
+    layout = _layout()
+    full = _full(layout)
+    locals_ = _shards(layout, full)
+    saves = [SavedDict(rank=0, label="p", got=full, rank0_only=True),
+             SavedDict(rank=1, label="p", got={}, rank0_only=True)]
+    assert p1_saved(FSDP1, layout, locals_, saves).status == "pass"
+    saves[1] = SavedDict(rank=1, label="p", got=full, rank0_only=True)
+    v = p1_saved(FSDP1, layout, locals_, saves)
+    assert v.status == "fail" and "p on rank 1 (rank 0 only) is not empty" in v.detail
+    raised = SavedDict(rank=1, label="p", problem=error("torch raised in p on rank 1:\nBoom"))
+    v = p1_saved(FSDP1, layout, locals_, [SavedDict(rank=0, label="p", got=_nudged(full)),
+                                          raised])
+    assert v.status == "fail" and "Boom" in v.detail
+    v = p1_saved(FSDP1, layout, locals_, [raised])
+    assert v.status == "error"
+    assert p1_saved(FSDP1, layout, locals_, [SavedDict(rank=0, problem=na("skipped"))]) \
+        .status == "n/a"
