@@ -12,7 +12,7 @@ Rules
   rank the full dict's (rank 0's) values, and "== the rank's own local state" leaves them out
   on ranks other than 0 (P3).
 - The flattened form (``flatten_optimizer_state_dict=True``) is compared key by key with
-  :func:`flatten_keys` of the reference's full dict.
+  ``saved.flatten_keys`` of the reference's full dict.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from .. import reference as ref
 from . import expectation as expect
 from .statediff import diff_state_dicts, format_diff
 from .loaded import LoadedState
+from .saved import SavedDict
 from .reference_props import path_value
 from .verdict import Verdict, error, fail, na, passed
 
@@ -72,37 +73,12 @@ def p0_layout(layout, observations: Sequence[dict]) -> Verdict:
         f"{len(layout.params)} params on {len(observations)} rank(s)")
 
 
-def flatten_keys(full: Mapping) -> dict:
-    """The flattened form of a full FQN-keyed dict (``_flatten_optim_state_dict``'s rule):
-    ``"state.<fqn>.<name>"`` for every state value (nested dicts joined by dots) and
-    ``"param_groups.<fqn>.<key>"`` for every hyperparameter of the group holding ``fqn``."""
-    out: dict[str, Any] = {}
-
-    def put(prefix: str, v: Any) -> None:
-        if isinstance(v, Mapping):
-            for k, x in v.items():
-                put(f"{prefix}.{k}", x)
-        else:
-            out[prefix] = v
-
-    for fqn, st in full.get("state", {}).items():
-        put(f"state.{fqn}", st)
-    for g in full.get("param_groups", []):
-        for fqn in g["params"]:
-            for k, v in g.items():
-                if k != "params":
-                    out[f"param_groups.{fqn}.{k}"] = v
-    return out
-
-
 def saved_dicts(observations: Sequence[dict], path: str = "full") -> list:
     """What P1 (properties/saved.py, with ``families.FSDP2``; the local dicts:
     ``[o["local"] for o in observations]``) judges of the differential observations: the
     full dict ``path`` returned on every rank (``full_rank0``: rank 0 only, every other rank
     gets ``{}``; ``flattened``: the flattened form), whose ignored params carry the rank's
     own state."""
-    from .saved import SavedDict
-
     out = []
     for obs in observations:
         got, v = path_value(obs, path)

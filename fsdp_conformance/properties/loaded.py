@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .. import reference as ref
 from . import expectation as expect
+from ..sut.records import error_of
 from .statediff import diff_state_dicts, format_diff
 from .verdict import Findings, Verdict, error
 
@@ -112,8 +113,6 @@ def run_states(family: "FamilyReference", layout, full: dict, load_obs: Sequence
     """The ``LoadedState`` of every rank of a round trip's load side (``load_obs``:
     ``sut.records.LoadRecord`` per rank) that loaded ``full``; ``own``: the save side's
     records where the load is at the save's world size and plan."""
-    from ..sut.records import error_of
-
     out = []
     for o in load_obs:
         e = error_of(o.loaded)

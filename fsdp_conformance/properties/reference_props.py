@@ -10,6 +10,8 @@ from typing import Sequence
 
 from .. import reference as ref
 from . import expectation as expect
+from .loaded import LoadedState
+from .saved import SavedDict
 from .statediff import diff_state_dicts, format_diff
 from .verdict import Verdict, error, fail, na, passed
 
@@ -115,8 +117,6 @@ def saved_dicts(observations: Sequence[dict], path: str = "full_legacy") -> list
     ``[o["local"] for o in observations]``) judges of the differential observations: the
     full dict ``path`` returned on every rank (rank0_only=False), whose ignored params carry
     the rank's own state."""
-    from .saved import SavedDict
-
     out = []
     for obs in observations:
         got, v = path_value(obs, path)
@@ -138,8 +138,6 @@ def loaded_states(full: dict | Sequence[dict], observations: Sequence[dict],
     that scatter rank 0's, ``FROM_RANK0``), and with ``own_locals`` the reference's shard of
     the rank's full dict against its own ``optim.state_dict()`` as this torch's load leaves
     it (properties/expectation.py; the identity unless modelled)."""
-    from .loaded import LoadedState
-
     out = []
     for obs in observations:
         r = obs["rank"]

@@ -22,7 +22,7 @@ Rules
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import reference as ref
 from . import expectation as expect
@@ -54,6 +54,29 @@ class SavedDict:
     """The dict is in the flattened form (``"state.<fqn>.<name>"`` keys)."""
 
 
+def flatten_keys(full: Mapping) -> dict:
+    """The flattened form of a full FQN-keyed dict (``_flatten_optim_state_dict``'s rule):
+    ``"state.<fqn>.<name>"`` for every state value (nested dicts joined by dots) and
+    ``"param_groups.<fqn>.<key>"`` for every hyperparameter of the group holding ``fqn``."""
+    out: dict[str, Any] = {}
+
+    def put(prefix: str, v: Any) -> None:
+        if isinstance(v, Mapping):
+            for k, x in v.items():
+                put(f"{prefix}.{k}", x)
+        else:
+            out[prefix] = v
+
+    for fqn, st in full.get("state", {}).items():
+        put(f"state.{fqn}", st)
+    for g in full.get("param_groups", []):
+        for fqn in g["params"]:
+            for k, v in g.items():
+                if k != "params":
+                    out[f"param_groups.{fqn}.{k}"] = v
+    return out
+
+
 def _with_own_plain(want: dict, local: dict, layout) -> dict:
     """``want`` with the ignored params' state replaced by the rank's own (``local``)."""
     state = dict(want["state"])
@@ -70,8 +93,6 @@ def p1_saved(family: "FamilyReference", layout, local_dicts: Sequence[dict],
              saves: Sequence[SavedDict]) -> Verdict:
     """P1 of ``saves`` against ``family``'s gather of ``local_dicts`` (one per rank, in rank
     order) at ``layout`` (module rules)."""
-    from .fsdp2_props import flatten_keys
-
     wants: dict[int, dict] = {}
     found = Findings()
     owner = family.owner(layout)
