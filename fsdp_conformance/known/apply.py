@@ -57,47 +57,11 @@ def _effects(case: Case, verdicts: Mapping[str, Verdict]) -> list[KnownLimitatio
     return out
 
 
-def _composed(case: Case, entries: list[KnownLimitation], channel: str) -> Callable[[dict], dict]:
-    """The entries' transforms of one ``Effect`` channel, applied in the order given."""
-    fs = [getattr(e.model, channel) for e in entries if getattr(e.model, channel) is not None]
-
-    def apply(d: dict) -> dict:
-        for f in fs:
-            d = f(d, case)
-        return d
-    return apply
-
-
 def expectation_of(case: Case, entries: list[KnownLimitation]) -> Expectation:
-    """The expectation under the entries' effects, each channel composed in the order
-    given (save effects, then load effects; storage and rekey effects; the params given
-    zero gradients at a step are the union of the entries'; the case run as, each entry's
-    in turn)."""
-    zeros = [e.model.zero_grads for e in entries if e.model.zero_grads is not None]
-
-    def zero_grads(step: int) -> frozenset:
-        return frozenset().union(*(f(step, case) for f in zeros))
-    as_ = [e.model.runs_as for e in entries if e.model.runs_as is not None]
-
-    def runs_as(c):
-        for f in as_:
-            c = f(c)
-        return c
-    local = [e.model.local_grads for e in entries if e.model.local_grads is not None]
-
-    def local_grads(c) -> dict:
-        return {k: v for f in local for k, v in f(c).items()}
+    """The expectation under the entries' effects, each channel composed in the order given
+    (properties/expectation.py ``Expectation``)."""
     return Expectation(key="+".join(e.key for e in entries),
-                       saved=_composed(case, entries, "save"),
-                       loaded=_composed(case, entries, "load"),
-                       shards_from=_composed(case, entries, "shards_from"),
-                       stored=_composed(case, entries, "stored"),
-                       rekeyed=_composed(case, entries, "rekeyed"),
-                       optim_loaded=_composed(case, entries, "optim_loaded"),
-                       zero_grads=zero_grads,
-                       runs_as=runs_as,
-                       local_grads=local_grads,
-                       by_rank=any(e.model.shards_from is not None for e in entries))
+                       effects=tuple(e.model for e in entries), case=case)
 
 
 def rejudge(case: Case, verdicts: Mapping[str, Verdict], judge: Judge

@@ -19,48 +19,86 @@ from __future__ import annotations
 import contextlib
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Callable, Iterator
-
-
-def _same(d: dict) -> dict:
-    return d
+from typing import Iterator
 
 
 @dataclass(frozen=True, kw_only=True)
 class Expectation:
-    """A modelled bug bound to one case."""
+    """A modelled bug bound to one case: the ``Effect`` models of the known entries that
+    model it (known/model.py, where each channel is declared and documented once), applied
+    in the order given. Every channel below is that composition: a dict transform
+    (``saved``, ``loaded``, ``shards_from``, ``stored``, ``rekeyed``, ``optim_loaded``: each
+    effect's transform in turn, the identity where none has one), the params given zero
+    gradients at a step (their union), the case run as (each effect's in turn), the
+    gradients kept per rank (their merge)."""
 
     key: str
     """The known entries modelled ("a+b" for several; "" for the correct result)."""
-    saved: Callable[[dict], dict] = _same
-    """The dict a correct save returns -> the dict expected from this torch."""
-    loaded: Callable[[dict], dict] = _same
-    """The state a correct load leaves -> the state expected from this torch."""
-    shards_from: Callable[[dict], dict] = _same
-    """FSDP1: the full dict a correct load cuts the judged rank's local state from -> the
-    full dict this torch's load is expected to cut it from (``on_rank``)."""
-    stored: Callable[[dict], dict] = _same
-    """A saved dict -> what this torch's storage layer (DCP) is expected to read back."""
-    rekeyed: Callable[[dict], dict] = _same
-    """A correct PARAM_ID rekey -> what this torch's rekey is expected to return."""
-    optim_loaded: Callable[[dict], dict] = _same
-    """The state a correct plain ``Optimizer.load_state_dict`` leaves -> the state expected
-    from this torch's."""
-    zero_grads: Callable[[int], frozenset] = lambda step: frozenset()
-    """Training step -> the params (FQNs) that get a zero gradient at that step where no
-    gradient is correct (the single-process baseline trains them so)."""
-    runs_as: Callable[[object], object] = lambda case: case
-    """A case -> the case whose correct result is expected from this torch (the reference
-    layouts and the single-process baseline are built from it)."""
-    local_grads: Callable[[object], dict] = lambda case: {}
-    """A case -> ``{param FQN: module FQN}``: the gradient of the param through that
-    module's use that each rank keeps to itself (not averaged over ranks): the baseline
-    trains one replica per rank (properties/baseline.py)."""
-    by_rank: bool = False
-    """Whether the modelled load may differ between the load side's ranks (a
-    ``shards_from`` effect): the baseline then resumes each rank from its own modelled
-    state and trains the ranks as FSDP does, one replica per distinct start
-    (properties/baseline.py)."""
+    effects: tuple = ()
+    """Their ``Effect`` models, in order (known/model.py)."""
+    case: object = None
+    """The case they are bound to (each transform's second argument)."""
+
+    def _chain(self, channel: str, d):
+        for e in self.effects:
+            f = getattr(e, channel)
+            if f is not None:
+                d = f(d, self.case)
+        return d
+
+    def saved(self, d: dict) -> dict:
+        """The dict a correct save returns -> the dict expected from this torch."""
+        return self._chain("save", d)
+
+    def loaded(self, d: dict) -> dict:
+        """The state a correct load leaves -> the state expected from this torch."""
+        return self._chain("load", d)
+
+    def shards_from(self, d: dict) -> dict:
+        """FSDP1: the full dict a correct load cuts the judged rank's state from -> the one
+        this torch's load is expected to cut it from (``on_rank``)."""
+        return self._chain("shards_from", d)
+
+    def stored(self, d: dict) -> dict:
+        """A saved dict -> what this torch's storage layer (DCP) is expected to read back."""
+        return self._chain("stored", d)
+
+    def rekeyed(self, d: dict) -> dict:
+        """A correct PARAM_ID rekey -> what this torch's rekey is expected to return."""
+        return self._chain("rekeyed", d)
+
+    def optim_loaded(self, d: dict) -> dict:
+        """The state a correct plain ``Optimizer.load_state_dict`` leaves -> the state
+        expected from this torch's."""
+        return self._chain("optim_loaded", d)
+
+    def zero_grads(self, step: int) -> frozenset:
+        """The params (FQNs) that get a zero gradient at ``step`` where no gradient is
+        correct (the single-process baseline trains them so)."""
+        return frozenset().union(*(e.zero_grads(step, self.case) for e in self.effects
+                                   if e.zero_grads is not None))
+
+    def runs_as(self, case):
+        """The case whose correct result is expected from this torch (the reference layouts
+        and the single-process baseline are built from it)."""
+        for e in self.effects:
+            if e.runs_as is not None:
+                case = e.runs_as(case)
+        return case
+
+    def local_grads(self, case) -> dict:
+        """``{param FQN: module FQN}``: the gradient of the param through that module's use
+        that each rank keeps to itself (the baseline trains one replica per rank)."""
+        return {k: v for e in self.effects if e.local_grads is not None
+                for k, v in e.local_grads(case).items()}
+
+    @property
+    def by_rank(self) -> bool:
+        """Whether the modelled load may differ between the load side's ranks (a
+        ``shards_from`` effect): the baseline then resumes each rank from its own modelled
+        state and trains the ranks as FSDP does, one replica per distinct start
+        (properties/baseline.py)."""
+        return any(e.shards_from is not None for e in self.effects)
 
 
 EXACT = Expectation(key="")
