@@ -19,17 +19,14 @@ Rules
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from .. import reference as ref
 from . import expectation as expect
 from ..sut.records import error_of
+from .family import FamilyReference
 from .statediff import diff_state_dicts, format_diff
 from .verdict import Findings, Verdict, error
-
-if TYPE_CHECKING:
-    from .families import FamilyReference
-
 
 @dataclass(frozen=True, kw_only=True)
 class LoadedState:
@@ -56,7 +53,7 @@ def _where(s: LoadedState) -> str:
     return f"{s.label} on rank {s.rank}" if s.label else f"rank {s.rank} after loading"
 
 
-def p3_loaded(family: "FamilyReference", layout, states: Sequence[LoadedState]) -> Verdict:
+def p3_loaded(family: FamilyReference, layout, states: Sequence[LoadedState]) -> Verdict:
     """P3 of ``states`` against ``family``'s reference at ``layout`` (module rules)."""
     found = Findings()
     owner = family.owner(layout)
@@ -96,7 +93,7 @@ def p3_loaded(family: "FamilyReference", layout, states: Sequence[LoadedState]) 
                          f"{found.ranks()} rank(s){own}", "no load ran")
 
 
-def own_expected(family: "FamilyReference", layout, own: Sequence, rank: int) -> dict:
+def own_expected(family: FamilyReference, layout, own: Sequence, rank: int) -> dict:
     """What ``rank`` should hold after loading what it saved (same world size and plan;
     ``own``: the save side's records, one per rank): its own state before the save; under a
     modelled bug (properties/expectation.py) the ranks' states are gathered by the reference,
@@ -108,7 +105,7 @@ def own_expected(family: "FamilyReference", layout, own: Sequence, rank: int) ->
     return family.shard(layout, expect.shards_from(full), rank)
 
 
-def run_states(family: "FamilyReference", layout, full: dict, load_obs: Sequence,
+def run_states(family: FamilyReference, layout, full: dict, load_obs: Sequence,
                own: Sequence | None = None) -> list[LoadedState]:
     """The ``LoadedState`` of every rank of a round trip's load side (``load_obs``:
     ``sut.records.LoadRecord`` per rank) that loaded ``full``; ``own``: the save side's

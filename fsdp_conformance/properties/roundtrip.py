@@ -26,7 +26,8 @@ from . import run_props as rp
 from .precision import judged_dtype, own_mp_of, with_precision
 from .training_state import p6_scheduler, p11_training_state, with_problems
 from .catalogue import CATALOGUE, NO_REKEY
-from .families import FSDP1, FSDP2, FamilyReference
+from .families import FSDP1, FSDP2
+from .family import FamilyReference
 from .layouts import reference_layout
 from .loaded import p3_loaded, run_states
 from .saved import SavedDict, p1_saved

@@ -22,16 +22,13 @@ Rules
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .. import reference as ref
 from . import expectation as expect
+from .family import FamilyReference
 from .statediff import diff_state_dicts, format_diff
 from .verdict import Findings, Verdict, error
-
-if TYPE_CHECKING:
-    from .families import FamilyReference
-
 
 @dataclass(frozen=True, kw_only=True)
 class SavedDict:
@@ -89,7 +86,7 @@ def _with_own_plain(want: dict, local: dict, layout) -> dict:
     return {**want, "state": state}
 
 
-def p1_saved(family: "FamilyReference", layout, local_dicts: Sequence[dict],
+def p1_saved(family: FamilyReference, layout, local_dicts: Sequence[dict],
              saves: Sequence[SavedDict]) -> Verdict:
     """P1 of ``saves`` against ``family``'s gather of ``local_dicts`` (one per rank, in rank
     order) at ``layout`` (module rules)."""
