@@ -13,7 +13,10 @@ Rules
   falls in (a full chunk at ``k*R``, the one short chunk, an empty one at ``d0``), so the
   sample takes, for every distinct dim-0 size, the ranks where the class changes (the last
   full, the short, the first empty rank) plus the first, second and last shard rank; on an
-  HSDP mesh, those shard ranks in the first and the last replica. The report lists them.
+  HSDP mesh, those shard ranks in the first and the last replica. On a ``DxTtp`` mesh the
+  rule is applied to the rows ``fully_shard`` chunks over the D ranks (a column-wise param's
+  tensor-parallel chunk, every other param whole), on every tp coordinate where the chunk
+  class changes plus the first, second and last one. The report lists them.
 - Figures: ranks simulated per second, the wall time, and the process's peak resident
   memory (meta tensors: it stays small).
 """
@@ -25,8 +28,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..reference.fsdp2_layout import chunk_range
-from .models import build
+from ..reference.fsdp2_layout import TP_STYLES, chunk_range
+from .models import build, tp_plan as built_in_plan
+from .plans import reference_box, reference_layout, tiling_problem
 from .simulate import Mesh, Piece, shapes_of, simulated_rank
 
 
@@ -85,26 +89,48 @@ class ScaleResult:
         return n / t if t else 0.0
 
 
+def _class_changes(extents, n: int) -> set[int]:
+    """The chunk indices of ``torch.chunk`` over ``n`` where the chunk class changes, for
+    every extent, plus the first, second and last (module rules)."""
+    out = {0, min(1, n - 1), n - 1}
+    for d0 in set(extents):
+        if d0 == 0:
+            continue
+        size = -(-d0 // n)
+        last_full = d0 // size - 1  # the last rank holding a whole chunk
+        out.update(k for k in (last_full, last_full + 1, last_full + 2) if 0 <= k < n)
+    return out
+
+
 def sample_ranks(shapes: dict[str, tuple[int, ...]], mesh: Mesh) -> list[int]:
     """The ranks to simulate on ``mesh`` (module rules), sorted."""
     s = mesh.shard
-    shard_ranks = {0, min(1, s - 1), s - 1}
-    for d0 in {shape[0] for shape in shapes.values() if shape}:
-        if d0 == 0:
-            continue
-        size = -(-d0 // s)
-        last_full = d0 // size - 1  # the last rank holding a whole chunk
-        for k in (last_full, last_full + 1, last_full + 2):
-            if 0 <= k < s:
-                shard_ranks.add(k)
+    if mesh.tp > 1:
+        plan = dict(mesh.tp_plan)
+        split: dict[str, int | None] = {}  # the dim tensor parallelism splits, per param
+        for fqn, shape in shapes.items():
+            owner, _, leaf = fqn.rpartition(".")
+            split[fqn] = TP_STYLES[plan[owner]].get(leaf) if owner in plan else None
+        tp_ranks = _class_changes([shape[d] for fqn, shape in shapes.items()
+                                   if (d := split[fqn]) is not None], mesh.tp)
+        rows = set()  # what fully_shard chunks over the dp ranks, per tp coordinate
+        for fqn, shape in shapes.items():
+            if not shape:
+                continue
+            if split[fqn] == 0:
+                rows.update(b - a for a, b in (chunk_range(shape[0], mesh.tp, t)
+                                               for t in range(mesh.tp)))
+            else:
+                rows.add(shape[0])
+        dp_ranks = _class_changes(rows, s)
+        return sorted(d * mesh.tp + t for d in dp_ranks for t in tp_ranks)
+    shard_ranks = _class_changes([shape[0] for shape in shapes.values() if shape], s)
     replicas = {0, mesh.replicas - 1}
     return sorted(r * s + k for r in replicas for k in shard_ranks)
 
 
 def expected(shapes: dict[str, tuple[int, ...]], mesh: Mesh, rank: int) -> dict[str, Piece]:
     """The reference's piece of every parameter on ``rank`` (scale/plans.py's boxes)."""
-    from .plans import reference_box, reference_layout
-
     layout = reference_layout(shapes, mesh)
     out = {}
     for fqn in shapes:
@@ -114,8 +140,20 @@ def expected(shapes: dict[str, tuple[int, ...]], mesh: Mesh, rank: int) -> dict[
 
 
 def cover_problems(shapes: dict[str, tuple[int, ...]], mesh: Mesh) -> list[str]:
-    """Where one shard group's dim-0 ranges do not tile a parameter exactly once."""
+    """Where one shard group's dim-0 ranges (on a ``DxTtp`` mesh: the reference boxes of
+    every rank) do not tile a parameter exactly once."""
     out = []
+    if mesh.tp > 1:
+        layout = reference_layout(shapes, mesh)
+        for fqn, shape in shapes.items():
+            if not shape:
+                out.append(f"{fqn}: a 0-dim parameter (fully_shard rejects it)")
+                continue
+            boxes = {reference_box(layout, fqn, r) for r in mesh.replica_ranks}
+            gap = tiling_problem(shape, [b for b in boxes if all(b[1])])
+            if gap is not None:
+                out.append(f"{fqn}: {gap}")
+        return out
     for fqn, shape in shapes.items():
         if not shape:
             out.append(f"{fqn}: a 0-dim parameter (fully_shard rejects it)")
@@ -190,10 +228,13 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
 
 
 def check_scale(model: str | Callable, save: str | int, load: str | int | None = None, *,
+                tp_plan: dict[str, str] | None = None,
                 on_rank: Callable[[str, int], None] | None = None) -> ScaleResult:
     """Check ``model`` (a built-in name, scale/models.py, or a factory the suite calls under
     ``torch.device("meta")``) sharded with ``fully_shard`` on the ``save`` mesh and on the
-    ``load`` mesh (default: the save's) against the reference (module rules).
+    ``load`` mesh (default: the save's) against the reference (module rules). A ``DxTtp``
+    mesh applies ``tp_plan`` (``{nn.Linear FQN: "colwise" | "rowwise"}``; a built-in
+    model's own by default, ``models.tp_plan``) before ``fully_shard``.
     ``on_rank(side, rank)`` is called after each simulated rank."""
     import torch
 
@@ -207,11 +248,12 @@ def check_scale(model: str | Callable, save: str | int, load: str | int | None =
                 return factory()
         name = getattr(model, "__qualname__", repr(model))
     shapes = shapes_of(model_fn)
-    save_mesh = Mesh.parse(save)
+    save_mesh, load_mesh = Mesh.parse(save), Mesh.parse(load if load is not None else save)
+    if save_mesh.tp > 1 or load_mesh.tp > 1:
+        plan = tp_plan if tp_plan is not None else built_in_plan(model_fn())
+        save_mesh, load_mesh = save_mesh.with_plan(plan), load_mesh.with_plan(plan)
     sides = {"save": _side("save", model_fn, shapes, save_mesh, on_rank)}
-    sides["load"] = _side("load", model_fn, shapes, Mesh.parse(load if load is not None
-                                                                 else save), on_rank,
-                          saved_at=save_mesh)
+    sides["load"] = _side("load", model_fn, shapes, load_mesh, on_rank, saved_at=save_mesh)
     elements = sum(functools.reduce(lambda a, b: a * b, s, 1) for s in shapes.values())
     from .simulate import fsdp1_reach
 

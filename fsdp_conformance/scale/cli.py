@@ -34,7 +34,10 @@ def add_parser(sub) -> None:
     p.add_argument("--model", required=True,
                    help="a built-in model (llama3-8b, llama3-70b, moe) or a factory "
                         "'package.module:function' called under torch.device('meta')")
-    p.add_argument("--save", required=True, help="the save mesh: N or RxS (HSDP), e.g. 1024")
+    p.add_argument("--save", required=True,
+                   help="the save mesh: N, RxS (HSDP: R replicas x S shards) or DxTtp (FSDP "
+                        "over D ranks x tensor parallelism T, the built-in models' "
+                        "tensor-parallel plan), e.g. 1024, 64x16, 128x8tp")
     p.add_argument("--load", default=None, help="the load mesh (default: the save's)")
     add_out(p, old=("--json",), help="the JSON report (default "
                                      "reports/scale-<model>-<save>-<load>.json); the Markdown "

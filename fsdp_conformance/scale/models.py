@@ -7,6 +7,12 @@ Rules
   so the parameter shapes, not the arithmetic, are what matters.
 - Each model lists the submodules a trainer ``fully_shard``s one by one (``UNITS``: every
   decoder layer, as torchtitan does), then the root.
+- Their tensor-parallel plan (``tp_plan``) is torchtitan's for a Llama decoder's linear
+  layers: the attention's q, k, v projections and the FFN's w1 and w3 column-wise, the
+  attention output and the FFN's w2 row-wise, the output head column-wise. The embedding and
+  the norms stay replicated over ``tp`` (torchtitan shards the embedding row-wise and runs
+  the norms sequence-parallel: the same params, placed otherwise); an MoE layer's experts
+  (raw 3-D params, expert-parallel in torchtitan) stay replicated over ``tp`` too.
 """
 from __future__ import annotations
 
@@ -101,3 +107,18 @@ def units(model: nn.Module) -> list[str]:
 
 
 ModelFn = Callable[[], nn.Module]
+
+
+def tp_plan(model: nn.Module) -> dict[str, str]:
+    """``{nn.Linear FQN: "colwise" | "rowwise"}`` of a built-in model (module rules); empty
+    for any other model (a user's factory gives its own)."""
+    if not isinstance(model, Decoder):
+        return {}
+    plan = {"output": "colwise"}
+    for i, layer in enumerate(model.layers):
+        for name, style in (("wq", "colwise"), ("wk", "colwise"), ("wv", "colwise"),
+                            ("wo", "rowwise"), ("w1", "colwise"), ("w3", "colwise"),
+                            ("w2", "rowwise")):
+            if isinstance(getattr(layer, name), nn.Linear):
+                plan[f"layers.{i}.{name}"] = style
+    return plan

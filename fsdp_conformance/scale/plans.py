@@ -54,6 +54,9 @@ def _flat(sd: dict) -> dict:
 
 def reference_layout(shapes: dict, mesh: Mesh):
     """The reference layout of ``shapes`` on ``mesh``."""
+    if mesh.tp > 1:
+        return fsdp2_layout(list(shapes.items()), mesh.world_size, tp_size=mesh.tp,
+                            tp_plan=dict(mesh.tp_plan))
     return fsdp2_layout(list(shapes.items()), mesh.world_size, shard_world_size=mesh.shard)
 
 
@@ -113,8 +116,11 @@ def saved_metadata(sd: dict, shapes: dict, mesh: Mesh):
                                                        TensorProperties, TensorStorageMetadata)
 
     layout = reference_layout(shapes, mesh)
+    # each distinct box once, as DCP's de-duplication of the ranks' plans writes it (the
+    # tensor-parallel ranks of a param replicated over tp hold the same box)
     pieces = {fqn: [ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s))
-                    for o, s in (reference_box(layout, fqn, k) for k in range(mesh.shard))
+                    for o, s in sorted({reference_box(layout, fqn, k)
+                                        for k in mesh.replica_ranks})
                     if math.prod(s)]
               for fqn in shapes}
     md = {}
@@ -234,19 +240,39 @@ def global_save_problems(sd: dict, shapes: dict, mesh: Mesh, rank: int) -> list[
     out = [f"{key}: written by {n} ranks after de-duplication, expected 1"
            for key, n in sorted(writers.items()) if n != 1]
     for key in sorted(sharded):
-        shape = shapes[param_of(key, shapes)]
-        rows = sorted((o[0], o[0] + s[0]) for o, s in pieces[key]
-                      if s[1:] == tuple(shape[1:]) and not any(o[1:]))
-        at, gap = 0, None
-        for a, b in rows:
-            if a != at:
-                gap = (f"{key}: rows {min(a, at)}..{max(a, at)} written "
-                       f"{'twice' if a < at else 'by no rank'} after de-duplication")
-                break
-            at = b
-        if gap is None and (len(rows) != len(pieces[key]) or at != shape[0]):
-            gap = (f"{key}: the de-duplicated pieces do not tile shape {shape} "
-                   f"({len(pieces[key])} pieces, rows covered to {at})")
+        gap = tiling_problem(shapes[param_of(key, shapes)], pieces[key])
         if gap is not None:
-            out.append(gap)
+            out.append(f"{key}: {gap} after de-duplication")
     return out
+
+
+def tiling_problem(shape: tuple[int, ...], pieces: list) -> str | None:
+    """Whether the boxes ``pieces`` (``(offsets, sizes)``, empty ones left out) hold every
+    element of ``shape`` exactly once, for the grids FSDP and tensor parallelism cut: the
+    pieces with the same trailing box (``offsets[1:]``, ``sizes[1:]``: a column block of a
+    row-wise split, or every trailing dim whole) must tile the rows, and those trailing
+    boxes must tile the trailing dims without overlapping. None if they do; else what is
+    wrong, naming the rows or the block."""
+    groups: dict[tuple, list] = {}
+    for o, s in pieces:
+        groups.setdefault((tuple(o[1:]), tuple(s[1:])), []).append((o[0], o[0] + s[0]))
+    blocks = list(groups)
+    for (o, s), rows in sorted(groups.items()):
+        at = 0
+        for a, b in sorted(rows):
+            if a != at:
+                return (f"rows {min(a, at)}..{max(a, at)} of the block at {o} written "
+                        f"{'twice' if a < at else 'by no rank'}")
+            at = b
+        if shape and at != shape[0]:
+            return f"rows {at}..{shape[0]} of the block at {o} written by no rank"
+    for i in range(len(blocks)):
+        for j in range(i + 1, len(blocks)):
+            (oa, sa), (ob, sb) = blocks[i], blocks[j]
+            if all(max(x, y) < min(x + m, y + n) for x, m, y, n in zip(oa, sa, ob, sb)):
+                return f"the blocks at {oa} and {ob} overlap"
+    covered = sum(math.prod(s) for _, s in blocks)
+    if covered != math.prod(shape[1:]):
+        return (f"the blocks cover {covered} of the {math.prod(shape[1:])} elements of each "
+                f"row ({len(blocks)} block(s))")
+    return None

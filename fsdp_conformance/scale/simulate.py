@@ -4,8 +4,11 @@ accepted) and a model on the meta device, sharded with ``fully_shard`` as a trai
 what torch gives that rank is read off its DTensors.
 
 Rules
-- A mesh is written ``N`` (1-D FSDP over N ranks) or ``RxS`` (HSDP: R replicas x S shards,
-  placements ``(Replicate(), Shard(0))``), as the plugin writes world sizes.
+- A mesh is written ``N`` (1-D FSDP over N ranks), ``RxS`` (HSDP: R replicas x S shards,
+  placements ``(Replicate(), Shard(0))``), as the plugin writes world sizes, or ``DxTtp``
+  (FSDP over D ranks x tensor parallelism of degree T: a ``("dp", "tp")`` mesh of D*T ranks;
+  the model's tensor-parallel plan is applied on ``tp`` with ``parallelize_module``, then
+  ``fully_shard`` on ``dp``, torchtitan's order).
 - A rank's piece of a parameter is the local tensor ``fully_shard`` gave it (its shape) and
   its global offset as DCP computes it for its save and load plans
   (``compute_local_shape_and_global_offset``, the function DCP's planners call), on the
@@ -16,6 +19,7 @@ Rules
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 from .models import ModelFn, units
@@ -28,28 +32,58 @@ class Mesh:
     world_size: int
     """All ranks."""
     shard: int
-    """Ranks one shard group chunks a parameter over (the world size on a 1-D mesh)."""
+    """Ranks one shard group chunks a parameter over (the world size on a 1-D mesh, D on a
+    ``DxTtp`` one)."""
+    tp: int = 1
+    """Tensor-parallel degree (1: none)."""
+    tp_plan: tuple[tuple[str, str], ...] = ()
+    """With ``tp`` > 1: ``(nn.Linear FQN, "colwise" | "rowwise")`` of the model's
+    tensor-parallel plan (``reference.fsdp2_layout.TP_STYLES``)."""
 
     @property
     def replicas(self) -> int:
-        return self.world_size // self.shard
+        return self.world_size // (self.shard * self.tp)
 
     @property
     def text(self) -> str:
+        if self.tp > 1:
+            return f"{self.shard}x{self.tp}tp"
         return str(self.world_size) if self.replicas == 1 else f"{self.replicas}x{self.shard}"
+
+    @property
+    def replica_ranks(self) -> range:
+        """The ranks of the first replica: every distinct piece is on one of them."""
+        return range(self.world_size // self.replicas)
 
     @classmethod
     def parse(cls, text: str) -> "Mesh":
-        """``"1024"`` or ``"64x16"`` (ValueError naming the text otherwise)."""
-        r, x, s = str(text).strip().partition("x")
+        """``"1024"``, ``"64x16"`` or ``"128x8tp"`` (ValueError naming the text otherwise)."""
+        raw = str(text).strip()
+        tp = raw.endswith("tp")
+        r, x, s = (raw[:-2] if tp else raw).partition("x")
         try:
             reps, shard = (int(r), int(s)) if x else (1, int(r))
         except ValueError:
-            raise ValueError(f"a mesh is written N or RxS (R replicas x S shards), e.g. 1024 "
-                             f"or 64x16; got {text!r}") from None
+            raise ValueError(f"a mesh is written N, RxS (R replicas x S shards) or DxTtp (D "
+                             f"FSDP ranks x tensor parallelism T), e.g. 1024, 64x16 or "
+                             f"128x8tp; got {text!r}") from None
+        if tp and not x:
+            raise ValueError(f"mesh {text!r}: tensor parallelism is written DxTtp, e.g. 128x8tp")
         if reps < 1 or shard < 1:
             raise ValueError(f"mesh {text!r}: sizes must be >= 1")
+        if tp:
+            return cls(world_size=reps * shard, shard=reps, tp=shard)
         return cls(world_size=reps * shard, shard=shard)
+
+    def with_plan(self, plan) -> "Mesh":
+        """This mesh with the model's tensor-parallel plan (``{FQN: style}``); ValueError
+        when the mesh has tensor parallelism and the model no plan."""
+        if self.tp > 1 and not plan:
+            raise ValueError(f"mesh {self.text} has tensor parallelism, but the model has no "
+                             f"tensor-parallel plan: give tp_plan={{'<nn.Linear FQN>': "
+                             f"'colwise' | 'rowwise', ...}}")
+        return dataclasses.replace(self, tp_plan=tuple(sorted(plan.items())) if self.tp > 1
+                                   else ())
 
 
 Piece = tuple[tuple[int, ...], tuple[int, ...]]
@@ -74,14 +108,31 @@ def simulated_rank(model_fn: ModelFn, mesh: Mesh, rank: int):
         raise ValueError(f"rank {rank} is not a rank of mesh {mesh.text}")
     dist.init_process_group("fake", rank=rank, world_size=mesh.world_size, store=FakeStore())
     try:
-        device_mesh = (init_device_mesh("cpu", (mesh.world_size,)) if mesh.replicas == 1 else
-                       init_device_mesh("cpu", (mesh.replicas, mesh.shard),
-                                        mesh_dim_names=("replicate", "shard")))
         model = model_fn()
+        if mesh.tp > 1:
+            from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                           parallelize_module)
+
+            mesh2d = init_device_mesh("cpu", (mesh.shard, mesh.tp), mesh_dim_names=("dp", "tp"))
+            styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+            parallelize_module(model, mesh2d["tp"],
+                               {fqn: styles[style]() for fqn, style in mesh.tp_plan})
+            device_mesh = mesh2d["dp"]
+        elif mesh.replicas == 1:
+            device_mesh = init_device_mesh("cpu", (mesh.world_size,))
+        else:
+            device_mesh = init_device_mesh("cpu", (mesh.replicas, mesh.shard),
+                                           mesh_dim_names=("replicate", "shard"))
         for name in units(model):
             fully_shard(model.get_submodule(name), mesh=device_mesh)
         fully_shard(model, mesh=device_mesh)
-        sd = {fqn: DTensor.from_local(p.to_local(), device_mesh=device_mesh,
+        # this rank's meshes, by dimension (a DTensor may keep an equal mesh of an earlier
+        # simulated rank): the 2-D (dp, tp) mesh of the tensor-parallel params, else the one
+        # fully_shard used
+        mine = {device_mesh.ndim: device_mesh}
+        if mesh.tp > 1:
+            mine[2] = mesh2d
+        sd = {fqn: DTensor.from_local(p.to_local(), device_mesh=mine[p.device_mesh.ndim],
                                       placements=p.placements, shape=p.shape,
                                       stride=p.stride(), run_check=False)
               for fqn, p in model.named_parameters()}
@@ -101,12 +152,13 @@ def adam_state(model, params: dict, *, flatten: bool) -> dict:
     from torch.distributed.tensor import DTensor
     from torch.utils._pytree import tree_map_only
 
-    mesh = next(iter(params.values())).device_mesh
+    meshes = {t.device_mesh.ndim: t.device_mesh for t in params.values()}
     optim = torch.optim.Adam(model.parameters(), lr=1e-3)
     osd = get_optimizer_state_dict(model, optim, options=StateDictOptions(
         flatten_optimizer_state_dict=flatten))
     return tree_map_only(DTensor, lambda t: DTensor.from_local(
-        t.to_local(), device_mesh=mesh, placements=t.placements, shape=t.shape,
+        t.to_local(), device_mesh=meshes[t.device_mesh.ndim], placements=t.placements,
+        shape=t.shape,
         stride=t.stride(), run_check=False), osd)
 
 

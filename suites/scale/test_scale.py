@@ -11,6 +11,7 @@ from torch import nn
 
 from fsdp_conformance.scale import check as scale_check
 from fsdp_conformance.scale.check import check_scale, cover_problems, sample_ranks
+from fsdp_conformance.scale.plans import tiling_problem
 from fsdp_conformance.scale.simulate import Mesh
 from suites.conftest import PYTHON, ROOT, env_for_subprocess
 
@@ -71,7 +72,7 @@ def test_the_sample_and_the_exact_cover():
     assert {0, 1, 1023, 7, 8, 5, 6} <= set(ranks) and len(ranks) < 20
     assert cover_problems(shapes, Mesh.parse("768")) == []
     assert cover_problems({"s": ()}, m) == ["s: a 0-dim parameter (fully_shard rejects it)"]
-    with pytest.raises(ValueError, match="a mesh is written N or RxS"):
+    with pytest.raises(ValueError, match="a mesh is written N, RxS .* or DxTtp"):
         Mesh.parse("64y16")
 
 
@@ -146,3 +147,69 @@ def test_the_coordinator_deduplicates_every_ranks_save_plan_and_a_missed_replica
                for p in problems), problems[:5]
     assert any(p.endswith("written by 256 ranks after de-duplication, expected 1")
                for p in problems), problems[:5]
+
+
+class TpModel(nn.Module):
+    """A Llama-like block small enough for seconds: column-wise in, row-wise out, a norm and
+    an embedding replicated over tp, rows that do not divide evenly."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 24)
+        self.norm = nn.LayerNorm(24)
+        self.w1 = nn.Linear(24, 40, bias=False)
+        self.w2 = nn.Linear(40, 24, bias=False)
+        self.head = nn.Linear(24, 10)
+
+
+TP_PLAN = {"w1": "colwise", "w2": "rowwise", "head": "colwise"}
+
+
+def test_fsdp_x_tp_meshes_are_written_apart_from_hsdp():
+    m = Mesh.parse("128x8tp")
+    assert (m.world_size, m.shard, m.tp, m.replicas, m.text) == (1024, 128, 8, 1, "128x8tp")
+    assert Mesh.parse("64x16").tp == 1 and Mesh.parse("64x16").replicas == 64
+    with pytest.raises(ValueError, match="tensor parallelism is written DxTtp"):
+        Mesh.parse("8tp")
+    with pytest.raises(ValueError, match="has tensor parallelism, but the model has no "
+                                         "tensor-parallel plan"):
+        m.with_plan({})
+
+
+def test_fsdp_x_tp_resharded_is_the_references_on_every_tp_coordinate():
+    r = check_scale(TpModel, "6x2tp", "4x2tp", tp_plan=TP_PLAN)
+    assert r.ok, {k: (s.mismatches[:3], s.cover[:3], s.plans[:3]) for k, s in r.sides.items()}
+    save = r.sides["save"]
+    assert save.mesh == "6x2tp" and r.sides["load"].mesh == "4x2tp"
+    assert {rk % 2 for rk in save.ranks} == {0, 1}  # both tp coordinates sampled
+    assert max(save.ranks) == 11
+
+
+def test_a_tensor_parallel_piece_torch_gives_elsewhere_is_named(monkeypatch):
+    real = scale_check.torch_pieces_of
+
+    def shifted(sd):
+        out = real(sd)
+        shape, (o0, o1) = out["w2.weight"]
+        if o1:  # the second tp coordinate's column block
+            out["w2.weight"] = (shape, (o0, o1 + 1))
+        return out
+
+    monkeypatch.setattr(scale_check, "torch_pieces_of", shifted)
+    r = check_scale(TpModel, "2x2tp", tp_plan=TP_PLAN)
+    assert not r.ok
+    assert any(m.startswith("rank 1: w2.weight: torch holds shape") and "at offset (0, 21)"
+               in m for m in r.sides["save"].mismatches), r.sides["save"].mismatches
+
+
+def test_the_tiling_of_a_row_wise_grid():
+    shape = (4, 6)
+    grid = [((0, 0), (2, 3)), ((2, 0), (2, 3)), ((0, 3), (2, 3)), ((2, 3), (2, 3))]
+    assert tiling_problem(shape, grid) is None
+    assert tiling_problem(shape, grid[:3]) == ("rows 2..4 of the block at (3,) written by no "
+                                               "rank")
+    assert "written twice" in tiling_problem(shape, grid + [((1, 0), (2, 3))])
+    assert tiling_problem(shape, grid[:2]) == ("the blocks cover 3 of the 6 elements of each "
+                                               "row (1 block(s))")
+    assert tiling_problem(shape, grid[:2] + [((0, 2), (4, 4))]) == \
+        "the blocks at (0,) and (2,) overlap"
