@@ -86,7 +86,8 @@ def to_markdown(doc: dict) -> str:
            f"({doc['elements']:,} elements)",
            f"- {doc['ranks_per_second']} ranks simulated per second; peak resident memory "
            f"{doc['peak_rss_mib']} MiB",
-           f"- machine: {machine_line(doc)}",
+           f"- torch {(doc.get('machine_info') or {}).get('torch_version', '?')}; machine: "
+           f"{machine_line(doc)}",
            f"- command: `{' '.join(doc.get('argv') or [])}`", ""]
     for name, why in (doc.get("unreached") or {}).items():
         out += [f"- not reached ({name}): {why}"]
