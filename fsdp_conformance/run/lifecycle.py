@@ -26,7 +26,10 @@ Rules
   case's load that kills a rank is judged by P15 itself, never rerun.)
   Ctrl-C (KeyboardInterrupt) and SystemExit propagate: the run decides what to keep.
 - A removed torch API (run/removal.py) turns the verdicts that show it "removed"; then the
-  known torch limitations (``known.apply``) are applied to every verdict of every kind, once.
+  known torch limitations (``known.apply``) are applied to every verdict of every kind, once,
+  here: the kind's ``Outcome.judge`` is called again under each applicable ``Effect`` model
+  while the case's files still exist (``known.apply.rejudge``), and every verdict is checked
+  against the entries that match the case (``apply_known``). A kind never applies them itself.
 """
 from __future__ import annotations
 
@@ -75,9 +78,11 @@ class Outcome:
     """Verdict of each property the kind decides (``CaseKind.decides``)."""
     measurements: Mapping[str, dict] = field(default_factory=dict)
     """A bounds case's measurements ({phase: measurement}); empty for other kinds."""
-    modelled: Mapping[str, Mapping[str, Verdict]] = field(default_factory=dict)
-    """The verdicts judged again under each applicable known bug's ``Effect`` model
-    (``known.apply.rejudge``): what the known limitations are checked against."""
+    judge: Callable[[], Mapping[str, Verdict]] | None = None
+    """The kind's judge: its verdicts computed again from what its ranks recorded. The
+    lifecycle calls it under each applicable known bug's ``Effect`` model
+    (``known.apply.rejudge``) and checks the known limitations against those verdicts, in
+    one place for every kind; None where nothing can be judged again."""
     died: str = ""
     """A rank process died in one of the kind's pool calls and the kind judged it itself
     (a user's own save that kills a rank): the death's text. The lifecycle runs the case
@@ -139,10 +144,8 @@ class CaseKind(Protocol):
     def run(self, step: Step) -> Outcome:
         """Run the case and decide ``decides(case)``."""
 
-    def known(self, case: Case, verdicts: dict[str, Verdict],
-              modelled: Mapping[str, Mapping[str, Verdict]]) -> dict[str, Verdict]:
-        """``verdicts`` with the known torch limitations applied (``known.apply``; a user's
-        own model is matched as the zoo case it stands for)."""
+    # optional: ``known_case(case) -> Case``, the case the known limitations are looked up
+    # for (a user's own model is matched as the zoo case it stands for; ``known_case``)
 
 
 def not_applicable_here(exc: StepFailed) -> str:
@@ -189,9 +192,16 @@ def execute(case: Case, env: CaseEnv, kind: CaseKind) -> CaseResult:
         raise AssertionError(f"{kind.name} case {case.id}: no verdict for {missing}")
     step.timings["total"] = time.perf_counter() - t0
     ordered = mark_removed(case, {p: verdicts[p] for p in PROPS})
-    judged = (kind.known(case, ordered, modelled) if hasattr(kind, "known")
-              else apply_known(case, ordered, modelled))
+    judged = apply_known(known_case(kind, case), ordered, modelled)
     return CaseResult(case, judged, dict(step.timings), dict(measurements), rerun=first_death)
+
+
+def known_case(kind: CaseKind, case: Case) -> Case:
+    """The case the known limitations are looked up for: the kind's ``known_case(case)``
+    where it has one (a user's optimizer counts as the zoo optimizer of its class), else
+    ``case``."""
+    view = getattr(kind, "known_case", None)
+    return view(case) if view is not None else case
 
 
 def _attempt(case: Case, env: CaseEnv, kind: CaseKind) -> tuple:
@@ -210,8 +220,11 @@ def _attempt(case: Case, env: CaseEnv, kind: CaseKind) -> tuple:
     try:
         try:
             out = kind.run(step)
-            decided, measurements = dict(out.verdicts), out.measurements
-            modelled, died = out.modelled, out.died
+            decided, measurements, died = dict(out.verdicts), out.measurements, out.died
+            if out.judge is not None:  # while the case's files are still there
+                from ..known.apply import rejudge
+
+                modelled = rejudge(known_case(kind, case), decided, out.judge)
         except StepFailed as exc:
             why = not_applicable_here(exc)
             decided = all_props(na(why) if why else error(str(exc)), kind.decides(case))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..cases import Case
 from ..harness.errors import RankDied, RankError
-from ..known.apply import apply_known, recognise, rejudge
+from ..known.apply import recognise
 from ..properties.verdict import Verdict, fail
 from ..run.lifecycle import Outcome, Step, StepFailed, all_props
 from ..run.roundtrip_kind import RoundTripKind
@@ -65,11 +65,11 @@ class UserModelKind(RoundTripKind):
             return {p: v[p] for p in self.decides(case)}
 
         verdicts = judge()
-        return Outcome(verdicts=verdicts, modelled=rejudge(known_view(case, self.user),
-                                                           verdicts, judge))
+        return Outcome(verdicts=verdicts, judge=judge)
 
-    def known(self, case: Case, verdicts: dict[str, Verdict], modelled=None) -> dict[str, Verdict]:
-        return apply_known(known_view(case, self.user), verdicts, modelled)
+    def known_case(self, case: Case) -> Case:
+        """The case known/entries.py sees (``known_view``)."""
+        return known_view(case, self.user)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,8 +88,9 @@ class CustomPathKind:
     def undecided(self, case: Case) -> dict[str, Verdict]:
         return custom_undecided()
 
-    def known(self, case: Case, verdicts: dict[str, Verdict], modelled=None) -> dict[str, Verdict]:
-        return apply_known(known_view(case, self.user), verdicts, modelled)
+    def known_case(self, case: Case) -> Case:
+        """The case known/entries.py sees (``known_view``)."""
+        return known_view(case, self.user)
 
     def run(self, step: Step) -> Outcome:
         case = step.case
