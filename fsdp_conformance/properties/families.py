@@ -25,6 +25,7 @@ from . import fsdp2_props
 from . import reference_props
 from .family import FamilyReference
 
+
 def _fsdp1_loaded_shard(layout, full: dict, rank: int) -> dict:
     with expect.on_rank(rank):
         return expect.loaded(ref.shard_full(layout, expect.shards_from(full), rank))
@@ -72,5 +73,3 @@ FSDP2 = FamilyReference(
         layout, dicts), replica_note=lambda layout, rank: "",
     shard=ref.fsdp2_shard, loaded_shard=_fsdp2_loaded_shard,
     vs_reference=_state, vs_own=_fsdp2_own, owner=fsdp2_props.owner_of)
-FAMILY_REFERENCES = {f.family: f for f in (FSDP1, FSDP2)}
-"""The reference of each family, by ``Case.family``."""

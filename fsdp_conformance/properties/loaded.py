@@ -28,6 +28,7 @@ from .family import FamilyReference
 from .statediff import diff_state_dicts, format_diff
 from .verdict import Findings, Verdict, error
 
+
 @dataclass(frozen=True, kw_only=True)
 class LoadedState:
     """One rank's state after one load, with what P3 compares it to."""

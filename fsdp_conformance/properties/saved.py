@@ -30,6 +30,7 @@ from .family import FamilyReference
 from .statediff import diff_state_dicts, format_diff
 from .verdict import Findings, Verdict, error
 
+
 @dataclass(frozen=True, kw_only=True)
 class SavedDict:
     """What one save path returned on one rank, with how P1 compares it."""

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..reference.fsdp2_layout import TP_STYLES, chunk_range
+from ..reference.fsdp2_layout import chunk_range
 from .models import build, tp_plan as built_in_plan
 from .plans import reference_box, reference_layout, tiling_problem
 from .simulate import Mesh, Piece, shapes_of, simulated_rank
@@ -106,22 +106,12 @@ def sample_ranks(shapes: dict[str, tuple[int, ...]], mesh: Mesh) -> list[int]:
     """The ranks to simulate on ``mesh`` (module rules), sorted."""
     s = mesh.shard
     if mesh.tp > 1:
-        plan = dict(mesh.tp_plan)
-        split: dict[str, int | None] = {}  # the dim tensor parallelism splits, per param
-        for fqn, shape in shapes.items():
-            owner, _, leaf = fqn.rpartition(".")
-            split[fqn] = TP_STYLES[plan[owner]].get(leaf) if owner in plan else None
-        tp_ranks = _class_changes([shape[d] for fqn, shape in shapes.items()
-                                   if (d := split[fqn]) is not None], mesh.tp)
-        rows = set()  # what fully_shard chunks over the dp ranks, per tp coordinate
-        for fqn, shape in shapes.items():
-            if not shape:
-                continue
-            if split[fqn] == 0:
-                rows.update(b - a for a, b in (chunk_range(shape[0], mesh.tp, t)
-                                               for t in range(mesh.tp)))
-            else:
-                rows.add(shape[0])
+        layout = reference_layout(shapes, mesh)  # its params know their tensor-parallel dim
+        params = [layout.param(fqn) for fqn, shape in shapes.items() if shape]
+        tp_ranks = _class_changes([p.shape[p.tp_dim] for p in params if p.tp_dim is not None],
+                                  mesh.tp)
+        # what fully_shard chunks over the dp ranks on each tp coordinate (rank t: dp 0, tp t)
+        rows = {p.tp_local_shape(t)[0] for p in params for t in range(mesh.tp)}
         dp_ranks = _class_changes(rows, s)
         return sorted(d * mesh.tp + t for d in dp_ranks for t in tp_ranks)
     shard_ranks = _class_changes([shape[0] for shape in shapes.values() if shape], s)

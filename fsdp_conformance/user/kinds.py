@@ -36,8 +36,6 @@ from .verdicts import CUSTOM_DECIDES, custom_undecided, evaluate_custom, evaluat
     rank_error_text
 
 
-
-
 def _death(exc: StepFailed) -> str:
     """The failure text when a rank process died in the stage (a signal, an OOM kill: the
     machine or a rare native crash, not necessarily the user's code), else ""."""
