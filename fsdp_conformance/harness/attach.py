@@ -13,6 +13,11 @@ Rules
   the process with code 124. Either way the other ranks are told to exit (code 124), so
   torchrun ends the job: a hung call never leaves a hung job. An attached pool cannot be
   rebuilt; after a timeout it is closed.
+- After a timeout no rank exits before every rank has removed its scratch directory:
+  torchrun stops every rank (SIGTERM) as soon as one exits non-zero. The told ranks clean up,
+  say so in the store and wait for rank 0's release; rank 0 waits for them, cleans up, then
+  releases them: at once when it is stuck, at its interpreter's exit when it is free (so its
+  program can handle the ``RankTimeout``). Both waits are bounded by ``LEFT_WAIT_S``.
 - ``close()`` (also run at exit on rank 0 if the caller forgot it) ends the job cleanly: every
   rank removes its scratch directory, meets the others at a barrier (60 s timeout; a rank that
   times out says so and leaves without destroying anything), then destroys the control group
@@ -53,6 +58,7 @@ _attached: "AttachedPool | None" = None
 TIMEOUT_EXIT_CODE = 124
 WATCHDOG_JOIN_S = 10.0  # a finished call's watchdog returns at once (<= 0.2 s on ranks 1..N-1)
 GLOO_THREADS_GONE_S = 5.0  # the groups' destructor joins their threads; this only bounds it
+LEFT_WAIT_S = 30.0  # after a timeout: the longest wait for a rank's clean-up or rank 0's release
 
 
 def in_torchrun() -> bool:
@@ -118,16 +124,17 @@ class _Watchdog:
             # Wait for rank 0's verdict; it either raises RankTimeout or exits the job.
             while not self.done.is_set():
                 if p._store.check([f"abandon/{self.call_id}"]):
-                    p._leave(TIMEOUT_EXIT_CODE)
+                    p._leave(self.call_id)
                 time.sleep(0.2)
             return
         if self.done.wait(p.stack_grace):
             return  # the controller path raised RankTimeout itself
         err = p._timeout_error(self.call_id, self.timeout, main_thread_stuck=True)
-        p._store.set(f"abandon/{self.call_id}", "1")
         sys.stderr.write(f"\nfsdp_conformance.harness.RankTimeout: {err}\n")
         sys.stderr.flush()
-        p._leave(TIMEOUT_EXIT_CODE)
+        p._abandon(self.call_id)
+        p._release()
+        os._exit(TIMEOUT_EXIT_CODE)
 
 
 class AttachedPool:
@@ -172,6 +179,7 @@ class AttachedPool:
                                group=dist.group.WORLD, scratch=scratch)
         self._next_id = 0
         self._closed = False
+        self._abandoned: int | None = None  # the timed-out call the other ranks were told of
 
     # ------------------------------------------------------------ shared by all ranks
     def _execute(self, call_id: int, fn, args, kwargs, seed, timeout) -> tuple:
@@ -195,9 +203,8 @@ class AttachedPool:
             if self.rank == 0:
                 dog.stop()
                 err = self._timeout_error(call_id, timeout, main_thread_stuck=False)
-                self._store.set(f"abandon/{call_id}", "1")
+                self._abandon(call_id)
                 self._closed = True
-                self._remove_scratch()
                 raise err from None
             raise
         dist.gather_object(reply, gathered, dst=0, group=self._ctrl)
@@ -266,11 +273,44 @@ class AttachedPool:
 
         shutil.rmtree(self.ctx.scratch, ignore_errors=True)
 
-    def _leave(self, code: int) -> None:
-        """End this rank's process now (a timed-out call: no teardown can be trusted), its
-        scratch directory removed first."""
+    def _abandon(self, call_id: int) -> None:
+        """Rank 0, a timed-out call: tell the other ranks to leave, wait (at most
+        ``LEFT_WAIT_S``) until each has removed its scratch directory and said so, then
+        remove rank 0's own. The told ranks exit only on ``_release``: torchrun stops every
+        rank with SIGTERM as soon as one exits non-zero, so no rank may exit while another
+        still has clean-up to do. A rank that is already dead never answers; that only costs
+        the bounded wait."""
+        self._abandoned = call_id
+        self._store.set(f"abandon/{call_id}", "1")
+        keys = [f"left/{call_id}/{r}" for r in range(1, self.world_size)]
+        deadline = time.monotonic() + LEFT_WAIT_S
+        while keys and not self._store.check(keys) and time.monotonic() < deadline:
+            time.sleep(0.05)
         self._remove_scratch()
-        os._exit(code)
+
+    def _release(self) -> None:
+        """Rank 0, after ``_abandon``: let the told ranks exit (code 124), which ends the job.
+        Rank 0 stuck in the call does this at once; a free rank 0 at its interpreter's exit,
+        so that its own program is not stopped while it handles the ``RankTimeout``."""
+        if self._abandoned is not None and self._store is not None:
+            self._store.set(f"release/{self._abandoned}", "1")
+
+    def _leave(self, call_id: int) -> None:
+        """Ranks 1..N-1, told to leave after a timed-out call (no teardown can be trusted):
+        remove the scratch directory, tell rank 0, wait (at most ``LEFT_WAIT_S``) for its
+        release, exit with code 124."""
+        self._remove_scratch()
+        try:
+            self._store.set(f"left/{call_id}/{self.rank}", "1")
+            deadline = time.monotonic() + LEFT_WAIT_S
+            while (not self._store.check([f"release/{call_id}"])
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
+        except Exception:  # noqa: BLE001 - the store is gone with rank 0's agent: just leave
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(TIMEOUT_EXIT_CODE)
 
     def _teardown(self) -> None:
         """All ranks, after "stop": remove the rank's scratch directory, meet, destroy the
@@ -354,7 +394,11 @@ def attach(backend: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) ->
         return _attached
     pool = AttachedPool(backend, timeout)
     if pool.rank != 0:
-        pool.serve()
+        try:
+            pool.serve()
+        except BaseException:
+            pool._remove_scratch()  # a serving rank that fails still leaves nothing behind
+            raise
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
@@ -368,3 +412,5 @@ def _close_at_exit() -> None:
     exit and the process groups are torn down while the interpreter is still whole."""
     if _attached is not None and not _attached._closed:
         _attached.close()
+    elif _attached is not None:
+        _attached._release()  # after a RankTimeout: the told ranks may now exit

@@ -15,6 +15,9 @@ from fsdp_conformance.harness import RankError, RankTimeout, attach, probes
 def main(mode: str, out: str) -> None:
     if mode == "no-close-late-watchdog":
         _late_watchdog_and_exit_report(out + ".atexit.json")
+    if mode.endswith("-slow-leaver"):
+        _slow_leaver(2.0)
+        mode = mode.removesuffix("-slow-leaver")
     pool = attach(timeout=60)
     seen: dict = {"world_size": pool.world_size}
     if mode == "basic":
@@ -77,6 +80,24 @@ def _late_watchdog_and_exit_report(report: str) -> None:
                        "python_threads": [t.name for t in threading.enumerate()]}, f)
 
     atexit.register(exit_report)
+
+
+def _slow_leaver(delay: float) -> None:
+    """What a loaded machine can do: a serving rank told to leave after a timeout is not
+    scheduled for ``delay`` seconds. No rank may exit before it has left, or torchrun stops it
+    (SIGTERM, as soon as one rank exits 124) before it has removed its scratch directory."""
+    import importlib
+    import time
+
+    attach_mod = importlib.import_module("fsdp_conformance.harness.attach")
+    leave = attach_mod.AttachedPool._leave
+
+    def slow_leave(self, call_id):
+        if self.rank != 0:
+            time.sleep(delay)
+        leave(self, call_id)
+
+    attach_mod.AttachedPool._leave = slow_leave
 
 
 def probes_tensor(r):

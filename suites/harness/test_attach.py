@@ -98,9 +98,11 @@ def test_torchrun_two_agents_on_loopback_as_two_nodes(tmp_path):
     _check_basic(json.loads(out.read_text()), 2)
 
 
-def test_torchrun_hang_with_free_controller_raises_rank_timeout(tmp_path):
+@pytest.mark.parametrize("mode", ["rank0-free-hang", "rank0-free-hang-slow-leaver"])
+def test_torchrun_hang_with_free_controller_raises_rank_timeout(tmp_path, mode):
+    """The stuck ranks exit 124 only once rank 0, which handled the RankTimeout, exits."""
     out = tmp_path / "seen.json"
-    proc = _torchrun(_single_node(3), "rank0-free-hang", out)
+    proc = _torchrun(_single_node(3), mode, out)
     log, _ = proc.communicate(timeout=180)
     seen = json.loads(out.read_text())
     assert seen["timeout"]["ranks"] == [1, 2]
@@ -109,9 +111,13 @@ def test_torchrun_hang_with_free_controller_raises_rank_timeout(tmp_path):
     assert _scratch_left(out) == [], "a timed-out job still removes every rank's scratch"
 
 
-def test_torchrun_hang_inside_controller_dumps_stacks_and_exits_124(tmp_path):
+@pytest.mark.parametrize("mode", ["rank0-stuck-hang", "rank0-stuck-hang-slow-leaver"])
+def test_torchrun_hang_inside_controller_dumps_stacks_and_exits_124(tmp_path, mode):
+    """No rank exits 124 before every rank removed its scratch: torchrun would otherwise stop
+    a rank that is slow to leave (a loaded machine; ``-slow-leaver`` delays it 2 s) before its
+    clean-up, which CI once saw."""
     out = tmp_path / "seen.json"
-    proc = _torchrun(_single_node(2), "rank0-stuck-hang", out)
+    proc = _torchrun(_single_node(2), mode, out)
     log, _ = proc.communicate(timeout=180)
     assert proc.returncode != 0
     assert not out.exists(), "the hung call must not return"
