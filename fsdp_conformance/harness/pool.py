@@ -63,6 +63,10 @@ from ..options import DEFAULT_TIMEOUT_S
 
 START_TIMEOUT_S = 120.0
 ERROR_GRACE_S = 3.0
+DEATH_EXIT_WAIT_S = 10.0
+"""How long a rank whose connection closed may take to exit before its death is described
+without an exit code: a rank aborting writes its crash report first, which a loaded machine
+can stretch past a second."""
 _LOG_TAIL_LINES = 30
 _CRASH_REASON_LINES = 6  # lines kept above "Fatal Python error" (the C++ reason)
 
@@ -288,7 +292,7 @@ class RankPool:
                     if msg and msg[0] == "ready":
                         pending.discard(r)
                         continue
-                self._procs[r].join(1.0)
+                self._procs[r].join(DEATH_EXIT_WAIT_S)
                 raise RankDied(f"rank {r} failed while starting the pool "
                                f"(world size {self.world_size})",
                                [RankFailure(r, "died", _describe_exit(self._procs[r].exitcode),
@@ -389,7 +393,7 @@ class RankPool:
                     except (EOFError, OSError):
                         msg = None
                 if msg is None:
-                    self._procs[r].join(1.0)
+                    self._procs[r].join(DEATH_EXIT_WAIT_S)
                     died[r] = RankFailure(r, "died", _describe_exit(self._procs[r].exitcode),
                                           _tail(self.rank_dir(r) / LOG_FILE))
                     pending.discard(r)
