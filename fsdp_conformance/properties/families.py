@@ -1,7 +1,7 @@
 """The reference of each FSDP family, as the properties judge with it: the one place where
 FSDP1 (flat params, ``reference.gather_full`` / ``shard_full``) and FSDP2 (per-parameter
 DTensors, ``reference.fsdp2_gather`` / ``fsdp2_shard``) differ for a property that is written
-once (P1: properties/saved.py; P3: properties/loaded.py).
+once (P0: properties/sharding.py; P1: properties/saved.py; P3: properties/loaded.py).
 
 Rules
 - ``loaded_shard(layout, full, rank)`` is what a load of the full dict ``full`` leaves on
@@ -66,10 +66,14 @@ FSDP1 = FamilyReference(
     family="fsdp1", gather_name="reference.gather_full", shard_name="reference.shard_full",
     gather=ref.gather_full, gather_replica=_fsdp1_gather_replica,
     replica_note=_fsdp1_replica_note, shard=ref.shard_full, loaded_shard=_fsdp1_loaded_shard,
-    vs_reference=_fsdp1_view, vs_own=_fsdp1_view, owner=reference_props.owner_of)
+    vs_reference=_fsdp1_view, vs_own=_fsdp1_view, owner=reference_props.owner_of,
+    layout_problems=reference_props.fsdp1_layout_problems,
+    layout_size=lambda layout: f"{len(layout.units)} unit(s)")
 FSDP2 = FamilyReference(
     family="fsdp2", gather_name="reference.fsdp2_gather", shard_name="reference.fsdp2_shard",
     gather=ref.fsdp2_gather, gather_replica=lambda layout, dicts, rank: ref.fsdp2_gather(
         layout, dicts), replica_note=lambda layout, rank: "",
     shard=ref.fsdp2_shard, loaded_shard=_fsdp2_loaded_shard,
-    vs_reference=_state, vs_own=_fsdp2_own, owner=fsdp2_props.owner_of)
+    vs_reference=_state, vs_own=_fsdp2_own, owner=fsdp2_props.owner_of,
+    layout_problems=fsdp2_props.fsdp2_layout_problems,
+    layout_size=lambda layout: f"{len(layout.params)} params")

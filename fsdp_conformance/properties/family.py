@@ -1,6 +1,6 @@
 """What a property needs of one FSDP family's reference (the record type; the two instances,
 FSDP1's and FSDP2's, and their rules are in properties/families.py). A leaf module: the
-properties written once (properties/saved.py, properties/loaded.py) import it without
+properties written once (properties/sharding.py, saved.py, loaded.py) import it without
 importing the observers."""
 from __future__ import annotations
 
@@ -40,3 +40,8 @@ class FamilyReference:
     """The part of a rank's dict compared with its own state before saving (module rules)."""
     owner: Callable[[Any], Callable[[str, Any], int]]
     """``owner(layout)(fqn, index) -> the rank owning that element`` (for diffs)."""
+    layout_problems: Callable[[Any, dict], list]
+    """``layout_problems(layout, one rank's observation) ->`` how the rank's layout differs
+    from the reference's beyond the optimizer's keys (P0, properties/sharding.py)."""
+    layout_size: Callable[[Any], str]
+    """How a passing P0 names what it compared (``"3 unit(s)"``, ``"5 params"``)."""

@@ -1,6 +1,7 @@
 """FSDP2 (``fully_shard`` + ``torch.distributed.checkpoint.state_dict``) against the reference:
-P0 layout, P1 gather, P3 shard (every ``set_optimizer_state_dict`` path), P11 param groups
-after loading, P4 the sharded (DTensor) dict; and P4 for DTensor input to the reference's
+what P0 (layout), P1 (gather), P3 (shard, every ``set_optimizer_state_dict`` path) and P11
+(param groups after loading) judge of the differential observations, in the forms they take;
+P4 of the sharded (DTensor) dict; and P4 for DTensor input to the reference's
 ``flatten_sharded`` (FSDP1 with ``device_mesh=``).
 
 Each function takes the reference ``Fsdp2Layout`` and the per-rank observations of
@@ -16,13 +17,13 @@ Rules
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import torch
 
 from .. import reference as ref
-from . import expectation as expect
 from .statediff import diff_state_dicts, format_diff
+from .groups import LoadedGroups
 from .loaded import LoadedState
 from .saved import SavedDict
 from .reference_props import path_value
@@ -41,36 +42,30 @@ def drop_plain(d: dict, layout) -> dict:
     return {**d, "state": {k: v for k, v in d.get("state", {}).items() if k not in plain}}
 
 
-def p0_layout(layout, observations: Sequence[dict]) -> Verdict:
-    """FSDP2's real per-parameter layout on every rank equals the reference's: the optimizer's
-    key order, which params are DTensors (all but ignored ones), their global and local
-    shapes, placements (``Fsdp2Param.placements``) and the global offset of the rank's
-    piece."""
+def fsdp2_layout_problems(layout, obs: dict) -> list[str]:
+    """How one rank's FSDP2 per-parameter layout differs from the reference's (P0,
+    properties/sharding.py): which params are DTensors (all but ignored ones), their global
+    and local shapes, placements (``Fsdp2Param.placements``) and the global offset of the
+    rank's piece."""
+    r = obs["rank"]
+    mesh_ndim = len(obs.get("mesh_shape") or (layout.world_size,))
+    if [m["fqn"] for m in obs["meta"]] != layout.optimizer_keys():
+        return [f"rank {r}: params {[m['fqn'] for m in obs['meta']]} != reference "
+                f"{layout.optimizer_keys()}"]
     problems = []
-    for obs in observations:
-        r = obs["rank"]
-        if list(obs["keys"]) != layout.optimizer_keys():
-            problems.append(f"rank {r}: optimizer keys {obs['keys']} != reference "
-                            f"{layout.optimizer_keys()}")
-        mesh_ndim = len(obs.get("mesh_shape") or (layout.world_size,))
-        if [m["fqn"] for m in obs["meta"]] != layout.optimizer_keys():
-            problems.append(f"rank {r}: params {[m['fqn'] for m in obs['meta']]} != reference "
-                            f"{layout.optimizer_keys()}")
-            continue
-        for m in obs["meta"]:
-            p = layout.param(m["fqn"])
-            got = {"sharded": m["dtensor"], "shape": tuple(m["shape"])}
-            want = {"sharded": p.sharded, "shape": p.shape}
-            if m["dtensor"]:
-                got.update(local_shape=tuple(m["local_shape"]), offset=tuple(m["offset"]),
-                           placements=[tuple(x) for x in m["placements"]])
-                want.update(local_shape=p.local_shape(r), offset=p.offset(r),
-                            placements=p.placements(mesh_ndim))
-            for k, w in want.items():
-                if got[k] != w:
-                    problems.append(f"rank {r}, {m['fqn']}: {k} = {got[k]}, reference says {w}")
-    return fail("\n".join(problems)) if problems else passed(
-        f"{len(layout.params)} params on {len(observations)} rank(s)")
+    for m in obs["meta"]:
+        p = layout.param(m["fqn"])
+        got = {"sharded": m["dtensor"], "shape": tuple(m["shape"])}
+        want = {"sharded": p.sharded, "shape": p.shape}
+        if m["dtensor"]:
+            got.update(local_shape=tuple(m["local_shape"]), offset=tuple(m["offset"]),
+                       placements=[tuple(x) for x in m["placements"]])
+            want.update(local_shape=p.local_shape(r), offset=p.offset(r),
+                        placements=p.placements(mesh_ndim))
+        for k, w in want.items():
+            if got[k] != w:
+                problems.append(f"rank {r}, {m['fqn']}: {k} = {got[k]}, reference says {w}")
+    return problems
 
 
 def saved_dicts(observations: Sequence[dict], path: str = "full") -> list:
@@ -106,20 +101,20 @@ def loaded_states(full: dict, observations: Sequence[dict],
     return out
 
 
-def p11_groups(full: dict, observations: Sequence[dict], path: str) -> Verdict:
-    """After loading through ``path``, every rank's optimizer ``param_groups`` equal the full
-    dict's exactly: every hyperparameter with its type (a tuple stays a tuple), extra keys,
-    and the FQNs of each group."""
-    want = {"param_groups": expect.loaded(full).get("param_groups", [])}
+def groups_after(observations: Sequence[dict], path: str) -> list[LoadedGroups]:
+    """What P11 (properties/groups.py) judges of the differential observations: every
+    rank's ``param_groups`` after loading through ``path`` (named by FQN); a load that raised
+    is P3's to report (n/a here)."""
+    out = []
     for obs in observations:
         got, v = path_value(obs, path)
-        if v is not None:
-            return na(f"{path} did not load (P3:{path} reports why)") if v.status == "error" else v
-        diffs = diff_state_dicts(want, {"param_groups": got.get("param_groups", [])})
-        if diffs:
-            return fail(f"param_groups after {path} on rank {obs['rank']} differ from the saved "
-                        "ones:\n" + format_diff(diffs))
-    return passed(f"{path}: param_groups exact on every rank")
+        if v is None:
+            out.append(LoadedGroups(rank=obs["rank"], label=path, by_fqn=True,
+                                    got=got.get("param_groups", [])))
+        else:
+            out.append(LoadedGroups(rank=obs["rank"], label=path, problem=na(
+                f"{path} did not load (P3:{path} reports why)") if v.status == "error" else v))
+    return out
 
 
 def reloaded_states(observations: Sequence[dict],

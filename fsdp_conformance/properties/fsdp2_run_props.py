@@ -1,8 +1,8 @@
 """The FSDP2 side of the conformance run's properties (``sut.fsdp2_paths`` round trips): the
-ones whose reference differs from FSDP1's. P0 against ``reference.fsdp2_layout`` (via
-``fsdp2_props.p0_layout``), P1 against ``reference.fsdp2_gather``, P9 of the sharded path.
-P3 is written once for both families (properties/loaded.py, with ``families.FSDP2``);
-everything else is ``run_props``' (given ``reference.fsdp2_gather`` where it gathers).
+reference layouts (``reference.fsdp2_layout``) and P9 of the sharded path. P0, P1 and P3 are
+written once for both families (properties/sharding.py, saved.py, loaded.py, with
+``families.FSDP2``); everything else is ``run_props``' (given ``reference.fsdp2_gather``
+where it gathers).
 
 Rules
 - Params outside FSDP2 (ignored params: plain tensors, per rank): the saved full dict holds
@@ -13,15 +13,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from . import expectation as expect
 from .. import reference as ref
 from ..cases import Case
 from .statediff import diff_state_dicts, format_diff
-from . import fsdp2_props
-from .fsdp2_props import drop_plain, owner_of
 from .layouts import fsdp2_reference_layout
-from .run_props import assemble_sharded, layout_view
-from ..sut.records import LoadRecord, SaveRecord, error_of
+from .run_props import assemble_sharded
+from ..sut.records import SaveRecord, error_of
 from .verdict import Verdict, error, fail, passed
 
 gather = ref.fsdp2_gather
@@ -30,21 +27,6 @@ gather = ref.fsdp2_gather
 def layouts(case: Case):
     """(save-side, load-side) ``Fsdp2Layout`` of the case."""
     return fsdp2_reference_layout(case), fsdp2_reference_layout(case, load_side=True)
-
-
-def p0_side(layout, records: Sequence[SaveRecord] | Sequence[LoadRecord],
-             ordered: bool) -> Verdict:
-    obs = layout_view(records)
-    if ordered:
-        return fsdp2_props.p0_layout(layout, obs)
-    # several param groups: the optimizer lists params group by group (compared as a set)
-    want = layout.optimizer_keys()
-    bad = [o for o in obs if sorted(o["keys"]) != sorted(want)]
-    if bad:
-        return fail(f"rank {bad[0]['rank']}: optimizer keys {bad[0]['keys']} != reference "
-                    f"{want} (as sets)")
-    return fsdp2_props.p0_layout(layout, [{**o, "keys": want} for o in obs])
-
 
 
 def p9_sharded(full: dict, save_obs: Sequence[SaveRecord]) -> Verdict:

@@ -15,7 +15,7 @@ from ..cases import Case
 from .layouts import fsdp2_reference_layout, reference_layout
 from ..sut.records import LoadRecord, error_of
 from . import expectation as expect
-from .run_props import canon_groups
+from .groups import canon_groups
 from .statediff import diff_state_dicts, format_diff
 from .verdict import Verdict, fail, passed
 

@@ -46,49 +46,42 @@ def path_value(obs: dict, path: str):
     return v, None
 
 
-def p0_layout(layout, observations: Sequence[dict], ordered: bool = True) -> Verdict:
-    """FSDP's flat layout (unit FQNs, shapes, padding, per-rank shard ranges) and the
-    optimizer's keys equal the reference's, on every rank; in the same order when the
-    optimizer has one param group (``ordered``), as a set otherwise (several groups list
-    the units group by group)."""
+def fsdp1_layout_problems(layout, obs: dict) -> list[str]:
+    """How one rank's FSDP1 flat layout differs from the reference's (P0,
+    properties/sharding.py): its units, and in each unit the FQNs, shapes, padding, local
+    numel and which params its shard holds."""
+    r = obs["rank"]
     problems = []
-    for obs in observations:
-        r = obs["rank"]
-        keys, want = list(obs["keys"]), list(layout.optimizer_keys())
-        if (keys != want) if ordered else (sorted(keys) != sorted(want)):
-            problems.append(f"rank {r}: optimizer key order {obs['keys']} != reference "
-                            f"{layout.optimizer_keys()}")
-        ref_units = {u.name: u for u in layout.units}
-        seen = {m["name"] for m in obs["meta"]}
-        if seen != set(ref_units):
-            problems.append(f"rank {r}: FSDP units {sorted(seen)} != reference units "
-                            f"{sorted(ref_units)}")
-        for m in obs["meta"]:
-            u = ref_units.get(m["name"])
-            if u is None:
-                continue
-            want = {
-                "fqns": list(u.flat_fqns),
-                "shapes": [tuple(p.shape) for p in u.params],
-                "numels_with_padding": list(u.numels_with_padding()),
-                "is_padding_mask": list(u.is_padding_mask()),
-                "local_numel": u.shard_numel,
-            }
-            for k, v in want.items():
-                got = m[k] if k != "shapes" else [tuple(s) for s in m[k]]
-                if list(got) != list(v) if isinstance(v, list) else got != v:
-                    problems.append(f"rank {r}, unit {m['name']!r}: {k} = {got}, reference "
-                                    f"says {v}")
-            if u.sharded:
-                start, end = u.shard_range(layout.shard_rank(r))
-                in_shard = [bool(i[0]) for i in m["shard_param_infos"]]
-                want_in = list(u.fsdp_in_shard(layout.shard_rank(r)))
-                if in_shard != want_in:
-                    problems.append(f"rank {r}, unit {m['name']!r}: params in shard "
-                                    f"{in_shard}, reference says {want_in} (range "
-                                    f"[{start}, {end}))")
-    return fail("\n".join(problems)) if problems else passed(
-        f"{len(layout.units)} unit(s) on {len(observations)} rank(s)")
+    ref_units = {u.name: u for u in layout.units}
+    seen = {m["name"] for m in obs["meta"]}
+    if seen != set(ref_units):
+        problems.append(f"rank {r}: FSDP units {sorted(seen)} != reference units "
+                        f"{sorted(ref_units)}")
+    for m in obs["meta"]:
+        u = ref_units.get(m["name"])
+        if u is None:
+            continue
+        want = {
+            "fqns": list(u.flat_fqns),
+            "shapes": [tuple(p.shape) for p in u.params],
+            "numels_with_padding": list(u.numels_with_padding()),
+            "is_padding_mask": list(u.is_padding_mask()),
+            "local_numel": u.shard_numel,
+        }
+        for k, v in want.items():
+            got = m[k] if k != "shapes" else [tuple(s) for s in m[k]]
+            if list(got) != list(v) if isinstance(v, list) else got != v:
+                problems.append(f"rank {r}, unit {m['name']!r}: {k} = {got}, reference "
+                                f"says {v}")
+        if u.sharded:
+            start, end = u.shard_range(layout.shard_rank(r))
+            in_shard = [bool(i[0]) for i in m["shard_param_infos"]]
+            want_in = list(u.fsdp_in_shard(layout.shard_rank(r)))
+            if in_shard != want_in:
+                problems.append(f"rank {r}, unit {m['name']!r}: params in shard "
+                                f"{in_shard}, reference says {want_in} (range "
+                                f"[{start}, {end}))")
+    return problems
 
 
 def replica_first(layout, dicts: Sequence, rank: int) -> list:

@@ -24,15 +24,17 @@ from ..zoo import model_spec
 from . import expectation as expect
 from . import run_props as rp
 from .precision import judged_dtype, own_mp_of, with_precision
-from .training_state import p6_scheduler, p11_training_state, with_problems
+from .training_state import TrainingSeen, p6_scheduler, with_problems
+from .groups import loaded_groups, p11_groups
+from .partial import loaded_dicts, p10_partial
 from .catalogue import CATALOGUE, NO_REKEY
 from .families import FSDP1, FSDP2
 from .family import FamilyReference
 from .layouts import reference_layout
 from .loaded import p3_loaded, run_states
 from .saved import SavedDict, p1_saved
-from .reference_props import p0_layout
-from .verdict import Verdict, error, na, passed
+from .sharding import LayoutSide, p0_layout
+from .verdict import Verdict, error, na
 
 ROUND_TRIP: tuple[str, ...] = tuple(p.id for p in CATALOGUE
                                     if p.decided_by in ("round trip", "rekey path"))
@@ -47,8 +49,6 @@ class FamilyRefs:
     """The save side's reference layout (FSDP1 ``ModelLayout`` or ``Fsdp2Layout``)."""
     dst: Any
     """The load side's (its world size and plan)."""
-    p0_side: Callable[..., Verdict]
-    """``p0_side(layout, records, ordered)``: one side's layout against the reference."""
     family: FamilyReference
     """The family's reference (properties/families.py): what P3 (properties/loaded.py)
     judges with."""
@@ -57,6 +57,16 @@ class FamilyRefs:
     def gather(self) -> Callable[..., dict]:
         """The reference's gather of the ranks' local dicts."""
         return self.family.gather
+
+    def p0(self, save_obs, load_obs, ordered: bool) -> Verdict:
+        """P0 (properties/sharding.py) of the save side's records and, where the load side
+        ran (``load_obs`` not empty), the load side's."""
+        sides = [LayoutSide(label="save side", layout=self.layout,
+                            observations=rp.layout_view(save_obs))]
+        if load_obs:
+            sides.append(LayoutSide(label="load side", layout=self.dst,
+                                    observations=rp.layout_view(load_obs)))
+        return p0_layout(self.family, sides, ordered=ordered)
 
     def p1(self, full: dict, save_obs, api: str) -> Verdict:
         """P1 of the full dict ``full`` a round trip's path ``api`` saved (rank 0's, or
@@ -71,10 +81,6 @@ class FamilyRefs:
                          run_states(self.family, self.dst, full, load_obs, own=own))
 
 
-def _fsdp1_p0_side(layout, records, ordered: bool) -> Verdict:
-    return p0_layout(layout, rp.layout_view(records), ordered=ordered)
-
-
 def family_refs(case: Case) -> FamilyRefs:
     """The references of the case's FSDP family (``fsdp2_run_props`` for ``fully_shard``,
     ``run_props`` for FSDP1)."""
@@ -82,23 +88,9 @@ def family_refs(case: Case) -> FamilyRefs:
         from . import fsdp2_run_props as f2
 
         layout, dst = f2.layouts(case)
-        return FamilyRefs(layout=layout, dst=dst, p0_side=f2.p0_side, family=FSDP2)
+        return FamilyRefs(layout=layout, dst=dst, family=FSDP2)
     return FamilyRefs(layout=reference_layout(case), dst=reference_layout(case, load_side=True),
-                      p0_side=_fsdp1_p0_side, family=FSDP1)
-
-
-def p0_both(refs: FamilyRefs, save_obs, load_obs, ordered: bool) -> Verdict:
-    """P0 of both sides: the save side's verdict if it does not pass, else the load side's
-    (prefixed "load side: "); ``load_obs`` None: the load side never ran."""
-    s = refs.p0_side(refs.layout, save_obs, ordered)
-    if s.status != "pass":
-        return s
-    if not load_obs:
-        return passed(f"save side {s.detail}")
-    ld = refs.p0_side(refs.dst, load_obs, ordered)
-    if ld.status != "pass":
-        return Verdict(ld.status, "load side: " + ld.detail)
-    return passed(f"save side {s.detail}; load side {ld.detail}")
+                      family=FSDP1)
 
 
 def _read_dcp(path: Path, app_state: bool = False) -> dict | None:
@@ -144,7 +136,7 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
     ordered = case.groups == 1  # several groups: the optimizer's order is the groups' order
     refs = family_refs(case)
     layout, dst, gather = refs.layout, refs.dst, refs.gather
-    v["P0"] = p0_both(refs, save_obs, load_obs, ordered)
+    v["P0"] = refs.p0(save_obs, load_obs, ordered)
     full, bad = rp.to_full(api, save_obs)
     local = local_run(case)
     if full is None:
@@ -182,13 +174,17 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         rec = api_path(api)
         v["P9"] = (f2.p9_sharded(full, save_obs) if rec.family == "fsdp2" and not rec.full
                    else rp.p9_flags(layout, api, save_obs))
-        v["P10"] = rp.p10_partial(case, layout, dst, full, load_obs, local, gather=gather)
-        v["P11"] = rp.p11_groups(full, load_obs, local)
-        if case.scheduler and not case.golden and load_error is None:
-            v["P11"] = with_problems(v["P11"], p11_training_state(
-                save_obs, load_obs, local, step=case.steps if case.app_state else None),
-                "the scheduler" + (f" and step {case.steps}" if case.app_state else "")
-                + " restored")
+        v["P10"] = p10_partial(case, layout=layout, dst=dst, full=full,
+                               loaded=loaded_dicts(load_obs), local=local, gather=gather)
+        training = (TrainingSeen(
+            save_obs=save_obs, load_obs=load_obs, local=local,
+            step=case.steps if case.app_state else None,
+            held="the scheduler" + (f" and step {case.steps}" if case.app_state else "")
+            + " restored") if case.scheduler and not case.golden and load_error is None
+            else None)
+        v["P11"] = p11_groups(full, loaded_groups(load_obs), at_save=local.optim_at_save,
+                              training=training)
+        if training is not None:
             if v["P6"].status != "n/a":
                 v["P6"] = with_problems(v["P6"], p6_scheduler(load_obs, local),
                                         "the scheduler after resuming as uninterrupted")

@@ -24,6 +24,7 @@ from .statediff import STEP_KEY, diff_state_dicts, format_diff
 from .baseline import LocalRun, continue_from
 from ..sut.registry import PATH_NAMES, api_path, family_of, sharded_paths
 from ..sut.records import LoadRecord, SaveRecord, error_of
+from .groups import canon_groups
 from .reference_props import (comparable, drop_plain, own_shard_group, owner_of,
                               replica_first, rotated_note, sharded_to_flat_offsets)
 from .verdict import Verdict, error, fail, na, passed
@@ -151,19 +152,10 @@ def to_full(api: str, obs: Sequence[SaveRecord] | Sequence[LoadRecord], *,
 
 
 def layout_view(obs: Sequence[SaveRecord] | Sequence[LoadRecord]) -> list[dict]:
-    """What the P0 layout functions (``reference_props.p0_layout``, ``fsdp2_props.p0_layout``)
-    read, as the dicts they take: they also judge the differential observers, whose
-    observations are still dicts."""
+    """What P0 (``sharding.p0_layout``) reads of a side's records, as the dicts of
+    ``LayoutSide.observations``: the differential observers' observations are dicts."""
     return [{"rank": o.rank, "keys": o.keys, "meta": o.meta, "mesh_shape": o.mesh_shape}
             for o in obs]
-
-
-def canon_groups(d: dict) -> dict:
-    """``d`` with each param group's ``params`` sorted: the order of FQNs inside a group
-    follows the FSDP units' flat order, not the optimizer's, and carries no meaning in an
-    FQN-keyed dict (which params are in which group does)."""
-    return {**d, "param_groups": [{**g, "params": sorted(g["params"], key=str)}
-                                  for g in d.get("param_groups", [])]}
 
 
 def _plain(layout) -> set[str]:
@@ -513,71 +505,6 @@ def p9_flags(layout, api: str, save_obs: Sequence[SaveRecord]) -> Verdict:
     if not checked:
         return na(f"nothing to observe: {api} has no rank0_only flag, and {ON_CPU}")
     return passed("; ".join(checked) + ("" if on_device else f"; {ON_CPU}"))
-
-
-def p10_partial(case, layout, dst_layout, full: dict, load_obs: Sequence[LoadRecord],
-                local: LocalRun, gather=ref.gather_full) -> Verdict:
-    """Cases with partial state (no step yet, stateless SGD, params without grads, frozen
-    params): exactly the params the single-process optimizer has state for appear in the
-    saved dict, with the same state names, and loading restores exactly that."""
-    partial = (case.steps == 0 or case.optimizer == "sgd" or case.model in ("frozen", "unused"))
-    if not partial:
-        return na("every param has state in this case: nothing partial to check")
-    skip = _plain(layout)
-
-    def shape_of(d):
-        return {k: sorted(v) for k, v in d["state"].items() if k not in skip}
-
-    want = shape_of(expect.saved(local.optim_at_save))
-    want_back = shape_of(expect.round_trip(local.optim_at_save))
-    got = shape_of(full)
-    problems = []
-    if want != got:
-        problems.append(f"saved dict: params/state names {got}, single-process run has {want}")
-    if all(o.loaded is not None and not error_of(o.loaded) for o in load_obs):
-        try:
-            back = gather(dst_layout, [o.loaded for o in load_obs])
-        except ref.StateDictMismatch as exc:
-            return error(f"reference.{gather.__name__} rejected the loaded dicts: {exc}")
-        if shape_of(back) != want_back:
-            problems.append(f"after loading: params/state names {shape_of(back)}, expected "
-                            f"{want_back}")
-    if problems:
-        return fail("\n".join(problems))
-    return passed(f"{len(want)} params with state, as in the single-process run")
-
-
-def _hyper(groups: list[dict]) -> list[dict]:
-    return [{k: v for k, v in g.items() if k != "params"} for g in groups]
-
-
-def p11_groups(full: dict, load_obs: Sequence[LoadRecord], local: LocalRun) -> Verdict:
-    """Every param group's hyperparameters and extra keys (``initial_lr``) and its params
-    survive the save and the load, exactly. A rank whose load raised has no groups to
-    compare; when none loaded, P11 is that error (it checked nothing after the load)."""
-    problems = []
-    diffs = diff_state_dicts(canon_groups(expect.saved(local.optim_at_save))["param_groups"],
-                             canon_groups(full)["param_groups"])
-    if diffs:
-        problems.append("saved param_groups differ from the optimizer's:\n" + format_diff(diffs))
-    for o in load_obs:
-        if error_of(o.loaded):
-            continue
-        with expect.on_rank(o.rank):
-            mine = _hyper(expect.loaded(full)["param_groups"])
-        diffs = diff_state_dicts(mine, _hyper(o.loaded["param_groups"]))
-        if diffs:
-            problems.append(f"rank {o.rank}: param_groups after loading differ:\n"
-                            + format_diff(diffs))
-    if problems:
-        return fail("\n\n".join(problems))
-    errors = [error_of(o.loaded) for o in load_obs]
-    if load_obs and all(errors):
-        return error("load failed on every rank, so no param group after loading could be "
-                     "compared: " + errors[0])
-    want = _hyper(expect.loaded(full)["param_groups"])
-    keys = sorted({k for g in want for k in g})
-    return passed(f"{len(want)} group(s), keys {keys}")
 
 
 def p5_rekey_path(case, full: dict, load_obs: Sequence[LoadRecord]) -> Verdict:

@@ -1,6 +1,6 @@
 """What trainers checkpoint beside the optimizer: the LR scheduler and the step counter. One
-definition, read by the conformance run's round trips (properties/roundtrip.py) and by the
-plugin's custom paths (user/verdicts.py).
+definition: P11 (properties/groups.py) adds its problems; the conformance run's round trips
+(properties/roundtrip.py) and the plugin's custom paths (user/verdicts.py) add P6's.
 
 Rules
 - P11: on every save rank the scheduler's ``state_dict()`` at the save equals the
@@ -16,7 +16,8 @@ Rules
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from .verdict import Verdict, fail, passed
 
@@ -42,21 +43,35 @@ def by_ranks(per_rank: Sequence[tuple[int, list[str]]], side: str = "") -> list[
             for d, rs in ranks.items()]
 
 
-def p11_training_state(save_obs: Sequence, load_obs: Sequence, local, *,
-                       step: int | None = None) -> list[str]:
-    """P11's part (module rules): ``save_obs`` / ``load_obs`` the ranks' records (``sched``,
-    ``sched_loaded``, ``step_loaded``), ``local`` the single-process run (``sched_at_save``),
-    ``step`` the step the load must restore (None: nothing restores one)."""
+@dataclass(frozen=True, kw_only=True)
+class TrainingSeen:
+    """What the ranks recorded of the training state beside the optimizer (P11's part)."""
+
+    save_obs: Sequence[Any]
+    """The save ranks' records (``sched``)."""
+    load_obs: Sequence[Any]
+    """The load ranks' records (``sched_loaded``, ``step_loaded``)."""
+    local: Any
+    """The single-process run (``sched_at_save``)."""
+    step: int | None = None
+    """The step the load must restore (None: nothing restores one)."""
+    held: str = "the scheduler restored"
+    """What a passing P11 adds that held."""
+
+
+def training_problems(seen: TrainingSeen) -> list[str]:
+    """P11's part (module rules; properties/groups.py adds them to P11's verdict)."""
     def loaded(o) -> list[str]:
-        lines = ([] if step is None or o.step_loaded == step else
-                 [f"the step after the load is {o.step_loaded!r}, expected {step} (the step "
-                  f"the checkpoint was taken at)"])
+        lines = ([] if seen.step is None or o.step_loaded == seen.step else
+                 [f"the step after the load is {o.step_loaded!r}, expected {seen.step} (the "
+                  f"step the checkpoint was taken at)"])
         return lines + state_diffs("scheduler after the load vs at the save",
-                                   local.sched_at_save, o.sched_loaded)
+                                   seen.local.sched_at_save, o.sched_loaded)
 
     return by_ranks([(o.rank, state_diffs("scheduler vs the single-process run",
-                                          local.sched_at_save, o.sched)) for o in save_obs],
-                    "save side, ") + by_ranks([(o.rank, loaded(o)) for o in load_obs])
+                                          seen.local.sched_at_save, o.sched))
+                     for o in seen.save_obs],
+                    "save side, ") + by_ranks([(o.rank, loaded(o)) for o in seen.load_obs])
 
 
 def p6_scheduler(load_obs: Sequence, local) -> list[str]:

@@ -33,11 +33,13 @@ from ..properties.baseline import local_run
 from ..properties import expectation as expect
 from ..properties import run_props as rp
 from ..properties.precision import judged_dtype, own_mp_of, with_precision
-from ..properties.training_state import p6_scheduler, p11_training_state, with_problems
+from ..properties.groups import loaded_groups, p11_groups
+from ..properties.partial import loaded_dicts, p10_partial
+from ..properties.training_state import TrainingSeen, p6_scheduler, with_problems
 from ..properties.verdict import Verdict, error, fail, na, passed
-from ..sut.records import LoadRecord, SaveRecord, error_of
+from ..sut.records import LoadRecord, SaveRecord
 from ..properties.catalogue import ONLY_BOUNDS, ONLY_GOLDEN, PROPS
-from ..properties.roundtrip import family_refs, p0_both, round_trip_verdicts
+from ..properties.roundtrip import family_refs, round_trip_verdicts
 from ..zoo import model_spec
 
 
@@ -89,41 +91,6 @@ def user_frames(tb: str, tail: int = 4) -> str:
     if last and last[0] in keep:  # it raised in the user's own frame
         return "\n".join(["your code:"] + keep + last[2:])
     return "\n".join(["your code:"] + keep + ["where it raised:"] + last)
-
-
-def _partial(layout, local) -> bool:
-    """Some (non-ignored) param has no optimizer state in the single-process run."""
-    skip = {s.fqn for s in layout.plain_params}
-    have = set(local.optim_at_save["state"])
-    return any(n not in have for n in local.params_at_save if n not in skip)
-
-
-def p10_user(case: Case, layout, dst, full: dict | None, load_obs, local,
-             gather=ref.gather_full) -> Verdict:
-    """P10 for a user model: partial state (no step yet, or params without state in the
-    single-process run): the params with state, and their state names, are those of the
-    single-process run, in what was saved (``full``, if there is one) and after the load."""
-    if not (case.steps == 0 or _partial(layout, local)):
-        return na("every param has state in this case: nothing partial to check")
-    skip = {s.fqn for s in layout.plain_params}
-
-    def shape_of(d):
-        return {k: sorted(v) for k, v in d["state"].items() if k not in skip}
-
-    want = shape_of(local.optim_at_save)
-    problems = []
-    if full is not None and shape_of(full) != want:
-        problems.append(f"saved: params/state names {shape_of(full)}, single-process run has {want}")
-    if all(o.loaded is not None and not error_of(o.loaded) for o in load_obs):
-        try:
-            back = gather(dst, [o.loaded for o in load_obs])
-        except ref.StateDictMismatch as exc:
-            return error(f"reference.gather_full rejected the loaded dicts: {exc}")
-        if shape_of(back) != want:
-            problems.append(f"after loading: params/state names {shape_of(back)}, expected {want}")
-    if problems:
-        return fail("\n".join(problems))
-    return passed(f"{len(want)} params with state, as in the single-process run")
 
 
 def _crash_site(log: str, n: int = 10) -> str:
@@ -207,7 +174,7 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     errors = errors or {}
     refs = family_refs(case)
     layout, dst, gather = refs.layout, refs.dst, refs.gather
-    v: dict[str, Verdict] = {"P0": p0_both(refs, save_obs, load_obs, case.groups == 1)}
+    v: dict[str, Verdict] = {"P0": refs.p0(save_obs, load_obs, case.groups == 1)}
     v.update(custom_undecided())
     local = local_run(case)
     try:
@@ -247,12 +214,13 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
                                     "the scheduler after resuming as in the uninterrupted run")
     v["P7"] = with_problems(_p7_custom(save_obs, load_obs, errors.get("again")),
                     _p7_pending(save_obs), "the save was complete when save_fn returned")
-    v["P10"] = p10_user(case, layout, dst, None, load_obs, local, gather)
-    v["P11"] = rp.p11_groups(written, load_obs, local)
-    if app_state:
-        v["P11"] = with_problems(v["P11"], p11_training_state(save_obs, load_obs, local,
-                                                              step=case.steps),
-                                 f"step {case.steps} and the scheduler restored")
+    v["P10"] = p10_partial(case, layout=layout, dst=dst, full=None,
+                           loaded=loaded_dicts(load_obs), local=local, gather=gather)
+    v["P11"] = p11_groups(written, loaded_groups(load_obs), at_save=local.optim_at_save,
+                          training=TrainingSeen(
+                              save_obs=save_obs, load_obs=load_obs, local=local, step=case.steps,
+                              held=f"step {case.steps} and the scheduler restored")
+                          if app_state else None)
     return with_causes({p: v[p] for p in PROPS}, _causes(case, save_obs, load_obs, app_state))
 
 
@@ -269,20 +237,12 @@ def _causes(case: Case, save_obs, load_obs, app_state: bool) -> list[str]:
 
 def evaluate_user(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
                   workdir: Path) -> dict[str, Verdict]:
-    """A built-in path with a user model: ``round_trip_verdicts``, and P10 from the evidence
-    (which params the single-process run has state for) where the zoo's rule does not
-    know the model."""
+    """A built-in path with a user model: ``round_trip_verdicts``, with the precision of the
+    user's own mixed precision for P2 and P6."""
     v = round_trip_verdicts(case, save_obs, load_obs, workdir)
     mp = own_mp_of(save_obs)
     if not judged_dtype(case, mp)[1]:  # else round_trip_verdicts said it already
         v.update({p: with_precision(case, v[p], own_mp=mp) for p in ("P2", "P6")})
-    if v["P10"].status == "n/a":
-        refs = family_refs(case)
-        local = local_run(case)
-        if _partial(refs.layout, local):
-            full, bad = rp.to_full(case.api, save_obs)
-            v["P10"] = bad if full is None else p10_user(case, refs.layout, refs.dst, full,
-                                                         load_obs, local, refs.gather)
     return v
 
 

@@ -18,9 +18,10 @@ from fsdp_conformance.properties.run_props import p2_each_rank
 from fsdp_conformance.zoo import model_spec
 from fsdp_conformance.properties.families import FSDP1
 from fsdp_conformance.properties.loaded import p3_loaded
-from fsdp_conformance.properties.reference_props import (loaded_states, p0_layout, p4_flatten,
+from fsdp_conformance.properties.reference_props import (loaded_states, p4_flatten,
                                                          saved_dicts)
 from fsdp_conformance.properties.saved import p1_saved
+from fsdp_conformance.properties.sharding import LayoutSide, p0_layout
 from fsdp_conformance.sut import fsdp1
 
 from .known_pairs import assert_ok as _assert_ok
@@ -45,7 +46,8 @@ def p2_judge(case, obs, layout):
 def _check_same_layout(rank_pool, case):
     obs = rank_pool(case.world_size).run(fsdp1.observe, case, seed=case.seed)
     layout = reference_layout(case)
-    _assert_ok(p0_layout(layout, obs), f"P0 {case.id}")
+    _assert_ok(p0_layout(FSDP1, [LayoutSide(layout=layout, observations=obs)]),
+               f"P0 {case.id}")
     _assert_ok(lambda: p1_saved(FSDP1, layout, [o["local"] for o in obs],
                                        saved_dicts(obs, "full_legacy")), f"P1 full_optim_state_dict {case.id}",
                case, "P1")
@@ -133,7 +135,8 @@ def test_save_at_n_load_at_m(rank_pool, src, dst, orig):
     assert "error" not in full, full.get("error")
     loaded = rank_pool(dst).run(fsdp1.load_full, case, full)
     layout = reference_layout(case, load_side=True)
-    _assert_ok(p0_layout(layout, loaded), f"P0 load side {case.id}")
+    _assert_ok(p0_layout(FSDP1, [LayoutSide(layout=layout, observations=loaded)]),
+               f"P0 load side {case.id}")
     _assert_ok(p3_loaded(FSDP1, layout, loaded_states(full, loaded, own_locals=False)),
                f"P3 {case.id}")
 

@@ -21,8 +21,10 @@ from fsdp_conformance.harness.errors import RankError
 from fsdp_conformance.known.entries import known_all
 from fsdp_conformance.properties import fsdp2_props as P
 from fsdp_conformance.properties.families import FSDP2
+from fsdp_conformance.properties.groups import p11_groups
 from fsdp_conformance.properties.loaded import p3_loaded
 from fsdp_conformance.properties.saved import p1_saved
+from fsdp_conformance.properties.sharding import LayoutSide, p0_layout
 from fsdp_conformance.properties.layouts import fsdp2_reference_layout, reference_layout
 from fsdp_conformance.sut import fsdp1_dtensor, fsdp2
 
@@ -47,7 +49,8 @@ def _check_same_layout(rank_pool, case, nonstrict=False, extras=True):
     obs = rank_pool(case.world_size).run(fsdp2.observe, case, nonstrict, extras, seed=case.seed,
                                          timeout=TIMEOUT)
     layout = fsdp2_reference_layout(case)
-    _assert_ok(P.p0_layout(layout, obs), f"P0 {case.id}", case, "P0:fsdp2")
+    _assert_ok(p0_layout(FSDP2, [LayoutSide(layout=layout, observations=obs)]),
+               f"P0 {case.id}", case, "P0:fsdp2")
     for path in ("full", "full_rank0", "flattened") if extras else ("full",):
         _assert_ok(p1_saved(FSDP2, layout, [o["local"] for o in obs], P.saved_dicts(obs, path)), f"P1 {path} {case.id}", case, f"P1:{path}")
     full = obs[0]["full"]
@@ -57,10 +60,10 @@ def _check_same_layout(rank_pool, case, nonstrict=False, extras=True):
         na_ok = _broadcast_twin_known(case, path)
         _assert_ok(lambda: p3_loaded(FSDP2, layout, P.loaded_states(full, obs, paths=(path,))), f"P3 {path} {case.id}",
                    case, f"P3:{path}", allow_na=na_ok)
-        _assert_ok(lambda: P.p11_groups(full, obs, path), f"P11 {path} {case.id}", case, f"P11:{path}",
+        _assert_ok(lambda: p11_groups(full, P.groups_after(obs, path)), f"P11 {path} {case.id}", case, f"P11:{path}",
                    allow_na=True)
     _assert_ok(p3_loaded(FSDP2, layout, P.reloaded_states(obs)), f"P3 set_sharded {case.id}", case, "P3:set_sharded")
-    _assert_ok(lambda: P.p11_groups(full, obs, "set_sharded"), f"P11 set_sharded {case.id}", case,
+    _assert_ok(lambda: p11_groups(full, P.groups_after(obs, "set_sharded")), f"P11 set_sharded {case.id}", case,
                "P11:set_sharded", allow_na=True)
     for path in ("sharded", "sharded_offload") if extras else ("sharded",):
         _assert_ok(P.p4_sharded(layout, obs, path), f"P4 {path} {case.id}", case, f"P4:{path}")
@@ -130,12 +133,13 @@ def test_save_at_n_load_at_m(rank_pool, src, dst):
     full = _SAVED[src]
     loaded = rank_pool(dst).run(fsdp2.load_full, case, full, False, timeout=TIMEOUT)
     layout = fsdp2_reference_layout(case, load_side=True)
-    _assert_ok(P.p0_layout(layout, loaded), f"P0 load side {case.id}", case, "P0:fsdp2")
+    _assert_ok(p0_layout(FSDP2, [LayoutSide(layout=layout, observations=loaded)]),
+               f"P0 load side {case.id}", case, "P0:fsdp2")
     for path in ("set_full", "set_full_broadcast"):
         _assert_ok(p3_loaded(FSDP2, layout, P.loaded_states(full, loaded, paths=(path,),
                                                     own_locals=False)),
                    f"P3 {path} {case.id}", case, f"P3:{path}")
-        _assert_ok(lambda: P.p11_groups(full, loaded, path), f"P11 {path} {case.id}", case, f"P11:{path}")
+        _assert_ok(lambda: p11_groups(full, P.groups_after(loaded, path)), f"P11 {path} {case.id}", case, f"P11:{path}")
 
 
 # --- DTensor input to the reference flatten: FSDP1 with device_mesh=, SHARDED ------------------

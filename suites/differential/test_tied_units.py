@@ -20,9 +20,10 @@ from fsdp_conformance.known.entries import known_for
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.properties.families import FSDP1
 from fsdp_conformance.properties.loaded import p3_loaded
-from fsdp_conformance.properties.reference_props import (loaded_states, p0_layout, p4_flatten,
+from fsdp_conformance.properties.reference_props import (loaded_states, p4_flatten,
                                                          saved_dicts)
 from fsdp_conformance.properties.saved import p1_saved
+from fsdp_conformance.properties.sharding import LayoutSide, p0_layout
 from fsdp_conformance.properties.rekey_props import p5_rekey
 from fsdp_conformance.properties.verdict import error
 from fsdp_conformance.sut import fsdp1, rekey
@@ -56,7 +57,8 @@ def _check(rank_pool, case):
     # (the layout is built inside each judge: a model that breaks the tie judges against
     # the untied model's layout, expectation.runs_as)
     lay = lambda: reference_layout(case)  # noqa: E731
-    verdicts = {"P0": lambda: failed or p0_layout(lay(), obs),
+    verdicts = {"P0": lambda: failed or p0_layout(
+                    FSDP1, [LayoutSide(layout=lay(), observations=obs)]),
                 "P1 full_optim_state_dict": lambda: failed or p1_saved(
                     FSDP1, lay(), [o["local"] for o in obs], saved_dicts(obs, "full_legacy")),
                 "P1 optim_state_dict FULL": lambda: failed or p1_saved(

@@ -48,7 +48,7 @@ def test_unflatten_refuses_what_no_flattening_of_a_nested_dict_gives(change, mat
 def test_p11_is_the_load_error_when_no_rank_loaded():
     from fsdp_conformance.cases import Case
     from fsdp_conformance.properties.baseline import local_run
-    from fsdp_conformance.properties.run_props import p11_groups
+    from fsdp_conformance.properties.groups import loaded_groups, p11_groups
     from fsdp_conformance.sut.records import LoadRecord, RecordedError
 
     case = Case(api="fsdp2.full", optimizer="adam", world_size=2)
@@ -57,8 +57,8 @@ def test_p11_is_the_load_error_when_no_rank_loaded():
     boom = RecordedError(traceback="Traceback (most recent call last):\nKeyError: 'state'\n",
                          exc_type="KeyError")
     loaded = [LoadRecord(rank=r, keys=[], meta=[], loaded=boom) for r in range(2)]
-    v = p11_groups(full, loaded, local)
+    v = p11_groups(full, loaded_groups(loaded), at_save=local.optim_at_save)
     assert v.status == "error" and "load failed on every rank" in v.detail
     assert "KeyError: 'state'" in v.detail
     fine = [LoadRecord(rank=0, keys=[], meta=[], loaded=full), loaded[1]]
-    assert p11_groups(full, fine, local).status == "pass"  # one rank loaded: it is compared
+    assert p11_groups(full, loaded_groups(fine), at_save=local.optim_at_save).status == "pass"  # one rank loaded: it is compared

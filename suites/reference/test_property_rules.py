@@ -1,19 +1,21 @@
-"""P1 and P3 are each one function (properties/saved.py, properties/loaded.py) that every
-observer hands its observations and the family's reference; their rules, checked on the
-reference's own dicts (no ranks): a wrong value on one rank fails naming it, a rank that
-raised beside a wrong value elsewhere is a failure that shows both (a second bug never
-hides behind an error), nothing compared is n/a, never a pass."""
+"""P0, P1, P3 and P11 are each one function (properties/sharding.py, saved.py, loaded.py,
+groups.py) that every observer hands its observations and the family's reference; their
+rules, checked on the reference's own dicts (no ranks): a wrong value on one rank fails
+naming it, a rank that raised beside a wrong value elsewhere is a failure that shows both (a
+second bug never hides behind an error), nothing compared is n/a, never a pass."""
 from __future__ import annotations
 
 import copy
 
 import torch
 
-from fsdp_conformance.properties.families import FSDP1
+from fsdp_conformance.properties.families import FSDP1, FSDP2
+from fsdp_conformance.properties.groups import LoadedGroups, p11_groups
 from fsdp_conformance.properties.loaded import LoadedState, p3_loaded
 from fsdp_conformance.properties.saved import SavedDict, p1_saved
+from fsdp_conformance.properties.sharding import LayoutSide, p0_layout
 from fsdp_conformance.properties.verdict import error, na
-from fsdp_conformance.reference import layout_from_spec, shard_full
+from fsdp_conformance.reference import fsdp2_layout, layout_from_spec, shard_full
 
 UNITS = [("", [("a.w", (4, 3)), ("a.b", (4,))]), ("u1", [("u1.c.w", (5, 2))])]
 WS = 2
@@ -125,3 +127,118 @@ def test_p1_rank0_only_elsewhere_empty_and_errors_beside_differences():
     assert v.status == "error"
     assert p1_saved(FSDP1, layout, locals_, [SavedDict(rank=0, problem=na("skipped"))]) \
         .status == "n/a"
+
+
+# ---------------------------------------------------------------- P0 (properties/sharding.py)
+def _fsdp1_seen(layout, rank: int) -> dict:
+    """What a rank whose FSDP1 layout is the reference's records (``run_props.layout_view``)."""
+    meta = [{"name": u.name, "fqns": list(u.flat_fqns), "shapes": [p.shape for p in u.params],
+             "numels_with_padding": list(u.numels_with_padding()),
+             "is_padding_mask": list(u.is_padding_mask()), "local_numel": u.shard_numel,
+             "shard_param_infos": [(b,) for b in u.fsdp_in_shard(layout.shard_rank(rank))]}
+            for u in layout.units]
+    return {"rank": rank, "keys": list(layout.optimizer_keys()), "meta": meta}
+
+
+def _sides(save_obs, load_obs=None):
+    layout = _layout()
+    sides = [LayoutSide(label="save side", layout=layout, observations=save_obs)]
+    if load_obs is not None:
+        sides.append(LayoutSide(label="load side", layout=layout, observations=load_obs))
+    return sides
+
+
+def test_p0_passes_the_reference_layout_on_both_sides_and_names_what_it_compared():
+    layout = _layout()
+    seen = [_fsdp1_seen(layout, r) for r in range(WS)]
+    v = p0_layout(FSDP1, _sides(seen, seen))
+    assert v.status == "pass", v.detail
+    assert v.detail == "save side 2 unit(s) on 2 rank(s); load side 2 unit(s) on 2 rank(s)"
+
+
+def test_p0_key_order_counts_with_one_group_only():
+    layout = _layout()
+    seen = [_fsdp1_seen(layout, r) for r in range(WS)]
+    seen[1] = {**seen[1], "keys": list(reversed(seen[1]["keys"]))}
+    v = p0_layout(FSDP1, _sides(seen))
+    assert v.status == "fail" and v.detail.startswith("save side: rank 1: optimizer keys"), v.detail
+    assert p0_layout(FSDP1, _sides(seen), ordered=False).status == "pass"
+    seen[1] = {**seen[1], "keys": seen[1]["keys"][1:]}
+    v = p0_layout(FSDP1, _sides(seen), ordered=False)
+    assert v.status == "fail" and "(as sets)" in v.detail, v.detail
+
+
+def test_p0_names_side_rank_unit_and_field_and_a_wrong_save_side_decides():
+    layout = _layout()
+    good = [_fsdp1_seen(layout, r) for r in range(WS)]
+    bad = copy.deepcopy(good)
+    bad[1]["meta"][1]["local_numel"] += 1
+    v = p0_layout(FSDP1, _sides(good, bad))
+    assert v.status == "fail"
+    assert v.detail.startswith("load side: rank 1, unit 'u1': local_numel = "), v.detail
+    both = copy.deepcopy(bad)
+    both[0]["meta"][0]["shard_param_infos"] = [(not b[0],) for b in
+                                               both[0]["meta"][0]["shard_param_infos"]]
+    v = p0_layout(FSDP1, _sides(both, bad))
+    assert [ln.split(":")[0] for ln in v.detail.splitlines()] == ["save side"] * 2, v.detail
+
+
+def test_p0_fsdp2_names_the_param_whose_piece_is_off():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Linear(5, 2))
+    layout = fsdp2_layout(model, 4)
+
+    def seen(r):
+        meta = [{"fqn": p.fqn, "dtensor": p.sharded, "shape": p.shape,
+                 "local_shape": p.local_shape(r), "offset": p.offset(r),
+                 "placements": p.placements(1)} for p in layout.params]
+        return {"rank": r, "keys": layout.optimizer_keys(), "meta": meta}
+
+    obs = [seen(r) for r in range(4)]
+    v = p0_layout(FSDP2, [LayoutSide(layout=layout, observations=obs)])
+    assert v.status == "pass" and v.detail == "4 params on 4 rank(s)", v.detail
+    obs[3]["meta"][0]["offset"] = (obs[3]["meta"][0]["offset"][0] - 1, 0)
+    v = p0_layout(FSDP2, [LayoutSide(layout=layout, observations=obs)])
+    assert v.status == "fail"
+    assert v.detail.startswith("rank 3, 0.weight: offset = "), v.detail
+
+
+# ---------------------------------------------------------------- P11 (properties/groups.py)
+def _groups(full):
+    return copy.deepcopy(full["param_groups"])
+
+
+def test_p11_compares_every_rank_that_loaded_and_names_each_difference():
+    full = _full(_layout())
+    ok = [LoadedGroups(rank=r, got=_groups(full)) for r in range(WS)]
+    v = p11_groups(full, ok, at_save=full)
+    assert v.status == "pass" and v.detail == "1 group(s), keys ['lr']", v.detail
+    bad = [LoadedGroups(rank=r, got=_groups(full)) for r in range(WS)]
+    bad[0].got[0]["lr"] = 0.2
+    bad[1].got[0]["lr"] = (0.1,)  # a value of another type is a difference too
+    v = p11_groups(full, bad)
+    assert v.status == "fail"
+    assert [ln for ln in v.detail.splitlines() if ln.startswith("rank")] == [
+        "rank 0: param_groups after loading differ:", "rank 1: param_groups after loading differ:"]
+
+
+def test_p11_params_count_only_where_the_groups_name_them_by_fqn():
+    full = _full(_layout())
+    units = [{**g, "params": ["unit0"]} for g in _groups(full)]  # a flat optimizer's own form
+    assert p11_groups(full, [LoadedGroups(rank=0, got=units)]).status == "pass"
+    v = p11_groups(full, [LoadedGroups(rank=0, label="set_full", got=units, by_fqn=True)])
+    assert v.status == "fail" and v.detail.startswith("rank 0: param_groups after set_full"), v.detail
+
+
+def test_p11_no_rank_loaded_is_the_load_error_or_what_the_observer_says():
+    full = _full(_layout())
+    raised = [LoadedGroups(rank=r, problem=error("KeyError: 'state'")) for r in range(WS)]
+    v = p11_groups(full, raised)
+    assert v.status == "error" and "load failed on every rank" in v.detail
+    assert "KeyError: 'state'" in v.detail
+    elsewhere = [LoadedGroups(rank=0, problem=na("set_full did not load (P3:set_full reports why)"))]
+    assert p11_groups(full, elsewhere).status == "n/a"
+    one = [raised[0], LoadedGroups(rank=1, got=_groups(full))]
+    assert p11_groups(full, one).status == "pass"  # the rank that loaded is compared
+    saved_other = {**full, "param_groups": [{**full["param_groups"][0], "lr": 0.3}]}
+    v = p11_groups(full, raised, at_save=saved_other)
+    assert v.status == "fail" and v.detail.startswith("saved param_groups differ"), v.detail
