@@ -41,14 +41,15 @@ class BoundsKind:
 
         case = step.case
         try:
-            cal = rules.load_calibration(step.env.calibration)
+            cal = rules.load_calibration(step.env.options.calibration)
         except rules.CalibrationError as exc:
             return Outcome(verdicts={"P13": error(str(exc)), "P14": error(str(exc))})
         first = ""
         for attempt in (1, 2):
             try:
                 meas = measure_case(case, step.workdir, repeats=rules.BOUNDS_REPEATS,
-                                    backend=step.env.backend, timeout=step.env.timeout)
+                                    backend=step.env.options.backend,
+                                    timeout=step.env.options.timeout)
             except RankError as exc:
                 raise StepFailed("measuring the path", exc, hung=False) from exc
             meas, p13, p14 = bounds_props.verdicts(case, meas, cal)

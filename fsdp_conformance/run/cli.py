@@ -26,7 +26,7 @@ import sys
 import time
 
 from ..usage import add_old, add_out, beside
-from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunOptions
 
 
 def add_parser(sub) -> None:
@@ -127,6 +127,9 @@ def main(args: argparse.Namespace) -> int:
         return _usage("no world size fits this machine")
     if args.lanes is not None and args.lanes < 1:
         return _usage(f"--lanes must be at least 1, got {args.lanes}")
+    options = RunOptions(backend=backend, timeout=args.timeout,
+                         fault_timeout=max(DEFAULT_FAULT_TIMEOUT_S, args.timeout / 4),
+                         calibration=args.calibration, lanes=args.lanes)
     from ..golden.manifest import FixtureError
 
     try:
@@ -177,20 +180,17 @@ def main(args: argparse.Namespace) -> int:
 
         previous = signal.signal(signal.SIGTERM, on_sigterm)
         try:
-            run = run_all(cases, backend=backend, timeout=args.timeout,
-                          fault_timeout=max(DEFAULT_FAULT_TIMEOUT_S, args.timeout / 4),
-                          on_result=on_result,
-                          lanes=args.lanes, calibration=args.calibration)
+            run = run_all(cases, options, on_result=on_result)
         finally:
             signal.signal(signal.SIGTERM, previous)
             close_pools()
     wall = time.perf_counter() - t0
-    report = build_report(run.results, tier=args.tier, backend=backend, seed=args.seed,
+    report = build_report(run.results, tier=args.tier, backend=options.backend, seed=args.seed,
                           world_sizes=world_sizes, wall_time_s=wall,
                           argv=command_line(), selection=args.keyword,
                           tolerances={k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()},
                           scaling=run.scaling, incomplete=run.interrupted, planned=run.planned,
-                          calibration=args.calibration,
+                          calibration=options.calibration,
                           bounds_mode="advisory" if args.bounds == "advisory" else "gate")
     md = getattr(args, "md", None) or beside(args.out, ".md")
     write_run_report(report, args.out, md)

@@ -44,7 +44,7 @@ from ..cases import Case
 from .kinds import kind_of
 from .lifecycle import CaseEnv, execute
 from .saves import SaveCache, by_save
-from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,17 +72,12 @@ class RunInterrupted(KeyboardInterrupt):
     """The run was asked to stop (SIGTERM): handled like Ctrl-C, with its own reason."""
 
 
-def run_case(case: Case, rundir: Path, *, backend: str | None, timeout: float,
-             fault_timeout: float = DEFAULT_FAULT_TIMEOUT_S,
-             calibration: str | os.PathLike | None = None, lane: int = 0,
+def run_case(case: Case, rundir: Path, options: RunOptions = RunOptions(), *, lane: int = 0,
              saves: SaveCache | None = None):
     """One case's ``CaseResult`` (run/lifecycle.py ``execute``) on the pools of ``lane``
     (``saves``: the lane's kept save, run/saves.py); never raises for a torch, rank or
     suite failure."""
-    env = CaseEnv(rundir=Path(rundir), backend=backend, timeout=timeout,
-                  fault_timeout=fault_timeout,
-                  calibration=None if calibration is None else str(calibration), lane=lane,
-                  saves=saves)
+    env = CaseEnv(rundir=Path(rundir), options=options, lane=lane, saves=saves)
     return execute(case, env, kind_of(case))
 
 
@@ -171,15 +166,12 @@ def apply_scaling(results: Sequence, block: dict) -> list:
     return out
 
 
-def run_all(cases: Sequence[Case], *, backend: str | None = None,
-            timeout: float = DEFAULT_TIMEOUT_S,
-            fault_timeout: float = DEFAULT_FAULT_TIMEOUT_S,
-            on_result: Callable[[object], None] | None = None,
-            calibration: str | os.PathLike | None = None, lanes: int | None = None) -> Run:
+def run_all(cases: Sequence[Case], options: RunOptions = RunOptions(), *,
+            on_result: Callable[[object], None] | None = None) -> Run:
     """Run every case (module rules: lanes, then the bounds cases one at a time);
-    ``on_result`` sees each result as it lands. ``lanes`` None: ``default_lanes``. Ctrl-C
-    or ``RunInterrupted`` ends the run early with the results so far."""
-    lanes = default_lanes(backend) if lanes is None else lanes
+    ``on_result`` sees each result as it lands. ``options.lanes`` None: ``default_lanes``.
+    Ctrl-C or ``RunInterrupted`` ends the run early with the results so far."""
+    lanes = default_lanes(options.backend) if options.lanes is None else options.lanes
     if lanes < 1:
         raise ValueError(f"lanes must be at least 1, got {lanes}")
     decided: dict[int, object] = {}
@@ -189,9 +181,7 @@ def run_all(cases: Sequence[Case], *, backend: str | None = None,
     caches = {n: SaveCache(rundir / f"saves-lane{n}") for n in range(lanes)}
 
     def decide(case: Case, lane: int = 0):
-        return run_case(case, rundir, backend=backend, timeout=timeout,
-                        fault_timeout=fault_timeout, calibration=calibration, lane=lane,
-                        saves=caches[lane])
+        return run_case(case, rundir, options, lane=lane, saves=caches[lane])
 
     def land(i: int, r) -> None:
         decided[i] = r
@@ -219,7 +209,7 @@ def run_all(cases: Sequence[Case], *, backend: str | None = None,
     results = [decided[i] for i in sorted(decided)]
     from ..bounds.rules import scaling_of
 
-    block = scaling_of(results, calibration)
+    block = scaling_of(results, options.calibration)
     if block:
         results = apply_scaling(results, block)
     return Run(results=results, scaling=block, interrupted=interrupted, planned=len(cases),
@@ -232,10 +222,11 @@ def run_cases(cases: Sequence[Case], *, backend: str | None = None,
               fault_timeout: float = DEFAULT_FAULT_TIMEOUT_S,
               on_result: Callable[[object], None] | None = None,
               calibration: str | os.PathLike | None = None) -> list:
-    """Every case's ``CaseResult`` (``run_all``); an interruption propagates as
-    KeyboardInterrupt (a library call has no report to keep)."""
-    run = run_all(cases, backend=backend, timeout=timeout, fault_timeout=fault_timeout,
-                  on_result=on_result, calibration=calibration)
+    """Every case's ``CaseResult`` (``run_all`` with these options); an interruption
+    propagates as KeyboardInterrupt (a library call has no report to keep)."""
+    run = run_all(cases, RunOptions(
+        backend=backend, timeout=timeout, fault_timeout=fault_timeout,
+        calibration=None if calibration is None else str(calibration)), on_result=on_result)
     if run.interrupted:
         raise KeyboardInterrupt(run.interrupted)
     return run.results

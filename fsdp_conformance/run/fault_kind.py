@@ -51,7 +51,7 @@ class FaultKind:
                 "could not apply the fault:\n" + traceback.format_exc())})
         try:
             outcome: object = step.on_pool("load side", case.dst_world_size, path.load_side,
-                                           timeout=step.env.fault_timeout)
+                                           timeout=step.env.options.fault_timeout)
         except StepFailed as exc:
             outcome = exc.exc
         return Outcome(verdicts={"P15": p15_verdict(case, what, outcome)})

@@ -45,7 +45,7 @@ from ..cases import Case
 from ..properties.catalogue import PROPS
 from ..properties.verdict import Verdict, error, na, suite_error
 from .result import CaseResult
-from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from ..options import RunOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,14 +54,8 @@ class CaseEnv:
 
     rundir: Path
     """The run's directory: each case gets a fresh sub-directory, removed after the case."""
-    backend: str | None = None
-    """Process-group backend of the pools (None: gloo on CPU)."""
-    timeout: float = DEFAULT_TIMEOUT_S
-    """Seconds a save or load may take on the ranks before it is a hang."""
-    fault_timeout: float = DEFAULT_FAULT_TIMEOUT_S
-    """Seconds a fault case's load may take before it is a hang (P15)."""
-    calibration: str | None = None
-    """Bounds calibration file for P13/P14 (None: the packaged one)."""
+    options: RunOptions = RunOptions()
+    """The run's options (backend, timeouts, calibration), as the user gave them."""
     lane: int = 0
     """Which lane of the run executes the case: each lane has pools of its own
     (harness/registry.py), so cases on different lanes run side by side."""
@@ -121,10 +115,10 @@ class Step:
         from ..harness.errors import RankError, RankTimeout
 
         try:
-            return get_pool(world_size, self.env.backend, lane=self.env.lane).run(
+            return get_pool(world_size, self.env.options.backend, lane=self.env.lane).run(
                 fn, *before, self.case, str(workdir or self.workdir), *after,
                 seed=self.case.seed,
-                timeout=self.env.timeout if timeout is None else timeout)
+                timeout=self.env.options.timeout if timeout is None else timeout)
         except RankError as exc:
             raise StepFailed(step, exc, hung=isinstance(exc, RankTimeout)) from exc
 

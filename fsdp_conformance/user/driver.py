@@ -29,7 +29,7 @@ from .model import CustomPath, UserModel, user_model
 from .protocols import (DataFn, LoadFn, LossFn, ModelFactory, OptimizerFactory, Rerun,
                         ResultSink, SaveFn)
 from .run import run_user_case
-from ..options import DEFAULT_TIMEOUT_S
+from ..options import DEFAULT_TIMEOUT_S, RunOptions
 
 
 def check(model: ModelFactory | str | None = None, data: DataFn | str | None = None, *,
@@ -80,8 +80,9 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
                        groups=groups, tier=tier, fsdp_version=fsdp_version)
     if only:
         cases = [c for c in cases if c.id in set(only)]
-    return run_checked(cases, user, custom, backend=backend, timeout=timeout, known=known,
-                       rerun=rerun, on_result=on_result)
+    options = RunOptions.for_user(backend=backend, timeout=timeout)
+    return run_checked(cases, user, custom, options, known=known, rerun=rerun,
+                       on_result=on_result)
 
 
 ZOO_SWEEP = ("mlp", "tied", "frozen", "late_frozen", "unused", "buffers", "conv")
@@ -132,22 +133,22 @@ def check_zoo(save_fn: SaveFn | str, load_fn: LoadFn | str, *,
                       seed=seed)
     if only:
         cases = [c for c in cases if c.id in set(only)]
-    return run_checked(cases, None, custom, backend=backend, timeout=timeout, known=known,
-                       rerun=rerun, on_result=on_result)
+    options = RunOptions.for_user(backend=backend, timeout=timeout)
+    return run_checked(cases, None, custom, options, known=known, rerun=rerun,
+                       on_result=on_result)
 
 
 def run_checked(cases: Sequence[Case], user: UserModel | None = None,
-                custom: CustomPath | None = None, *, backend: str | None = None,
-                timeout: float = DEFAULT_TIMEOUT_S, known: Sequence = (),
-                rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
+                custom: CustomPath | None = None, options: RunOptions = RunOptions.for_user(),
+                *, known: Sequence = (), rerun: Rerun | None = None,
+                on_result: ResultSink | None = None) -> list:
     """Run ``cases``; raise :class:`RoundtripFailure` if any property fails or errors, or if
     a strict declared limitation matched nothing."""
     declared = [Limitation.of(k) if not isinstance(k, Limitation) else k for k in known]
     hits: set = set()
     results = []
     for case in cases:
-        r = run_user_case(case, user, custom, backend=backend, timeout=timeout,
-                          declared=declared, hits=hits)
+        r = run_user_case(case, user, custom, options, declared=declared, hits=hits)
         results.append(r)
         if on_result is not None:
             on_result(r)
@@ -169,7 +170,7 @@ def reproduce(case: Case, user: UserModel | None = None, custom: CustomPath | No
               *, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> int:
     """Run one case, print every verdict; 0 if none fails or errors, else 1 (what the
     reproducers printed by failure messages call)."""
-    r = run_user_case(case, user, custom, backend=backend, timeout=timeout)
+    r = run_user_case(case, user, custom, RunOptions.for_user(backend=backend, timeout=timeout))
     for p, v in r.properties.items():
         print(f"{p:>4} {v.status:6} {v.detail.splitlines()[0] if v.detail else ''}")
     bad = failing(r)

@@ -22,17 +22,16 @@ from ..run.lifecycle import CaseEnv, execute
 from .kinds import CustomPathKind, UserModelKind
 from .limitations import Limitation, apply_declared, known_view
 from .model import CustomPath, UserModel
-from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from ..options import RunOptions
 
 
 def run_user_case(case: Case, user: UserModel | None = None, custom: CustomPath | None = None,
-                  *, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                  options: RunOptions = RunOptions.for_user(), *,
                   declared: Sequence[Limitation] = (), hits: set | None = None):
     """Save, load and judge one case on the shared pools (module rules); its CaseResult."""
     rundir = Path(tempfile.mkdtemp(prefix="fsdpc-rt-"))
     try:
-        env = CaseEnv(rundir=rundir, backend=backend, timeout=timeout,
-                      fault_timeout=min(timeout, DEFAULT_FAULT_TIMEOUT_S))
+        env = CaseEnv(rundir=rundir, options=options)
         if custom is not None:
             kind = CustomPathKind(custom=custom, user=user)
         elif user is not None:

@@ -23,7 +23,7 @@ from dataclasses import KW_ONLY, dataclass
 
 import pytest
 
-from ..options import DEFAULT_TIMEOUT_S
+from ..options import DEFAULT_TIMEOUT_S, RunOptions
 from .limitations import Limitation
 from .spec import ACTIVE, DEFAULT_PAIRS, TIERS, pair_id, world_size_pair
 
@@ -329,9 +329,9 @@ class Roundtrip:
 
         if self.allowed is not None and not {case.world_size, case.dst_world_size} <= self.allowed:
             pytest.skip(f"{case.id}: world sizes outside --fsdp-world-sizes")
-        return self._fail_clean(run_checked, [case], user, custom, backend=self.backend,
-                                timeout=self.timeout, known=self.known, rerun=self.rerun,
-                                on_result=self._record)[0]
+        return self._fail_clean(run_checked, [case], user, custom, RunOptions.for_user(
+            backend=self.backend, timeout=self.timeout), known=self.known, rerun=self.rerun,
+            on_result=self._record)[0]
 
 
 def case_runner(request):

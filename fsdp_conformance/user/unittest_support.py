@@ -30,7 +30,7 @@ from ..harness import get_pool
 from .driver import check, run_checked
 from .failures import RoundtripFailure
 from .spec import pair_id, world_size_pair
-from ..options import DEFAULT_TIMEOUT_S
+from ..options import DEFAULT_TIMEOUT_S, RunOptions
 
 
 def _parameterized():
@@ -98,7 +98,7 @@ class FSDPTestCase(unittest.TestCase):
         """Run one ``Case`` (optionally a user model / custom path); fail on any failing
         property. Returns the CaseResult."""
         try:
-            return run_checked([case], user, custom, known=known, rerun=self._rerun,
-                               **self._settings())[0]
+            return run_checked([case], user, custom, RunOptions.for_user(**self._settings()),
+                               known=known, rerun=self._rerun)[0]
         except RoundtripFailure as exc:
             raise self.failureException(str(exc)) from None

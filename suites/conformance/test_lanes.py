@@ -9,6 +9,7 @@ import torch
 
 from fsdp_conformance.cases import Case
 from fsdp_conformance.harness import live_pools
+from fsdp_conformance.options import RunOptions
 from fsdp_conformance.run.execute import run_all
 from fsdp_conformance.zoo import build_model, make_batch
 
@@ -29,8 +30,8 @@ def _decided(results) -> list:
 
 
 def test_two_lanes_decide_every_case_as_one_lane_does():
-    one = run_all(CASES, lanes=1)
-    two = run_all(CASES, lanes=2)
+    one = run_all(CASES, RunOptions(lanes=1))
+    two = run_all(CASES, RunOptions(lanes=2))
     assert not one.interrupted and not two.interrupted
     assert [r.case.id for r in two.results] == [c.id for c in CASES]
     assert _decided(two.results) == _decided(one.results)
@@ -45,7 +46,7 @@ def test_an_interrupted_lane_run_kills_every_rank_and_keeps_what_it_decided():
             seen.extend(pool.pids)
         raise KeyboardInterrupt
 
-    run = run_all(CASES, lanes=2, on_result=on_result)
+    run = run_all(CASES, RunOptions(lanes=2), on_result=on_result)
     assert run.interrupted == f"interrupted (Ctrl-C) after 1 of {len(CASES)} cases"
     assert len(run.results) == 1 and run.results[0].case in CASES
     assert seen and not any(pid_alive(p) for p in seen)

@@ -6,6 +6,7 @@ import dataclasses
 import re
 
 from fsdp_conformance.cases import Case
+from fsdp_conformance.options import RunOptions
 from fsdp_conformance.run.execute import run_all, run_case
 from fsdp_conformance.run.saves import by_save, save_key
 
@@ -41,9 +42,9 @@ def test_save_keys_group_the_cases_whose_save_is_the_same():
 def test_cases_sharing_a_save_are_decided_as_each_alone(tmp_path):
     """Same verdicts, details, known entries and digests as every case saving on its own;
     three of the five load from a kept save."""
-    shared = run_all(SHARED, lanes=1)
+    shared = run_all(SHARED, RunOptions(lanes=1))
     assert shared.shared_saves == 3
-    alone = [run_case(c, tmp_path, backend=None, timeout=120.0) for c in SHARED]
+    alone = [run_case(c, tmp_path) for c in SHARED]
     assert _decided(shared.results) == _decided(alone)
 
 
@@ -67,9 +68,9 @@ def test_paths_that_train_alike_share_the_training_and_are_decided_as_each_alone
     assert [[i for i, _ in g] for g in by_save(list(enumerate(TRAINED_ALIKE)))] == [
         [0, 1, 2, 3], [4, 5]]
     get_pool(2).run(drop)  # nothing kept from an earlier test's case
-    shared = run_all(TRAINED_ALIKE, lanes=1)
+    shared = run_all(TRAINED_ALIKE, RunOptions(lanes=1))
     assert shared.reused_trainings == 4 and shared.shared_saves == 0
-    alone = [run_case(c, tmp_path, backend=None, timeout=120.0) for c in TRAINED_ALIKE]
+    alone = [run_case(c, tmp_path) for c in TRAINED_ALIKE]
     assert _decided(shared.results) == _decided(alone)
 
 

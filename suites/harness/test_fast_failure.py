@@ -17,6 +17,7 @@ from fsdp_conformance.run import execute as runner
 from fsdp_conformance.cases import Case
 from fsdp_conformance.harness import RankError, RankPool, RankTimeout, get_pool, probes
 from fsdp_conformance.harness.pool import DEFAULT_TIMEOUT_S
+from fsdp_conformance.options import RunOptions
 from fsdp_conformance.sut.records import RecordedError
 from suites.conftest import PYTHON, ROOT, env_for_subprocess, pid_alive
 from suites.harness import crash_probes as cp
@@ -88,8 +89,7 @@ def _run_planted(tmp_path, bad_ranks: tuple[int, ...]):
     pool.run(cp.plant_crash, bad_ranks)
     try:
         t0 = time.monotonic()
-        result = runner.run_case(case, tmp_path, backend=None, timeout=DEFAULT_TIMEOUT_S,
-                                 fault_timeout=30.0)
+        result = runner.run_case(case, tmp_path, RunOptions(fault_timeout=30.0))
         return result, time.monotonic() - t0
     finally:
         if pool.alive:  # a rebuilt pool has no patch left; a live one still does
@@ -188,8 +188,7 @@ def test_case_whose_rank_died_once_runs_again_and_keeps_the_first_death(tmp_path
     case = Case(api="fsdp1.full", world_size=2)
     pool = _pool2()
     pool.run(cp.plant_abort, 1)
-    result = runner.run_case(case, tmp_path, backend=None, timeout=DEFAULT_TIMEOUT_S,
-                             fault_timeout=30.0)
+    result = runner.run_case(case, tmp_path, RunOptions(fault_timeout=30.0))
     if get_pool(2).alive:
         get_pool(2).run(cp.unplant_crash)
     checked = {p: v.status for p, v in result.properties.items() if v.status != "n/a"}
@@ -212,8 +211,7 @@ def test_case_whose_rank_dies_every_time_is_an_error_naming_the_death(tmp_path, 
         return real(*args)
 
     monkeypatch.setattr(lifecycle, "_attempt", plant_then_attempt)
-    result = runner.run_case(case, tmp_path, backend=None, timeout=DEFAULT_TIMEOUT_S,
-                             fault_timeout=30.0)
+    result = runner.run_case(case, tmp_path, RunOptions(fault_timeout=30.0))
     if get_pool(2).alive:
         get_pool(2).run(cp.unplant_crash)
     v = result.properties["P1"]
