@@ -111,7 +111,27 @@ def markdown() -> str:
     ]
     rows = [f"| [{k.key}](#{_anchor(k.key)}) | {_cell(_props(k))} | "
             f"{type(k.model).__name__} | {_cell(k.torch_versions)} |" for k in KNOWN]
-    return "\n".join(head + rows) + "\n\n" + "\n".join(_section(k) for k in KNOWN)
+    return ("\n".join(head + rows) + "\n\n" + "\n".join(_section(k) for k in KNOWN)
+            + "\n" + _scale_markdown())
+
+
+def _scale_markdown() -> str:
+    """The scale mode's entries (``known/scale.py``)."""
+    from .scale import SCALE_KNOWN
+
+    out = ["## At scale (`fsdp-conformance scale`)", "",
+           f"Every entry of `fsdp_conformance/known/scale.py`: {len(SCALE_KNOWN)}. Each names "
+           "the parameters it concerns from the model's shapes and what `fully_shard` raises "
+           "for them; the scale check reports it \"known\" only when torch raises exactly so, "
+           "then checks every other parameter with those left to the ranks. How: "
+           "[Check a checkpoint at scale](../howto/check-at-scale.md).", ""]
+    for e in SCALE_KNOWN:
+        out += [f"### {e.key}", "", f"{_prose(e.title)}.", "",
+                f"- evidence: {_prose(e.evidence)}",
+                f"- upstream: {_prose(e.upstream)}",
+                f"- model: raises {_code(e.raises)}",
+                f"- the check goes on: {_prose(e.workaround)}", ""]
+    return "\n".join(out)
 
 
 def _anchor(key: str) -> str:

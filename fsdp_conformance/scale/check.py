@@ -17,6 +17,12 @@ Rules
   rule is applied to the rows ``fully_shard`` chunks over the D ranks (a column-wise param's
   tensor-parallel chunk, every other param whole), on every tp coordinate where the chunk
   class changes plus the first, second and last one. The report lists them.
+- What torch raises is a verdict. Where a known limitation (known/scale.py) concerns some
+  parameter, the model is first sharded as it is and the entry judged against what torch
+  raised ("known" only when exactly as modelled); every side is then checked with those
+  parameters left to the ranks (the entry's workaround), so everything else is still
+  checked. Anything torch raises on a sampled rank that no entry models is a failure naming
+  the ranks and the error (``Side.raised``), and the next rank is simulated.
 - Figures: ranks simulated per second, the wall time, and the process's peak resident
   memory (meta tensors: it stays small).
 """
@@ -55,6 +61,9 @@ class Side:
     empty_params: int
     """Parameters some rank of this mesh holds no element of (dim 0 < shard group size, or
     fewer chunks than ranks)."""
+    raised: tuple[str, ...] = ()
+    """What torch raised on a sampled rank while it sharded or planned, no known limitation
+    modelling it (module rules): a failure, naming the ranks."""
     seconds: float
     """Wall time of this side's simulated ranks."""
 
@@ -76,17 +85,38 @@ class ScaleResult:
     unreached: dict[str, str] = field(default_factory=dict)
     """What the fake process group and meta tensors cannot reach here, by name, with what
     this torch said (``simulate.fsdp1_reach``): reported, never a pass."""
+    known: tuple["KnownAtScale", ...] = ()
+    """Each known torch limitation that concerns some parameter of the model, with its
+    verdict (module rules)."""
 
     @property
     def ok(self) -> bool:
-        return all(not s.mismatches and not s.cover and not s.plans
-                   for s in self.sides.values())
+        return (all(not s.mismatches and not s.cover and not s.plans and not s.raised
+                    for s in self.sides.values())
+                and all(k.status == "known" for k in self.known))
 
     @property
     def ranks_per_second(self) -> float:
         n = sum(len(s.ranks) for s in self.sides.values())
         t = sum(s.seconds for s in self.sides.values())
         return n / t if t else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnownAtScale:
+    """A known torch limitation (known/scale.py) met by the model, and its verdict."""
+
+    key: str
+    """The entry's key."""
+    params: tuple[str, ...]
+    """The parameters it concerns (its model's reading of the shapes)."""
+    status: str
+    """"known": torch did exactly what the entry models; "fail": it did not (why in
+    ``detail``)."""
+    detail: str
+    """What torch raised, or how it differs from the model."""
+    workaround: str
+    """How the other parameters were still checked."""
 
 
 def _class_changes(extents, n: int) -> set[int]:
@@ -169,18 +199,29 @@ def _has_empty_rank(d0: int, shard: int) -> bool:
 def torch_pieces_of(sd: dict) -> dict[str, Piece]:
     """What a simulated rank holds of each parameter (simulate.py ``simulated_rank``'s state
     dict): the local shape and DCP's global offset."""
+    from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
     return {fqn: (tuple(t.to_local().shape),
                   tuple(compute_local_shape_and_global_offset(t.shape, t.device_mesh,
                                                               t.placements)[1]))
-            for fqn, t in sd.items()}
+            for fqn, t in sd.items() if isinstance(t, DTensor)}
+
+
+def _raised(exc: BaseException) -> str:
+    """``"<Type>: <first line>"`` of what torch raised."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
-          on_rank: Callable[[str, int], None] | None, saved_at: Mesh | None = None) -> Side:
+          on_rank: Callable[[str, int], None] | None, saved_at: Mesh | None = None,
+          ignored: tuple[str, ...] = ()) -> Side:
     """One side's sampled ranks: their pieces against the reference, and DCP's plans (the
-    save plan; with ``saved_at``, the load plan against a checkpoint saved there)."""
+    save plan; with ``saved_at``, the load plan against a checkpoint saved there).
+    ``shapes``: the parameters checked; ``ignored``: those left to the ranks (a known
+    limitation's workaround). What torch raises on a rank is recorded and the next rank
+    simulated."""
     from .plans import (checkpoint, global_save_problems, load_problems, save_problems,
                         saved_metadata)
     from .simulate import adam_state
@@ -188,20 +229,26 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
     t0 = time.perf_counter()
     ranks = sample_ranks(shapes, mesh)
     metadata: dict[bool, object] = {}
-    mismatches, plans = [], []
+    mismatches, plans, raised = [], [], {}
     for r in ranks:
-        with simulated_rank(model_fn, mesh, r) as (model, sd):
-            got, want = torch_pieces_of(sd), expected(shapes, mesh, r)
-            for flatten in (False, True):  # DSD's flattening off and on (its own keys)
-                ckpt = checkpoint(sd, adam_state(model, sd, flatten=flatten))
-                if saved_at is None:
-                    plans += save_problems(ckpt, shapes, mesh, r)
-                    if r == ranks[0] and not flatten:  # the coordinator, once per side
-                        plans += global_save_problems(ckpt, shapes, mesh, r)
-                    continue
-                if flatten not in metadata:  # the same keys on every rank: built once
-                    metadata[flatten] = saved_metadata(ckpt, shapes, saved_at)
-                plans += load_problems(ckpt, shapes, metadata[flatten], mesh, r)
+        try:
+            with simulated_rank(model_fn, mesh, r, ignored) as (model, sd):
+                got, want = torch_pieces_of(sd), expected(shapes, mesh, r)
+                for flatten in (False, True):  # DSD's flattening off and on (its own keys)
+                    ckpt = checkpoint(sd, adam_state(model, sd, flatten=flatten))
+                    if saved_at is None:
+                        plans += save_problems(ckpt, shapes, mesh, r)
+                        if r == ranks[0] and not flatten:  # the coordinator, once per side
+                            plans += global_save_problems(ckpt, shapes, mesh, r)
+                        continue
+                    if flatten not in metadata:  # the same keys on every rank: built once
+                        metadata[flatten] = saved_metadata(ckpt, shapes, saved_at)
+                    plans += load_problems(ckpt, shapes, metadata[flatten], mesh, r)
+        except Exception as exc:  # noqa: BLE001 (what torch raised is the finding)
+            raised.setdefault(_raised(exc), []).append(r)
+            if on_rank is not None:
+                on_rank(name, r)
+            continue
         for fqn in shapes:
             g, w = got.get(fqn), want[fqn]
             if g is None:
@@ -214,7 +261,35 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
     empty = sum(1 for s in shapes.values() if s and _has_empty_rank(s[0], mesh.shard))
     return Side(mesh=mesh.text, ranks=tuple(ranks), mismatches=tuple(mismatches),
                 cover=tuple(cover_problems(shapes, mesh)), empty_params=empty,
-                plans=tuple(plans), seconds=time.perf_counter() - t0)
+                plans=tuple(plans), seconds=time.perf_counter() - t0,
+                raised=tuple(f"rank{'s' if len(rs) > 1 else ''} "
+                             f"{rs if len(rs) > 1 else rs[0]}: torch raised {text}"
+                             for text, rs in raised.items()))
+
+
+def _sharding_raises(model_fn: Callable, mesh: Mesh) -> str | None:
+    """What torch raises when it shards the model as it is on rank 0 of ``mesh`` (None:
+    nothing)."""
+    try:
+        with simulated_rank(model_fn, mesh, 0):
+            return None
+    except Exception as exc:  # noqa: BLE001 (what torch raised is the observation)
+        return _raised(exc)
+
+
+def known_at_scale(model_fn: Callable, shapes, mesh: Mesh) -> list[KnownAtScale]:
+    """Each known limitation (known/scale.py) that concerns some parameter of ``shapes``,
+    judged against what torch raises sharding the model as it is on ``mesh``."""
+    from ..known.scale import applying
+
+    found = applying(shapes)
+    raised = _sharding_raises(model_fn, mesh) if found else None
+    out = []
+    for entry, params in found:
+        status, detail = entry.judge(params, raised)
+        out.append(KnownAtScale(key=entry.key, params=tuple(params), status=status,
+                                detail=detail, workaround=entry.workaround))
+    return out
 
 
 def check_scale(model: str | Callable, save: str | int, load: str | int | None = None, *,
@@ -237,16 +312,20 @@ def check_scale(model: str | Callable, save: str | int, load: str | int | None =
             with torch.device("meta"):
                 return factory()
         name = getattr(model, "__qualname__", repr(model))
-    shapes = shapes_of(model_fn)
+    every = shapes_of(model_fn)
     save_mesh, load_mesh = Mesh.parse(save), Mesh.parse(load if load is not None else save)
     if save_mesh.tp > 1 or load_mesh.tp > 1:
         plan = tp_plan if tp_plan is not None else built_in_plan(model_fn())
         save_mesh, load_mesh = save_mesh.with_plan(plan), load_mesh.with_plan(plan)
-    sides = {"save": _side("save", model_fn, shapes, save_mesh, on_rank)}
-    sides["load"] = _side("load", model_fn, shapes, load_mesh, on_rank, saved_at=save_mesh)
-    elements = sum(functools.reduce(lambda a, b: a * b, s, 1) for s in shapes.values())
+    known = known_at_scale(model_fn, every, save_mesh)
+    ignored = tuple(p for k in known for p in k.params)
+    shapes = {fqn: s for fqn, s in every.items() if fqn not in ignored}
+    sides = {"save": _side("save", model_fn, shapes, save_mesh, on_rank, ignored=ignored)}
+    sides["load"] = _side("load", model_fn, shapes, load_mesh, on_rank, saved_at=save_mesh,
+                          ignored=ignored)
+    elements = sum(functools.reduce(lambda a, b: a * b, s, 1) for s in every.values())
     from .simulate import fsdp1_reach
 
-    return ScaleResult(model=name, params=len(shapes), elements=elements, sides=sides,
+    return ScaleResult(model=name, params=len(every), elements=elements, sides=sides,
                        peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                       unreached={"fsdp1": fsdp1_reach()})
+                       unreached={"fsdp1": fsdp1_reach()}, known=tuple(known))

@@ -67,10 +67,12 @@ def to_json(result) -> dict:
             "peak_rss_mib": round(result.peak_rss_mib, 1), "machine_info": machine_info(),
             "sides": {k: {"mesh": s.mesh, "ranks": list(s.ranks),
                           "mismatches": list(s.mismatches), "cover": list(s.cover),
-                          "plans": list(s.plans),
+                          "plans": list(s.plans), "raised": list(s.raised),
                           "empty_params": s.empty_params, "seconds": round(s.seconds, 2)}
                       for k, s in result.sides.items()},
-            "unreached": dict(result.unreached)}
+            "unreached": dict(result.unreached),
+            "known": [{"key": k.key, "params": list(k.params), "status": k.status,
+                       "detail": k.detail, "workaround": k.workaround} for k in result.known]}
 
 
 PLANS_CHECKED = {"save": "the save plan; all ranks' plans de-duplicated by the coordinator",
@@ -91,7 +93,10 @@ def to_markdown(doc: dict) -> str:
            f"- command: `{' '.join(doc.get('argv') or [])}`", ""]
     for name, why in (doc.get("unreached") or {}).items():
         out += [f"- not reached ({name}): {why}"]
-    out += [""] if doc.get("unreached") else []
+    for k in doc.get("known") or []:
+        out += [f"- {k['status'].upper()} {k['key']} ({', '.join(k['params'])}): "
+                f"{k['detail']}; checked on without them: {k['workaround']}"]
+    out += [""] if doc.get("unreached") or doc.get("known") else []
     for name, s in doc["sides"].items():
         out += [f"## {name}: mesh {s['mesh']}", "",
                 f"- ranks simulated ({len(s['ranks'])}, the sample: every class of piece): "
@@ -102,6 +107,7 @@ def to_markdown(doc: dict) -> str:
                 f"- pieces that differ from the reference: {len(s['mismatches'])}",
                 f"- DCP plans of the sampled ranks ({PLANS_CHECKED[name]}"
                 f"): {'as the reference' if not s['plans'] else str(len(s['plans'])) + ' problems'}",
+                f"- torch raised: {'nothing' if not s.get('raised') else '; '.join(s['raised'])}",
                 f"- {s['seconds']} s", ""]
         problems = s["mismatches"][:50] + s["plans"][:50]
         out += [f"  - {m}" for m in problems] + ([""] if problems else [])

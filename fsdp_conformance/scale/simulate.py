@@ -91,13 +91,15 @@ Piece = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 @contextlib.contextmanager
-def simulated_rank(model_fn: ModelFn, mesh: Mesh, rank: int):
+def simulated_rank(model_fn: ModelFn, mesh: Mesh, rank: int, ignored: tuple[str, ...] = ()):
     """Inside the block, this process is ``rank`` of ``mesh`` (a fake process group) and
     holds the model ``fully_shard`` made there (its units one by one, then the root):
     yields ``(model, state_dict)``, the state dict's DTensors on the mesh made for this rank
     (an equal mesh of an earlier simulated rank may be the one a DTensor keeps, cached by
     shape, with that rank's coordinate; in a real job each process is one rank and they
-    are the same). The process group is destroyed on leaving."""
+    are the same). ``ignored``: parameters (FQNs) ``fully_shard`` leaves to the ranks
+    (``ignored_params``): plain tensors in the state dict. The process group is destroyed on
+    leaving."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -123,9 +125,10 @@ def simulated_rank(model_fn: ModelFn, mesh: Mesh, rank: int):
         else:
             device_mesh = init_device_mesh("cpu", (mesh.replicas, mesh.shard),
                                            mesh_dim_names=("replicate", "shard"))
+        left = {model.get_parameter(fqn) for fqn in ignored} or None
         for name in units(model):
-            fully_shard(model.get_submodule(name), mesh=device_mesh)
-        fully_shard(model, mesh=device_mesh)
+            fully_shard(model.get_submodule(name), mesh=device_mesh, ignored_params=left)
+        fully_shard(model, mesh=device_mesh, ignored_params=left)
         # this rank's meshes, by dimension (a DTensor may keep an equal mesh of an earlier
         # simulated rank): the 2-D (dp, tp) mesh of the tensor-parallel params, else the one
         # fully_shard used
@@ -135,6 +138,7 @@ def simulated_rank(model_fn: ModelFn, mesh: Mesh, rank: int):
         sd = {fqn: DTensor.from_local(p.to_local(), device_mesh=mine[p.device_mesh.ndim],
                                       placements=p.placements, shape=p.shape,
                                       stride=p.stride(), run_check=False)
+              if isinstance(p, DTensor) else p.detach()
               for fqn, p in model.named_parameters()}
         yield model, sd
     finally:
@@ -152,7 +156,8 @@ def adam_state(model, params: dict, *, flatten: bool) -> dict:
     from torch.distributed.tensor import DTensor
     from torch.utils._pytree import tree_map_only
 
-    meshes = {t.device_mesh.ndim: t.device_mesh for t in params.values()}
+    meshes = {t.device_mesh.ndim: t.device_mesh for t in params.values()
+              if isinstance(t, DTensor)}
     optim = torch.optim.Adam(model.parameters(), lr=1e-3)
     osd = get_optimizer_state_dict(model, optim, options=StateDictOptions(
         flatten_optimizer_state_dict=flatten))

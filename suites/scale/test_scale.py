@@ -6,14 +6,13 @@ import json
 import subprocess
 
 import pytest
-import torch
 from torch import nn
 
-from fsdp_conformance.scale import check as scale_check
 from fsdp_conformance.scale.check import check_scale, cover_problems, sample_ranks
 from fsdp_conformance.scale.plans import tiling_problem
 from fsdp_conformance.scale.simulate import Mesh
 from suites.conftest import PYTHON, ROOT, env_for_subprocess
+from suites.scale.plants import shift_piece
 
 
 def test_an_moe_layer_at_1024_ranks_resharded_to_768_is_the_references():
@@ -48,16 +47,9 @@ def test_a_users_factory_saved_at_512_and_loaded_at_384():
 
 
 def test_a_piece_torch_gives_elsewhere_is_a_mismatch_naming_rank_and_param(monkeypatch):
-    real = scale_check.torch_pieces_of
-
-    def shifted(sd):
-        out = real(sd)
-        shape, (o0, *rest) = out["layers.0.router.weight"]
-        if o0 == 1:  # rank 1 of 8: the router's second row
-            out["layers.0.router.weight"] = (shape, (o0 + 1, *rest))
-        return out
-
-    monkeypatch.setattr(scale_check, "torch_pieces_of", shifted)
+    # rank 1 of 8: the router's second row, one row down
+    shift_piece(monkeypatch, "layers.0.router.weight",
+                lambda off: (off[0] + 1, *off[1:]) if off[0] == 1 else None)
     r = check_scale("moe", "8")
     assert not r.ok
     assert r.sides["save"].mismatches[0].startswith(
@@ -186,16 +178,8 @@ def test_fsdp_x_tp_resharded_is_the_references_on_every_tp_coordinate():
 
 
 def test_a_tensor_parallel_piece_torch_gives_elsewhere_is_named(monkeypatch):
-    real = scale_check.torch_pieces_of
-
-    def shifted(sd):
-        out = real(sd)
-        shape, (o0, o1) = out["w2.weight"]
-        if o1:  # the second tp coordinate's column block
-            out["w2.weight"] = (shape, (o0, o1 + 1))
-        return out
-
-    monkeypatch.setattr(scale_check, "torch_pieces_of", shifted)
+    # the second tp coordinate's column block, one column right
+    shift_piece(monkeypatch, "w2.weight", lambda off: (off[0], off[1] + 1) if off[1] else None)
     r = check_scale(TpModel, "2x2tp", tp_plan=TP_PLAN)
     assert not r.ok
     assert any(m.startswith("rank 1: w2.weight: torch holds shape") and "at offset (0, 21)"
