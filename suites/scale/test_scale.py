@@ -77,7 +77,9 @@ def test_the_command_writes_its_report_and_refuses_an_unknown_model(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["schema"] == "fsdp-conformance/scale/1" and doc["ok"] is True
     assert doc["sides"]["load"]["mesh"] == "192" and doc["ranks_per_second"] > 0
-    assert (tmp_path / "s.md").read_text().startswith("# fsdp-conformance scale: moe")
+    md = (tmp_path / "s.md").read_text()
+    assert md.startswith("# fsdp-conformance scale: moe")
+    assert "- PASS pieces that differ from the reference: 0" in md and "- PASS torch raised: nothing" in md
     # what the fake group and meta tensors cannot reach is said, with torch's own words,
     # and is not part of the OK: FSDP1's flat parameters
     why = doc["unreached"]["fsdp1"]
