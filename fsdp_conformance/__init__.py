@@ -23,7 +23,7 @@ _EXPORTS = {
     "run_cases": ("fsdp_conformance.run.execute", "run_cases"),
     "Verdict": ("fsdp_conformance.properties.verdict", "Verdict"),
     "PROPERTIES": ("fsdp_conformance.properties.catalogue", "CATALOGUE"),
-    "CaseResult": ("fsdp_conformance.run.result", "CaseResult"),
+    "CaseResult": ("fsdp_conformance.report.result", "CaseResult"),
     "load_report": ("fsdp_conformance.report.run_report", "load_report"),
     "Comparison": ("fsdp_conformance.report.diff", "Comparison"),
     "Thresholds": ("fsdp_conformance.report.diff", "Thresholds"),

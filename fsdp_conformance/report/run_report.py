@@ -30,10 +30,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..known.declared import declared_reason
 from ..properties.verdict import STATUSES
 from .io import machine_info, write_json_atomic, write_text_atomic
-
-from ..run.result import CaseResult  # noqa: E402  (re-exported: the report's record)
+from .result import CaseResult  # noqa: F401  (re-exported: the report's record)
 
 SCHEMA = "fsdp-conformance/run/1"
 _SCHEMA_PREFIX, _SCHEMA_MAJOR = SCHEMA.rsplit("/", 1)
@@ -505,10 +505,8 @@ def known_limitations(report: dict) -> list[tuple[str, int, list[str], Any]]:
 
 
 def _declared_reason(report: dict, key: str) -> str:
-    """The user's reason for a limitation their tests declared (user/limitations.py
-    ``declared_reason``), or "" when none is."""
-    from ..user.limitations import declared_reason
-
+    """The user's reason for a limitation their tests declared (known/declared.py), or ""
+    when none is."""
     return next((declared_reason(v.get("detail", ""), key) for c in report["cases"]
                  for v in c["properties"].values() if v.get("known") == key
                  and declared_reason(v.get("detail", ""), key)), "")

@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from ..cases import Case
 from ..properties.catalogue import PROPS
 from ..properties.verdict import Verdict, error, na, suite_error
-from .result import CaseResult
+from ..report.result import CaseResult
 from ..options import RunOptions
 
 

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..known.scale import applying
 from ..reference.fsdp2_layout import chunk_range
 from .models import build, tp_plan as built_in_plan
 from .plans import reference_box, reference_layout, tiling_problem
@@ -280,8 +281,6 @@ def _sharding_raises(model_fn: Callable, mesh: Mesh) -> str | None:
 def known_at_scale(model_fn: Callable, shapes, mesh: Mesh) -> list[KnownAtScale]:
     """Each known limitation (known/scale.py) that concerns some parameter of ``shapes``,
     judged against what torch raises sharding the model as it is on ``mesh``."""
-    from ..known.scale import applying
-
     found = applying(shapes)
     raised = _sharding_raises(model_fn, mesh) if found else None
     out = []

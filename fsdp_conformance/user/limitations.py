@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..properties.verdict import Verdict
 from .spec import PROPERTY_NAMES
+from ..known.declared import DECLARED
 
 
 def symptom_matches(symptom: str, detail: str) -> bool:
@@ -99,19 +100,6 @@ class Limitation:
                              f"wrong, and the upstream issue if there is one)")
         return cls(",".join(ids), tuple(props or ids), reason=reason, symptom=symptom,
                    strict=strict)
-
-
-DECLARED = "declared known limitation "
-"""How a declared limitation's verdict begins: ``<DECLARED>'<key>': <the user's reason>``
-(the reports read the reason back from it)."""
-
-
-def declared_reason(detail: str, key: str) -> str:
-    """The user's reason in the detail of a verdict a declared limitation ``key`` turned
-    "known" (``apply_declared``), or "" when it is not such a verdict."""
-    head = detail.split("\n", 1)[0]
-    prefix = f"{DECLARED}{key!r}: "
-    return head[len(prefix):] if head.startswith(prefix) else ""
 
 
 def apply_declared(verdicts: dict[str, Verdict], declared: Sequence[Limitation],

@@ -24,6 +24,7 @@ from dataclasses import KW_ONLY, dataclass
 import pytest
 
 from ..options import DEFAULT_TIMEOUT_S, RunOptions
+from ..known.declared import declared_reason
 from .limitations import Limitation
 from .spec import ACTIVE, DEFAULT_PAIRS, TIERS, pair_id, world_size_pair
 
@@ -393,7 +394,6 @@ def terminal_summary(terminalreporter, config) -> None:
     (as pytest lists xfails), and each case that ran twice because a rank died; passing
     tests hide both otherwise."""
     results = config.stash.get(RESULTS, [])
-    from .limitations import declared_reason
 
     known: dict[str, tuple[set, list]] = {}
     declared: dict[str, str] = {}

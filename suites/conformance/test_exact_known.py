@@ -24,7 +24,7 @@ from fsdp_conformance.properties.roundtrip import round_trip_verdicts
 from fsdp_conformance.properties.verdict import na
 from fsdp_conformance.report.diff_runs import compare_runs
 from fsdp_conformance.report.run_report import build_report
-from fsdp_conformance.run.result import CaseResult
+from fsdp_conformance.report.result import CaseResult
 from fsdp_conformance.sut import fsdp2_paths, paths
 from fsdp_conformance.sut.registry import api_path
 

@@ -73,7 +73,7 @@ def test_every_public_name_resolves():
     from fsdp_conformance import Case, CaseResult, Verdict, check, load_report
     from fsdp_conformance.cases import Case as case_cls
     from fsdp_conformance.properties.verdict import Verdict as verdict_cls
-    from fsdp_conformance.run.result import CaseResult as result_cls
+    from fsdp_conformance.report.result import CaseResult as result_cls
     from fsdp_conformance.report.run_report import load_report as loader
     assert (Case, CaseResult, Verdict, load_report) == (case_cls, result_cls, verdict_cls, loader)
     assert check is user.check
