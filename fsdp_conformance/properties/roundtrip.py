@@ -151,7 +151,7 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         mp = own_mp_of(save_obs)
         dt, _ = judged_dtype(case, mp)
         v["P2"] = na(why) if why else with_precision(
-            case, rp.p2_vs_local(layout, full, local, dt), always=False, own_mp=mp)
+            case, rp.p2_trained(layout, [full], local, dt), always=False, own_mp=mp)
         same = case.loads_where_saved
         v["P3"] = refs.p3(full, load_obs, own=save_obs if same else None)
         v["P4"] = rp.p4_flatten(dst, load_obs, api)

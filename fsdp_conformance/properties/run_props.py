@@ -167,10 +167,31 @@ def _without(d: dict, fqns: set[str]) -> dict:
 
 
 
-def p2_vs_local(layout, full: dict, local: LocalRun, dtype: str, rank: int = 0) -> Verdict:
-    """The saved full dict ~= the single-process optimizer state after the same steps (of
-    ``rank``: a full dict is rank 0's, and the ranks differ only under a modelled bug that
-    trains them apart, ``LocalRun.save_of``)."""
+def p2_trained(layout, fulls: Sequence[dict], local: LocalRun, dtype: str) -> Verdict:
+    """P2: the full dict each rank saved (``fulls[r]``; a run's path: rank 0's only) ~= the
+    single-process optimizer state after the same steps, of that rank (the ranks differ only
+    under a modelled bug that trains them apart, ``LocalRun.save_of``), within the dtype's
+    tolerance (bfloat16: the relative L2 error per tensor). Params of ignored modules are left
+    out (FSDP trains them per rank). One dict: its verdict; several: every rank that differs,
+    named; a save that raised is an error."""
+    if len(fulls) == 1:
+        e = error_of(fulls[0])
+        return error(f"torch raised in the save on rank 0:\n{e}") if e else \
+            _p2_rank(layout, fulls[0], local, dtype, 0)
+    problems = []
+    for r, full in enumerate(fulls):
+        e = error_of(full)
+        if e:
+            return error(f"torch raised in the save on rank {r}:\n{e}")
+        v = _p2_rank(layout, full, local, dtype, r)
+        if v.status != "pass":
+            problems.append(f"rank {r}: {v.detail}")
+    return fail("\n\n".join(problems)) if problems else \
+        passed(f"{len(fulls)} rank(s) within the tolerance of the single-process run")
+
+
+def _p2_rank(layout, full: dict, local: LocalRun, dtype: str, rank: int) -> Verdict:
+    """P2 of one rank's full dict (``p2_trained``)."""
     rtol, atol = TOLERANCES[dtype]
     skip = _plain(layout)
     want = canon_groups(_without(expect.saved(local.save_of(rank)), skip))
@@ -188,23 +209,6 @@ def p2_vs_local(layout, full: dict, local: LocalRun, dtype: str, rank: int = 0) 
                     f"atol={atol}):\n" + format_diff(diffs))
     note = f"; ignored-module params {sorted(skip)} left out (per-rank in FSDP)" if skip else ""
     return passed(f"within rtol={rtol}, atol={atol}{note}")
-
-
-def p2_each_rank(layout, fulls: Sequence[dict], local: LocalRun, dtype: str) -> Verdict:
-    """P2 on every rank: the full dict rank r returns (``fulls[r]``: NO_SHARD, its own
-    state) ~= the single-process run's state at the save (``LocalRun.save_of(r)``: rank r's
-    own where a modelled bug trains the ranks apart), by ``p2_vs_local``'s rule."""
-    problems = []
-    for r, full in enumerate(fulls):
-        e = error_of(full)
-        if e:
-            return error(f"torch raised in the save on rank {r}:\n{e}")
-        v = p2_vs_local(layout, full, local, dtype, rank=r)
-        if v.status != "pass":
-            problems.append(f"rank {r}: {v.detail}")
-    return fail("\n\n".join(problems)) if problems else \
-        passed(f"{len(fulls)} rank(s) within the tolerance of the single-process run")
-
 
 
 def p4_flatten(dst_layout, load_obs: Sequence[LoadRecord], api: str) -> Verdict:

@@ -189,7 +189,7 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     dt, _ = judged_dtype(case, mp)
     with expect.expecting(expect.EXACT):  # the state in memory: no save went through torch
         v["P2"] = na(why) if why else with_precision(
-            case, rp.p2_vs_local(layout, full, local, dt), own_mp=mp)
+            case, rp.p2_trained(layout, [full], local, dt), own_mp=mp)
     for stage, what in (("save", "the save function"), ("load", "the load function")):
         if errors.get(stage) is not None:
             detail = f"{what} raised:\n" + rank_error_text(errors[stage])

@@ -651,14 +651,14 @@ def test_the_unreduced_tied_gradient_is_known_by_its_exact_effect_and_a_second_b
     from fsdp_conformance.known.apply import explain_one
     from fsdp_conformance.properties.baseline import local_run
     from fsdp_conformance.properties.layouts import reference_layout
-    from fsdp_conformance.properties.run_props import p2_each_rank
+    from fsdp_conformance.properties.run_props import p2_trained
     from fsdp_conformance.sut import fsdp1
 
     case, entry = TIED_APART, "tied-across-units-orig-grad-not-reduced"
     obs = rank_pool(case.world_size).run(fsdp1.observe, case, seed=case.seed)
 
     def judge():
-        return p2_each_rank(reference_layout(case), [o["full_legacy"] for o in obs],
+        return p2_trained(reference_layout(case), [o["full_legacy"] for o in obs],
                             local_run(case), case.dtype)
     exact = judge()
     assert exact.status == "fail" and "embed.weight" in exact.detail, exact.detail

@@ -14,7 +14,7 @@ from fsdp_conformance.cases import Case
 from fsdp_conformance.known.entries import known_for
 from fsdp_conformance.properties.baseline import local_run
 from fsdp_conformance.properties.layouts import reference_layout
-from fsdp_conformance.properties.run_props import p2_each_rank
+from fsdp_conformance.properties.run_props import p2_trained
 from fsdp_conformance.zoo import model_spec
 from fsdp_conformance.properties.families import FSDP1
 from fsdp_conformance.properties.loaded import p3_loaded
@@ -39,7 +39,7 @@ def p2_judge(case, obs, layout):
     if model_spec(case.model).ignored or case.groups != 1 or \
             any("error" in o["full_legacy"] for o in obs):
         return None
-    return lambda: p2_each_rank(layout(), [o["full_legacy"] for o in obs], local_run(case),
+    return lambda: p2_trained(layout(), [o["full_legacy"] for o in obs], local_run(case),
                                 case.dtype)
 
 
