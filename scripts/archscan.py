@@ -38,7 +38,8 @@ it being the pseudo-package ``<top>``:
    (``function_imports_by_package``).
 10. ``Case`` fields (``case_fields``): annotated assignments in the dataclass body of
    ``cases.py``'s ``Case``, and its ``kw_only`` / ``frozen`` flags.
-11. places a property is implemented (``property_places``): functions named ``p<N>_*``,
+11. places a property is implemented (``property_places``): functions named ``p<N>_*`` (or
+    ``_p<N>_*``),
    N = 0..15, per property.
 12. property numbers outside ``properties/catalogue.py``
    (``property_numbers_outside_catalogue``): ``range(16)``, ``range(12)`` and ``"P<n>"``
@@ -643,14 +644,16 @@ def functions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
 
 def property_places(mods: dict[str, Module], root: Path) -> dict[str, Any]:
     """Figure 11. For each property P0..P15: the functions at any depth whose own name
-    starts with ``p<N>_`` (``p3_loaded``; ``p1_`` does not match ``p10_x``), as
+    starts with ``p<N>_`` or, private, ``_p<N>_`` (``p3_loaded``, ``_p7_custom``; ``p1_``
+    does not match ``p10_x``), as
     ``<file relative to root>:<qualified name>``, sorted. ``multiple`` lists the properties
     implemented in more than one place."""
     places: dict[str, list[str]] = {f"P{i}": [] for i in PROPERTY_IDS}
     for m in mods.values():
         for q, node in functions(m.tree):
             for i in PROPERTY_IDS:
-                if node.name.startswith(f"p{i}_"):
+                if node.name.lstrip("_").startswith(f"p{i}_") and \
+                        len(node.name) - len(node.name.lstrip("_")) <= 1:
                     places[f"P{i}"].append(f"{rel_path(m, root)}:{q}")
     places = {k: sorted(v) for k, v in places.items()}
     return {"counts": {k: len(v) for k, v in places.items()},
@@ -859,7 +862,8 @@ def render_redesign(r: dict[str, Any]) -> list[str]:
                  f"{'@dataclass' if cf['dataclass'] else 'not a dataclass'} "
                  f"kw_only={cf['kw_only']} frozen={cf['frozen']})")
     pp = r["property_places"]
-    L.append(f"11. places a property is implemented (functions named p<N>_*, any depth): "
+    L.append(f"11. places a property is implemented (functions named p<N>_* or _p<N>_*, any "
+             f"depth): "
              f"{pp['total']}; properties in more than one place: {len(pp['multiple'])}")
     L.append("   " + " ".join(f"{k}:{n}" for k, n in pp["counts"].items()))
     for k in pp["multiple"]:

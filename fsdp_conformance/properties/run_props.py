@@ -177,21 +177,22 @@ def p2_trained(layout, fulls: Sequence[dict], local: LocalRun, dtype: str) -> Ve
     if len(fulls) == 1:
         e = error_of(fulls[0])
         return error(f"torch raised in the save on rank 0:\n{e}") if e else \
-            _p2_rank(layout, fulls[0], local, dtype, 0)
+            _within_tolerance(layout, fulls[0], local, dtype, 0)
     problems = []
     for r, full in enumerate(fulls):
         e = error_of(full)
         if e:
             return error(f"torch raised in the save on rank {r}:\n{e}")
-        v = _p2_rank(layout, full, local, dtype, r)
+        v = _within_tolerance(layout, full, local, dtype, r)
         if v.status != "pass":
             problems.append(f"rank {r}: {v.detail}")
     return fail("\n\n".join(problems)) if problems else \
         passed(f"{len(fulls)} rank(s) within the tolerance of the single-process run")
 
 
-def _p2_rank(layout, full: dict, local: LocalRun, dtype: str, rank: int) -> Verdict:
-    """P2 of one rank's full dict (``p2_trained``)."""
+def _within_tolerance(layout, full: dict, local: LocalRun, dtype: str, rank: int) -> Verdict:
+    """One rank's full dict against its single-process state, within the tolerance (the
+    body of ``p2_trained``)."""
     rtol, atol = TOLERANCES[dtype]
     skip = _plain(layout)
     want = canon_groups(_without(expect.saved(local.save_of(rank)), skip))

@@ -356,7 +356,8 @@ def test_property_places(tmp_path):
     root = make_tree(tmp_path, {
         "__init__.py": "",
         "props/__init__.py": "",
-        "props/one.py": "def p3_x(): pass\ndef p10_y(): pass\ndef p1(): pass\n",
+        "props/one.py": ("def p3_x(): pass\ndef p10_y(): pass\ndef p1(): pass\n"
+                         "def _p7_private(): pass\ndef __p7_dunder(): pass\n"),
         "props/two.py": """
             class K:
                 def p3_x(self): pass
@@ -371,7 +372,8 @@ def test_property_places(tmp_path):
     assert pp["places"]["P3"] == ["props/one.py:p3_x", "props/two.py:K.p3_x"]
     assert pp["counts"]["P1"] == 0 and pp["counts"]["P10"] == 1
     assert pp["places"]["P15"] == ["props/two.py:helper.p15_inner"]
-    assert pp["multiple"] == ["P3"] and pp["total"] == 4
+    assert pp["places"]["P7"] == ["props/one.py:_p7_private"]  # a private one counts too
+    assert pp["multiple"] == ["P3"] and pp["total"] == 5
     assert list(pp["counts"]) == [f"P{i}" for i in range(16)]
 
 
