@@ -28,8 +28,8 @@ class RunOptions:
     """Seconds a rank call (a save, a load) may take before it is a hang (``--timeout``,
     ``--fsdp-timeout``)."""
     fault_timeout: float = DEFAULT_FAULT_TIMEOUT_S
-    """Seconds a fault case's load may take before it is a hang (P15); never more than
-    ``timeout`` where a user's timeout is shorter."""
+    """Seconds a fault case's load may take before it is a hang (P15); a user's round trips
+    (``for_user``) never wait longer than their ``timeout``."""
     calibration: str | None = None
     """Bounds calibration file for P13/P14 (None: the packaged one; ``--calibration``)."""
     lanes: int | None = None

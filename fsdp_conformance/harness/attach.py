@@ -104,6 +104,8 @@ class _Watchdog:
 
     def __init__(self, pool: "AttachedPool", call_id: int, timeout: float):
         self.pool, self.call_id, self.timeout = pool, call_id, timeout
+        self.started = time.monotonic()
+        """When the call began: its deadline is ``started + timeout`` on every rank."""
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True, name="fsdpc-watchdog")
         self.thread.start()
@@ -194,8 +196,11 @@ class AttachedPool:
         import torch.distributed as dist
 
         gathered = [None] * self.world_size if self.rank == 0 else None
-        # monitored_barrier names the ranks that do not arrive in time (gloo only).
-        deadline_left = max(1.0, timeout - 0.0)
+        # monitored_barrier names the ranks that do not arrive in time (gloo only). It must
+        # give up at the call's deadline, as the watchdog counts it (from the call's start):
+        # later, and a free rank 0 whose own part took longer than the watchdog's grace
+        # would be taken for stuck.
+        deadline_left = max(1.0, timeout - (time.monotonic() - dog.started))
         try:
             dist.monitored_barrier(group=self._ctrl, timeout=timedelta(seconds=deadline_left),
                                    wait_all_ranks=True)
@@ -203,8 +208,8 @@ class AttachedPool:
             if self.rank == 0:
                 dog.stop()
                 err = self._timeout_error(call_id, timeout, main_thread_stuck=False)
+                self._closed = True  # whatever happens next, close() must not broadcast
                 self._abandon(call_id)
-                self._closed = True
                 raise err from None
             raise
         dist.gather_object(reply, gathered, dst=0, group=self._ctrl)

@@ -90,6 +90,17 @@ def skip_collective(ctx, skipping_rank: int) -> int:
     return ctx.rank
 
 
+def skip_collective_late(ctx, skipping_rank: int, seconds: float) -> int:
+    """``skip_collective``, the skipping rank first busy for ``seconds`` (its own part of the
+    call takes that long before it returns)."""
+    import time
+
+    if ctx.rank == skipping_rank:
+        time.sleep(seconds)
+        return ctx.rank
+    return skip_collective(ctx, skipping_rank)
+
+
 def exit_on(ctx, bad_rank: int, code: int) -> int:
     """``bad_rank`` leaves with ``os._exit(code)`` (as a crash or OOM kill would)."""
     if ctx.rank == bad_rank:

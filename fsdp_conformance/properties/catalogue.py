@@ -35,7 +35,7 @@ class Property:
 
 
 CATALOGUE: tuple[Property, ...] = (
-    Property(id="P0", name="layout", decided_by="round trip", module="run_props, fsdp2_run_props",
+    Property(id="P0", name="layout", decided_by="round trip", module="sharding",
              checks="FSDP's flat-param metadata (FSDP2: per-parameter DTensor placements) on "
                     "both pools == the reference layout (exact)"),
     Property(id="P1", name="gather", decided_by="round trip", module="saved",
@@ -71,10 +71,11 @@ CATALOGUE: tuple[Property, ...] = (
                     "another device: on CPU that part cannot fail)",
              na_reasons=("the path has no rank0_only / offload flag that can be observed "
                          "here",)),
-    Property(id="P10", name="partial state", decided_by="round trip", module="run_props",
-             checks="no step yet, stateless SGD, frozen or unused params: the same params "
-                    "have state as in the plain run, before and after loading"),
-    Property(id="P11", name="param groups", decided_by="round trip", module="run_props",
+    Property(id="P10", name="partial state", decided_by="round trip", module="partial",
+             checks="no step yet, stateless SGD, frozen or unused params, or any param "
+                    "without state in the plain run: the same params have state as in the "
+                    "plain run, before and after loading"),
+    Property(id="P11", name="param groups", decided_by="round trip", module="groups",
              checks="every group's hyperparameters and extra keys (initial_lr) survive save "
                     "and load, exactly"),
     Property(id="P12", name="golden", decided_by="golden", module="golden_props",

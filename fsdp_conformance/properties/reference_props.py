@@ -1,8 +1,8 @@
-"""P0 layout, P1 gather, P3 shard, P4 flatten: torch's outputs against the reference.
-
-Each function takes the case, the reference layout and the per-rank observations (from
-``sut.fsdp1.observe`` / ``load_full``) and returns a ``Verdict``. They never touch a
-process group: all inputs were recorded on the ranks.
+"""FSDP1 (flat parameters) against the reference, from the differential observations
+(``sut.fsdp1.observe`` / ``load_full``): the family's layout comparison P0 makes
+(``fsdp1_layout_problems``), what P1 and P3 judge in the forms they take (``saved_dicts``,
+``loaded_states``), and P4 of torch's flatten. They never touch a process group: all inputs
+were recorded on the ranks.
 """
 from __future__ import annotations
 

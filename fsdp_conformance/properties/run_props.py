@@ -1,7 +1,9 @@
 """Properties of one round trip of the conformance run (``sut.paths`` save side at N ->
-load side at M): P0-P4 against the reference, P2/P6 against the single-process run,
-P7-P11. Each returns a ``Verdict``; inputs are what the ranks recorded: ``SaveRecord`` /
-``LoadRecord`` (``sut.records``), one per rank, in rank order.
+load side at M) that are not written in a module of their own: P2 and P6 against the
+single-process run, P4, P5 (the rekey path), P7, P8, P9 (P0, P1, P3, P10, P11: sharding.py,
+saved.py, loaded.py, partial.py, groups.py). Each returns a ``Verdict``; inputs are what the
+ranks recorded: ``SaveRecord`` / ``LoadRecord`` (``sut.records``), one per rank, in rank
+order.
 
 Rules
 - "full" is what the path saved, as one FQN-keyed dict: rank 0's dict for the full paths,

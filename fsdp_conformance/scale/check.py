@@ -63,8 +63,9 @@ class Side:
     """Parameters some rank of this mesh holds no element of (dim 0 < shard group size, or
     fewer chunks than ranks)."""
     raised: tuple[str, ...] = ()
-    """What torch raised on a sampled rank while it sharded or planned, no known limitation
-    modelling it (module rules): a failure, naming the ranks."""
+    """What was raised on a sampled rank while torch sharded or planned, no known limitation
+    modelling it (module rules): a failure, naming the ranks and who raised it (torch, or
+    fsdp-conformance itself: a bug of the check, not a finding in torch)."""
     seconds: float
     """Wall time of this side's simulated ranks."""
 
@@ -210,9 +211,19 @@ def torch_pieces_of(sd: dict) -> dict[str, Piece]:
 
 
 def _raised(exc: BaseException) -> str:
-    """``"<Type>: <first line>"`` of what torch raised."""
+    """``"<Type>: <first line>"`` of what was raised."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _who_raised(exc: BaseException) -> str:
+    """``"torch"`` when the innermost frame of the traceback is torch's own code, else
+    ``"fsdp-conformance"`` (the check itself: a bug of the suite, not a finding in torch)."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = frames[-1].filename.replace("\\", "/") if frames else ""
+    return "torch" if "/torch/" in where else "fsdp-conformance"
 
 
 def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
@@ -246,7 +257,7 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
                         metadata[flatten] = saved_metadata(ckpt, shapes, saved_at)
                     plans += load_problems(ckpt, shapes, metadata[flatten], mesh, r)
         except Exception as exc:  # noqa: BLE001 (what torch raised is the finding)
-            raised.setdefault(_raised(exc), []).append(r)
+            raised.setdefault(f"{_who_raised(exc)} raised {_raised(exc)}", []).append(r)
             if on_rank is not None:
                 on_rank(name, r)
             continue
@@ -264,7 +275,7 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
                 cover=tuple(cover_problems(shapes, mesh)), empty_params=empty,
                 plans=tuple(plans), seconds=time.perf_counter() - t0,
                 raised=tuple(f"rank{'s' if len(rs) > 1 else ''} "
-                             f"{rs if len(rs) > 1 else rs[0]}: torch raised {text}"
+                             f"{rs if len(rs) > 1 else rs[0]}: {text}"
                              for text, rs in raised.items()))
 
 

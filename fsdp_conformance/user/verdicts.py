@@ -1,6 +1,6 @@
 """The verdicts of a user round trip, from the observations the ranks sent back: a built-in
-path with a user model (``evaluate_user``: the round trip's P0-P11, plus P10 from the evidence)
-and the user's own save/load code (``evaluate_custom``).
+path with a user model (``evaluate_user``: the round trip's P0-P11, at the precision of the
+user's own mixed precision) and the user's own save/load code (``evaluate_custom``).
 
 Rules (custom save/load)
 - The file format is the user's; judged are P0 (layout), P2 (training matches one process:

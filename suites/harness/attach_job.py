@@ -40,9 +40,13 @@ def main(mode: str, out: str) -> None:
         seen["scratch_left_after_close"] = [d for d in scratch if os.path.exists(d)]
     elif mode in ("no-close", "no-close-late-watchdog"):
         seen["whoami"] = pool.run(probes.whoami)  # the pool is closed at exit
-    elif mode == "rank0-free-hang":
+    elif mode in ("rank0-free-hang", "rank0-free-late-hang"):
+        # late: rank 0's own part takes 4 s, longer than the watchdog's grace (3 s), and
+        # still ends before the 6 s deadline: rank 0 is free when the deadline passes
+        call = ((probes.skip_collective, 0) if mode == "rank0-free-hang" else
+                (probes.skip_collective_late, 0, 4.0))
         try:
-            pool.run(probes.skip_collective, 0, timeout=3)
+            pool.run(*call, timeout=3 if mode == "rank0-free-hang" else 6)
             seen["timeout"] = None
         except RankTimeout as exc:
             seen["timeout"] = {"ranks": exc.ranks, "text": str(exc)}

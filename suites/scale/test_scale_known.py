@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from fsdp_conformance.known import scale as known_scale
+from fsdp_conformance.scale import check as scale_check
 from fsdp_conformance.scale.check import check_scale
 from suites.scale.plants import shift_piece
 
@@ -96,3 +97,15 @@ def test_what_torch_raises_unmodelled_is_a_failure_naming_the_ranks():
     [line] = r.sides["save"].raised
     assert line.startswith(f"ranks {list(r.sides['save'].ranks)}: torch raised "
                            "NotImplementedError: FSDP does not support non-contiguous"), line
+
+
+def test_what_the_check_itself_raises_is_not_blamed_on_torch(monkeypatch):
+    def broken(shapes, mesh, rank):
+        raise KeyError("a planted bug of the reference's boxes")
+
+    monkeypatch.setattr(scale_check, "expected", broken)
+    r = check_scale(_Plain, "4")
+    assert not r.ok
+    assert r.sides["save"].raised == (
+        "ranks [0, 1, 2, 3]: fsdp-conformance raised KeyError: \"a planted bug of the reference's "
+        "boxes\"",), r.sides["save"].raised
