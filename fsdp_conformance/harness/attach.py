@@ -221,8 +221,7 @@ class AttachedPool:
         fails = []
         for r in range(self.world_size):
             key = f"stack/{call_id}/{r}"
-            while not self._store.check([key]) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            self._wait_for([key], until=deadline, every=0.1)
             if r == 0 and not main_thread_stuck:
                 continue
             text = (self._store.get(key).decode("utf-8", "replace")
@@ -278,6 +277,12 @@ class AttachedPool:
 
         shutil.rmtree(self.ctx.scratch, ignore_errors=True)
 
+    def _wait_for(self, keys: list[str], *, until: float, every: float = 0.05) -> None:
+        """Poll the job's store until every key of ``keys`` is set or ``time.monotonic()``
+        reaches ``until``, whichever comes first."""
+        while keys and not self._store.check(keys) and time.monotonic() < until:
+            time.sleep(every)
+
     def _abandon(self, call_id: int) -> None:
         """Rank 0, a timed-out call: tell the other ranks to leave, wait (at most
         ``LEFT_WAIT_S``) until each has removed its scratch directory and said so, then
@@ -287,10 +292,8 @@ class AttachedPool:
         the bounded wait."""
         self._abandoned = call_id
         self._store.set(f"abandon/{call_id}", "1")
-        keys = [f"left/{call_id}/{r}" for r in range(1, self.world_size)]
-        deadline = time.monotonic() + LEFT_WAIT_S
-        while keys and not self._store.check(keys) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        self._wait_for([f"left/{call_id}/{r}" for r in range(1, self.world_size)],
+                       until=time.monotonic() + LEFT_WAIT_S)
         self._remove_scratch()
 
     def _release(self) -> None:
@@ -307,10 +310,7 @@ class AttachedPool:
         self._remove_scratch()
         try:
             self._store.set(f"left/{call_id}/{self.rank}", "1")
-            deadline = time.monotonic() + LEFT_WAIT_S
-            while (not self._store.check([f"release/{call_id}"])
-                   and time.monotonic() < deadline):
-                time.sleep(0.05)
+            self._wait_for([f"release/{call_id}"], until=time.monotonic() + LEFT_WAIT_S)
         except Exception:  # noqa: BLE001 - the store is gone with rank 0's agent: just leave
             pass
         sys.stdout.flush()

@@ -103,7 +103,7 @@ def p11_groups(full: dict, loaded: Sequence[LoadedGroups], *, at_save: dict | No
         first = missing[0]
         verdict = (error("load failed on every rank, so no param group after loading could "
                          "be compared: " + first.detail) if first.status == "error" else first)
-        return with_problems(verdict, extra, "") if training is not None else verdict
+        return with_problems(verdict, extra, "")  # an error or n/a: with them added
     want = _hyper(expect.loaded(full).get("param_groups", []))
     keys = sorted({k for g in want for k in g})
     label = {s.label for s in loaded if s.label}

@@ -28,11 +28,16 @@ from . import expectation as expect
 from .verdict import Verdict, error, fail, na, passed
 
 
+def _ignored(layout) -> set[str]:
+    """The params of ignored modules (left out of P10: FSDP trains them per rank)."""
+    return {s.fqn for s in layout.plain_params}
+
+
 def has_partial_state(case: Case, layout, local) -> bool:
     """Whether the optimizer holds state for only some params in this case (module rules)."""
     if case.steps == 0 or case.optimizer == "sgd" or case.model in ("frozen", "unused"):
         return True
-    skip = {s.fqn for s in layout.plain_params}
+    skip = _ignored(layout)
     have = set(local.optim_at_save["state"])
     return any(n not in have for n in local.params_at_save if n not in skip)
 
@@ -43,7 +48,7 @@ def p10_partial(case: Case, *, layout, dst, full: dict | None, loaded: Sequence[
     load raised; ``gather``: the family's gather of ``dst``'s local dicts."""
     if not has_partial_state(case, layout, local):
         return na("every param has state in this case: nothing partial to check")
-    skip = {s.fqn for s in layout.plain_params}
+    skip = _ignored(layout)
 
     def shape_of(d):
         return {k: sorted(v) for k, v in d["state"].items() if k not in skip}

@@ -176,12 +176,13 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
                    else rp.p9_flags(layout, api, save_obs))
         v["P10"] = p10_partial(case, layout=layout, dst=dst, full=full,
                                loaded=loaded_dicts(load_obs), local=local, gather=gather)
-        training = (TrainingSeen(
-            save_obs=save_obs, load_obs=load_obs, local=local,
-            step=case.steps if case.app_state else None,
-            held="the scheduler" + (f" and step {case.steps}" if case.app_state else "")
-            + " restored") if case.scheduler and not case.golden and load_error is None
-            else None)
+        training = None  # the scheduler and step beside the optimizer, where they are judged
+        if case.scheduler and not case.golden and load_error is None:
+            step = case.steps if case.app_state else None
+            training = TrainingSeen(
+                save_obs=save_obs, load_obs=load_obs, local=local, step=step,
+                held="the scheduler" + ("" if step is None else f" and step {step}")
+                + " restored")
         v["P11"] = p11_groups(full, loaded_groups(load_obs), at_save=local.optim_at_save,
                               training=training)
         if training is not None:

@@ -176,18 +176,15 @@ def p2_trained(layout, fulls: Sequence[dict], local: LocalRun, dtype: str) -> Ve
     tolerance (bfloat16: the relative L2 error per tensor). Params of ignored modules are left
     out (FSDP trains them per rank). One dict: its verdict; several: every rank that differs,
     named; a save that raised is an error."""
-    if len(fulls) == 1:
-        e = error_of(fulls[0])
-        return error(f"torch raised in the save on rank 0:\n{e}") if e else \
-            _within_tolerance(layout, fulls[0], local, dtype, 0)
-    problems = []
+    verdicts = []
     for r, full in enumerate(fulls):
         e = error_of(full)
         if e:
             return error(f"torch raised in the save on rank {r}:\n{e}")
-        v = _within_tolerance(layout, full, local, dtype, r)
-        if v.status != "pass":
-            problems.append(f"rank {r}: {v.detail}")
+        verdicts.append(_within_tolerance(layout, full, local, dtype, r))
+    if len(verdicts) == 1:
+        return verdicts[0]
+    problems = [f"rank {r}: {v.detail}" for r, v in enumerate(verdicts) if v.status != "pass"]
     return fail("\n\n".join(problems)) if problems else \
         passed(f"{len(fulls)} rank(s) within the tolerance of the single-process run")
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import resource
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -219,8 +220,6 @@ def _raised(exc: BaseException) -> str:
 def _who_raised(exc: BaseException) -> str:
     """``"torch"`` when the innermost frame of the traceback is torch's own code, else
     ``"fsdp-conformance"`` (the check itself: a bug of the suite, not a finding in torch)."""
-    import traceback
-
     frames = traceback.extract_tb(exc.__traceback__)
     where = frames[-1].filename.replace("\\", "/") if frames else ""
     return "torch" if "/torch/" in where else "fsdp-conformance"
@@ -258,16 +257,14 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
                     plans += load_problems(ckpt, shapes, metadata[flatten], mesh, r)
         except Exception as exc:  # noqa: BLE001 (what torch raised is the finding)
             raised.setdefault(f"{_who_raised(exc)} raised {_raised(exc)}", []).append(r)
-            if on_rank is not None:
-                on_rank(name, r)
-            continue
-        for fqn in shapes:
-            g, w = got.get(fqn), want[fqn]
-            if g is None:
-                mismatches.append(f"rank {r}: {fqn}: not a parameter of the sharded model")
-            elif g[0] != w[0] or (w[0] and w[0][0] and g[1] != w[1]):
-                mismatches.append(f"rank {r}: {fqn}: torch holds shape {g[0]} at offset "
-                                  f"{g[1]}, the reference {w[0]} at {w[1]}")
+        else:
+            for fqn in shapes:
+                g, w = got.get(fqn), want[fqn]
+                if g is None:
+                    mismatches.append(f"rank {r}: {fqn}: not a parameter of the sharded model")
+                elif g[0] != w[0] or (w[0] and w[0][0] and g[1] != w[1]):
+                    mismatches.append(f"rank {r}: {fqn}: torch holds shape {g[0]} at offset "
+                                      f"{g[1]}, the reference {w[0]} at {w[1]}")
         if on_rank is not None:
             on_rank(name, r)
     empty = sum(1 for s in shapes.values() if s and _has_empty_rank(s[0], mesh.shard))

@@ -40,6 +40,13 @@ def _shards(layout, full):
     return [shard_full(layout, full, r, per_element={"exp_avg"}) for r in range(WS)]
 
 
+def _world():
+    """The layout, a full dict on it and every rank's shard of that dict."""
+    layout = _layout()
+    full = _full(layout)
+    return layout, full, _shards(layout, full)
+
+
 def _nudged(d):
     d = copy.deepcopy(d)
     st = next(iter(d["state"].values()))
@@ -48,9 +55,7 @@ def _nudged(d):
 
 
 def test_p3_passes_the_reference_shards_and_fails_a_nudged_rank_by_name():
-    layout = _layout()
-    full = _full(layout)
-    shards = _shards(layout, full)
+    layout, full, shards = _world()
     ok = [LoadedState(rank=r, got=shards[r], source=full, own=shards[r]) for r in range(WS)]
     v = p3_loaded(FSDP1, layout, ok)
     assert v.status == "pass", v.detail
@@ -62,9 +67,7 @@ def test_p3_passes_the_reference_shards_and_fails_a_nudged_rank_by_name():
 
 
 def test_p3_a_rank_that_raised_beside_a_wrong_rank_is_a_failure_showing_both():
-    layout = _layout()
-    full = _full(layout)
-    shards = _shards(layout, full)
+    layout, full, shards = _world()
     raised = LoadedState(rank=0, problem=error("torch raised while loading on rank 0:\nBoom"))
     v = p3_loaded(FSDP1, layout, [raised, LoadedState(rank=1, got=_nudged(shards[1]),
                                                       source=full)])
@@ -75,9 +78,7 @@ def test_p3_a_rank_that_raised_beside_a_wrong_rank_is_a_failure_showing_both():
 
 
 def test_p3_nothing_compared_is_na_and_a_reference_check_alone_does_not_count():
-    layout = _layout()
-    full = _full(layout)
-    shards = _shards(layout, full)
+    layout, full, shards = _world()
     states = [LoadedState(rank=r, label="set_full", problem=na("path set_full was not run"))
               for r in range(WS)]
     states += [LoadedState(rank=r, source=full, own=shards[r]) for r in range(WS)]
@@ -91,17 +92,15 @@ def test_p3_nothing_compared_is_na_and_a_reference_check_alone_does_not_count():
 
 
 def test_p3_own_state_differs():
-    layout = _layout()
-    full = _full(layout)
-    shards = _shards(layout, full)
+    layout, full, shards = _world()
     v = p3_loaded(FSDP1, layout, [LoadedState(rank=0, got=shards[0], source=full,
                                               own=_nudged(shards[0]))])
     assert v.status == "fail"
     assert "rank 0 after loading differs from the rank's own state before saving" in v.detail
+
+
 def test_p1_gather_of_the_locals_passes_and_a_nudged_save_fails_by_rank():
-    layout = _layout()
-    full = _full(layout)
-    locals_ = _shards(layout, full)
+    layout, full, locals_ = _world()
     v = p1_saved(FSDP1, layout, locals_, [SavedDict(rank=0, label="x.full", got=full)])
     assert v.status == "pass", v.detail
     v = p1_saved(FSDP1, layout, locals_, [SavedDict(rank=0, label="x.full", got=_nudged(full))])
@@ -110,9 +109,7 @@ def test_p1_gather_of_the_locals_passes_and_a_nudged_save_fails_by_rank():
 
 
 def test_p1_rank0_only_elsewhere_empty_and_errors_beside_differences():
-    layout = _layout()
-    full = _full(layout)
-    locals_ = _shards(layout, full)
+    layout, full, locals_ = _world()
     saves = [SavedDict(rank=0, label="p", got=full, rank0_only=True),
              SavedDict(rank=1, label="p", got={}, rank0_only=True)]
     assert p1_saved(FSDP1, layout, locals_, saves).status == "pass"
