@@ -48,7 +48,7 @@ CATALOGUE: tuple[Property, ...] = (
     Property(id="P3", name="load", decided_by="round trip", module="loaded",
              checks="every rank's state after the load == reference.shard_full(saved); same "
                     "world size and plan: == its own state before saving (bitwise)"),
-    Property(id="P4", name="flatten", decided_by="round trip", module="run_props",
+    Property(id="P4", name="flatten", decided_by="round trip", module="flatten",
              checks="sharded paths: reference.flatten_sharded(torch's sharded dict) == the "
                     "rank's flat state",
              na_reasons=("the path does not save a sharded dict",)),

@@ -1,7 +1,8 @@
 """The reference of each FSDP family, as the properties judge with it: the one place where
 FSDP1 (flat params, ``reference.gather_full`` / ``shard_full``) and FSDP2 (per-parameter
 DTensors, ``reference.fsdp2_gather`` / ``fsdp2_shard``) differ for a property that is written
-once (P0: properties/sharding.py; P1: properties/saved.py; P3: properties/loaded.py).
+once (P0: properties/sharding.py; P1: properties/saved.py; P3: properties/loaded.py; P4:
+properties/flatten.py).
 
 Rules
 - ``loaded_shard(layout, full, rank)`` is what a load of the full dict ``full`` leaves on
@@ -16,6 +17,12 @@ Rules
   saved (rank 0's) values (compared with the reference's shard, left out of the own state on
   ranks other than 0). FSDP2's P3 compares optimizer *state*; its ``param_groups`` after the
   load are P11's.
+- ``flatten(layout, dicts, rank)`` is the reference's flat state of ``rank`` from the ranks'
+  sharded dicts. FSDP1: ``reference.flatten_sharded`` of the dicts of the rank's shard group
+  (``layout.shard_groups()``: one rank's flat shard needs rows other ranks hold). FSDP2:
+  ``reference.fsdp2_flatten`` of the rank's own dict (per-parameter shards). ``flat_view``:
+  FSDP1 leaves the ignored params out on every rank (their merged pieces mean nothing: each
+  rank holds its own values); FSDP2 keeps them (one rank's own dict is flattened alone).
 """
 from __future__ import annotations
 
@@ -54,6 +61,10 @@ def _fsdp2_loaded_shard(layout, full: dict, rank: int) -> dict:
     return ref.fsdp2_shard(layout, loaded_full, rank)
 
 
+def _fsdp1_flatten(layout, dicts: list, rank: int) -> dict:
+    return ref.flatten_sharded(layout, reference_props.own_shard_group(layout, dicts, rank), rank)
+
+
 def _state(d: dict, layout=None, rank: int = 0) -> dict:
     return {"state": d.get("state", {})}
 
@@ -68,7 +79,9 @@ FSDP1 = FamilyReference(
     replica_note=_fsdp1_replica_note, shard=ref.shard_full, loaded_shard=_fsdp1_loaded_shard,
     vs_reference=_fsdp1_view, vs_own=_fsdp1_view, owner=reference_props.owner_of,
     layout_problems=reference_props.fsdp1_layout_problems,
-    layout_size=lambda layout: f"{len(layout.units)} unit(s)")
+    layout_size=lambda layout: f"{len(layout.units)} unit(s)",
+    flatten_name="reference.flatten_sharded", flatten=_fsdp1_flatten,
+    flat_view=lambda d, layout, rank: reference_props.drop_plain(d, layout))
 FSDP2 = FamilyReference(
     family="fsdp2", gather_name="reference.fsdp2_gather", shard_name="reference.fsdp2_shard",
     gather=ref.fsdp2_gather, gather_replica=lambda layout, dicts, rank: ref.fsdp2_gather(
@@ -76,4 +89,7 @@ FSDP2 = FamilyReference(
     shard=ref.fsdp2_shard, loaded_shard=_fsdp2_loaded_shard,
     vs_reference=_state, vs_own=_fsdp2_own, owner=fsdp2_props.owner_of,
     layout_problems=fsdp2_props.fsdp2_layout_problems,
-    layout_size=lambda layout: f"{len(layout.params)} params")
+    layout_size=lambda layout: f"{len(layout.params)} params",
+    flatten_name="reference.fsdp2_flatten",
+    flatten=lambda layout, dicts, rank: ref.fsdp2_flatten(layout, dicts[rank], rank),
+    flat_view=lambda d, layout, rank: d)

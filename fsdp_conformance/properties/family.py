@@ -1,6 +1,6 @@
 """What a property needs of one FSDP family's reference (the record type; the two instances,
 FSDP1's and FSDP2's, and their rules are in properties/families.py). A leaf module: the
-properties written once (properties/sharding.py, saved.py, loaded.py) import it without
+properties written once (properties/sharding.py, saved.py, loaded.py, flatten.py) import it without
 importing the observers."""
 from __future__ import annotations
 
@@ -45,3 +45,11 @@ class FamilyReference:
     from the reference's beyond the optimizer's keys (P0, properties/sharding.py)."""
     layout_size: Callable[[Any], str]
     """How a passing P0 names what it compared (``"3 unit(s)"``, ``"5 params"``)."""
+    flatten_name: str
+    """How a verdict names the flatten (``"reference.flatten_sharded"``)."""
+    flatten: Callable[[Any, list, int], dict]
+    """``flatten(layout, every rank's sharded dict in the reference's input form, rank) ->``
+    the rank's flat local state (P4, properties/flatten.py): FSDP1 from the dicts of the
+    rank's shard group, FSDP2 from the rank's own."""
+    flat_view: View
+    """The part of a rank's flat state P4 compares (module rules of properties/families.py)."""

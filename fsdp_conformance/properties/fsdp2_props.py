@@ -1,11 +1,11 @@
 """FSDP2 (``fully_shard`` + ``torch.distributed.checkpoint.state_dict``) against the reference:
 what P0 (layout), P1 (gather), P3 (shard, every ``set_optimizer_state_dict`` path) and P11
-(param groups after loading) judge of the differential observations, in the forms they take;
-P4 of the sharded (DTensor) dict; and P4 for DTensor input to the reference's
-``flatten_sharded`` (FSDP1 with ``device_mesh=``).
+(param groups after loading) and P4 (flatten: the sharded DTensor dict; DTensor input to
+the reference's ``flatten_sharded``, FSDP1 with ``device_mesh=``) judge of the differential
+observations, in the forms they take.
 
 Each function takes the reference ``Fsdp2Layout`` and the per-rank observations of
-``sut.fsdp2.observe`` / ``load_full`` and returns a ``Verdict``; none touches a process group.
+``sut.fsdp2.observe`` / ``load_full``; none touches a process group.
 
 Rules
 - Params outside FSDP2 (ignored params) are plain tensors that FSDP2 does not synchronise:
@@ -23,6 +23,7 @@ import torch
 
 from .. import reference as ref
 from .statediff import diff_state_dicts, format_diff
+from .flatten import ShardedRank
 from .groups import LoadedGroups
 from .loaded import LoadedState
 from .saved import SavedDict
@@ -159,53 +160,62 @@ def _pieces_problems(fqn: str, name: str, val: dict) -> list[str]:
             + format_diff(d)] if d else []
 
 
-def p4_sharded(layout, observations: Sequence[dict], path: str = "sharded") -> Verdict:
-    """The sharded dict (``full_state_dict=False``) holds, for every sharded param's
-    per-element state, a ``Shard(0)`` DTensor (HSDP: ``(Replicate(), Shard(0))``) of the
-    param's global shape whose local tensor is bitwise the rank's local state, at the
-    reference's rows (torch's own global offset, and the reference's reading of the live
-    DTensor, ``reference.to_pieces``, both say where); everything else equals the local
-    state as is."""
-    problems = []
+def _dtensor_problems(layout, r: int, fqn: str, n: str, val: dict,
+                      shape_mesh: tuple) -> list[str]:
+    """How one recorded DTensor of an FSDP2 sharded dict disagrees with the reference layout
+    (global shape, placements, mesh shape, torch's global offset, local shape) and how the
+    reference's reading of it (``_pieces_problems``) disagrees with torch's."""
+    if not layout.has(fqn) or not layout.param(fqn).sharded:
+        return [f"{fqn}.{n} is a DTensor but the reference says the param is not sharded"]
+    p = layout.param(fqn)
+    checks = {
+        "global shape": (p.shape, tuple(val["global_shape"])),
+        "placements": (p.placements(len(p.mesh_shape(shape_mesh))),
+                       [tuple(x) for x in val["placements"]]),
+        "mesh shape": (p.mesh_shape(shape_mesh), tuple(val["mesh_shape"])),
+        "torch's global offset": (p.offset(r), tuple(val["torch_offset"])),
+        "local shape": (p.local_shape(r), tuple(val["local"].shape)),
+    }
+    return [f"{fqn}.{n}: {what} {g}, reference says {w}" for what, (w, g) in checks.items()
+            if w != g] + _pieces_problems(fqn, n, val)
+
+
+def sharded_ranks(layout, observations: Sequence[dict], path: str = "sharded") -> list[ShardedRank]:
+    """What P4 (properties/flatten.py, with ``families.FSDP2``) judges of the sharded dict
+    (``full_state_dict=False``) ``path`` returned: every sharded param's per-element state is
+    a ``Shard(0)`` DTensor (HSDP: ``(Replicate(), Shard(0))``) of the param's global shape,
+    placed where the reference says (``_dtensor_problems``); the reference's reading of
+    each (its pieces; a rank holding no rows: its empty local tensor) is the rank's sharded
+    dict, flattened against the rank's local state."""
+    out = []
     for obs in observations:
         r = obs["rank"]
         got, v = path_value(obs, path)
         if v is not None:
-            return v
-        local = obs["local"]
+            out.append(ShardedRank(rank=r, problem=v))
+            continue
         shape_mesh = tuple(obs.get("mesh_shape") or (layout.world_size,))
-        plain_view = {"state": {}, "param_groups": got["param_groups"]}
+        problems: list[str] = []
+        state = {}
         for fqn, st in got["state"].items():
             conv = {}
             for n, val in st.items():
                 if isinstance(val, dict) and val.get("dtensor"):
-                    if not layout.has(fqn) or not layout.param(fqn).sharded:
-                        problems.append(f"rank {r}: {fqn}.{n} is a DTensor but the reference "
-                                        "says the param is not sharded")
-                        continue
-                    p = layout.param(fqn)
-                    want_off = p.offset(r)
-                    checks = {
-                        "global shape": (p.shape, tuple(val["global_shape"])),
-                        "placements": (p.placements(len(p.mesh_shape(shape_mesh))),
-                                       [tuple(x) for x in val["placements"]]),
-                        "mesh shape": (p.mesh_shape(shape_mesh), tuple(val["mesh_shape"])),
-                        "torch's global offset": (want_off, tuple(val["torch_offset"])),
-                        "local shape": (p.local_shape(r), tuple(val["local"].shape)),
-                    }
-                    for what, (w, g) in checks.items():
-                        if w != g:
-                            problems.append(f"rank {r}: {fqn}.{n}: {what} {g}, reference says {w}")
-                    problems += [f"rank {r}: {x}" for x in _pieces_problems(fqn, n, val)]
-                    conv[n] = val["local"]
+                    problems += _dtensor_problems(layout, r, fqn, n, val, shape_mesh)
+                    pcs = val.get("pieces")
+                    if isinstance(pcs, list) and pcs:
+                        conv[n] = [tuple(x) for x in pcs]
+                    elif isinstance(pcs, list):  # no rows here: an empty piece of its shape
+                        conv[n] = [(tuple(val["global_shape"]), 0, val["local"].reshape(-1))]
+                    else:  # to_pieces raised on the rank (a read problem says so)
+                        conv[n] = val["local"]
                 else:
                     conv[n] = val
-            plain_view["state"][fqn] = conv
-        diffs = diff_state_dicts(local, plain_view, owner=owner_of(layout))
-        if diffs:
-            problems.append(f"{path} on rank {r}: local pieces differ from the rank's local "
-                            "state:\n" + format_diff(diffs))
-    return fail("\n".join(problems)) if problems else passed(f"{path}: bitwise on every rank")
+            state[fqn] = conv
+        out.append(ShardedRank(rank=r, sharded={"state": state,
+                                                "param_groups": got["param_groups"]},
+                               flat=obs["local"], read_problems=tuple(problems)))
+    return out
 
 
 def to_named_pieces(sharded_records: Sequence[dict]) -> list[dict]:
@@ -231,49 +241,38 @@ def to_named_pieces(sharded_records: Sequence[dict]) -> list[dict]:
     return out
 
 
-def p4_flatten_dtensor(layout, observations: Sequence[dict]) -> Verdict:
-    """DTensor input to the reference flatten (FSDP1 with ``device_mesh=``, SHARDED): every
-    rank's DTensor dict, read by ``reference.to_pieces`` on the rank, assembled by
-    ``reference.flatten_sharded`` == ``FSDP.optim_state_dict_to_load`` of that dict == the
-    rank's own flat local state, bitwise; and the reference's reading of each DTensor agrees
-    with torch's offsets. Params of ignored modules (unsynchronised per-rank values) are
-    left out."""
+def dtensor_ranks(observations: Sequence[dict]) -> list[ShardedRank]:
+    """What P4 (properties/flatten.py, with ``families.FSDP1``) judges of DTensor input to
+    the reference flatten (FSDP1 with ``device_mesh=``, SHARDED): every rank's DTensor dict,
+    read by ``reference.to_pieces`` on the rank (``to_named_pieces``), against the rank's
+    own flat local state and ``FSD.optim_state_dict_to_load`` of that dict (``to_load``);
+    the reference's reading of each DTensor must agree with torch's offsets. A dict that
+    holds no DTensor where the optimizer has state fails: the DTensor path was not
+    exercised."""
     recs, problems = [], []
     for obs in observations:
         rec, v = path_value(obs, "sharded")
         if v is not None:
-            return v
+            return [ShardedRank(rank=obs["rank"], problem=v)]
         recs.append(rec)
-        for fqn, st in rec["state"].items():
-            for n, val in st.items():
-                if isinstance(val, dict) and val.get("dtensor"):
-                    problems += [f"rank {obs['rank']}: {x}" for x in _pieces_problems(fqn, n, val)]
+        problems.append(tuple(
+            x for fqn, st in rec["state"].items() for n, val in st.items()
+            if isinstance(val, dict) and val.get("dtensor")
+            for x in _pieces_problems(fqn, n, val)))
     if not any(isinstance(val, dict) and val.get("dtensor")
                for rec in recs for st in rec["state"].values() for val in st.values()):
         if any(st for rec in recs for st in rec["state"].values()):
-            return fail("the SHARDED optimizer dict holds no DTensor (types "
-                        f"{observations[0].get('value_types')}): the DTensor path was not exercised")
+            return [ShardedRank(rank=0, problem=fail(
+                "the SHARDED optimizer dict holds no DTensor (types "
+                f"{observations[0].get('value_types')}): the DTensor path was not exercised"))]
     try:
         neutral = to_named_pieces(recs)
     except ValueError as exc:
-        return error(str(exc))
-    for obs in observations:
-        r = obs["rank"]
-        try:
-            want = drop_plain(ref.flatten_sharded(layout, neutral, r), layout)
-        except ref.StateDictMismatch as exc:
-            return error(f"reference.flatten_sharded rejected the DTensor dicts for rank {r}: {exc}")
-        diffs = diff_state_dicts(want, drop_plain(obs["local"], layout), owner=owner_of(layout))
-        if diffs:
-            problems.append(f"reference.flatten_sharded on rank {r} differs from the rank's local "
-                            "state:\n" + format_diff(diffs))
-        got, v = path_value(obs, "to_load")
-        if v is not None:
-            if v.status == "error":
-                return v
-            continue
-        diffs = diff_state_dicts(want, drop_plain(got, layout), owner=owner_of(layout))
-        if diffs:
-            problems.append(f"optim_state_dict_to_load on rank {r} differs from "
-                            "reference.flatten_sharded:\n" + format_diff(diffs))
-    return fail("\n\n".join(problems)) if problems else passed("bitwise on every rank")
+        return [ShardedRank(rank=0, problem=error(str(exc)))]
+    out = []
+    for obs, rec, read in zip(observations, neutral, problems):
+        got, tv = path_value(obs, "to_load")
+        out.append(ShardedRank(rank=obs["rank"], sharded=rec, flat=obs["local"], torch_flat=got,
+                               torch_problem=tv, torch_label="optim_state_dict_to_load",
+                               read_problems=read))
+    return out

@@ -1,19 +1,18 @@
 """FSDP1 (flat parameters) against the reference, from the differential observations
 (``sut.fsdp1.observe`` / ``load_full``): the family's layout comparison P0 makes
-(``fsdp1_layout_problems``), what P1 and P3 judge in the forms they take (``saved_dicts``,
-``loaded_states``), and P4 of torch's flatten. They never touch a process group: all inputs
-were recorded on the ranks.
+(``fsdp1_layout_problems``), and what P1, P3 and P4 judge in the forms they take
+(``saved_dicts``, ``loaded_states``, ``flat_ranks``). They never touch a process group: all
+inputs were recorded on the ranks.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from .. import reference as ref
 from . import expectation as expect
+from .flatten import ShardedRank
 from .loaded import LoadedState
 from .saved import SavedDict
-from .statediff import diff_state_dicts, format_diff
-from .verdict import Verdict, error, fail, na, passed
+from .verdict import error, na
 
 
 def drop_plain(d: dict, layout) -> dict:
@@ -167,43 +166,30 @@ def sharded_to_flat_offsets(sharded_state: dict) -> dict:
     return out
 
 
-def p4_flatten(layout, observations: Sequence[dict]) -> Verdict:
-    """torch's flatten(sharded) == reference.flatten_sharded(the sharded dicts of the rank's
-    shard group, ``layout.shard_groups()``) == the rank's local state. (torch's sharded form
-    chunks each param by rows, so one rank's flat shard needs pieces held by other ranks;
-    torch all-gathers them, the reference assembles them from the group's dicts.) Params of ignored modules hold per-rank values
-    that FSDP does not synchronise; P1 checks them per rank, P4 leaves them out."""
-    neutral = []
-    for obs in observations:
-        sharded, v = path_value(obs, "sharded_legacy")
-        if v is not None:
-            return v
-        try:
-            neutral.append({"state": sharded_to_flat_offsets(sharded["state"]),
-                            "param_groups": sharded["param_groups"]})
-        except ValueError as exc:
-            return error(f"rank {obs['rank']}'s sharded dict has an unexpected form: {exc}")
-    problems = []
+def flat_ranks(observations: Sequence[dict]) -> list[ShardedRank]:
+    """What P4 (properties/flatten.py, with ``families.FSDP1``) judges of the differential
+    observations: every rank's ShardedTensor dict (``sharded_legacy``) against the rank's
+    local state (as a load leaves it: flattening is what a load does, see
+    ``loaded_states``) and against torch's own flatten of it
+    (``flatten_sharded_optim_state_dict``, ``flatten_legacy``). torch's sharded form chunks
+    each param by rows, so one rank's flat shard needs pieces held by other ranks: torch
+    all-gathers them, the reference assembles them from the shard group's dicts."""
+    out = []
     for obs in observations:
         r = obs["rank"]
-        try:
-            want = ref.flatten_sharded(layout, own_shard_group(layout, neutral, r), r)
-        except ref.StateDictMismatch as exc:
-            return error(f"reference.flatten_sharded rejected the sharded dicts for rank {r}: "
-                         f"{exc}")
-        want = drop_plain(want, layout)  # per-rank values: merged pieces mean nothing there
-        local = expect.loaded(obs["local"])  # flattening is what a load does (see loaded_states)
-        diffs = diff_state_dicts(want, drop_plain(local, layout), owner=owner_of(layout))
-        if diffs:
-            problems.append(f"reference.flatten_sharded on rank {r} differs from the rank's "
-                            f"local state:\n" + format_diff(diffs))
-        got, v = path_value(obs, "flatten_legacy")
+        sharded, v = path_value(obs, "sharded_legacy")
         if v is not None:
-            if v.status == "error":
-                return v
+            out.append(ShardedRank(rank=r, problem=v))
             continue
-        diffs = diff_state_dicts(want, drop_plain(got, layout), owner=owner_of(layout))
-        if diffs:
-            problems.append(f"flatten_sharded_optim_state_dict on rank {r} differs from "
-                            f"reference.flatten_sharded:\n" + format_diff(diffs))
-    return fail("\n\n".join(problems)) if problems else passed("bitwise on every rank")
+        try:
+            pieces = sharded_to_flat_offsets(sharded["state"])
+        except ValueError as exc:
+            out.append(ShardedRank(rank=r, problem=error(
+                f"rank {r}'s sharded dict has an unexpected form: {exc}")))
+            continue
+        got, tv = path_value(obs, "flatten_legacy")
+        out.append(ShardedRank(rank=r, sharded={"state": pieces,
+                                                "param_groups": sharded["param_groups"]},
+                               flat=expect.loaded(obs["local"]), torch_flat=got,
+                               torch_problem=tv, torch_label="flatten_sharded_optim_state_dict"))
+    return out

@@ -29,6 +29,7 @@ from .groups import loaded_groups, p11_groups
 from .partial import loaded_dicts, p10_partial
 from .catalogue import CATALOGUE, NO_REKEY
 from .families import FSDP1, FSDP2
+from .flatten import p4_flatten
 from .family import FamilyReference
 from .layouts import reference_layout
 from .loaded import p3_loaded, run_states
@@ -154,7 +155,9 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
             case, rp.p2_trained(layout, [full], local, dt), always=False, own_mp=mp)
         same = case.loads_where_saved
         v["P3"] = refs.p3(full, load_obs, own=save_obs if same else None)
-        v["P4"] = rp.p4_flatten(dst, load_obs, api)
+        why_flat = rp.no_flatten(api)
+        v["P4"] = na(why_flat) if why_flat else p4_flatten(refs.family, dst,
+                                                           rp.flat_ranks(load_obs))
         v["P6"] = na(why) if why else with_precision(case, rp.p6_resume(
             dst, load_obs, local, dt, gather=gather,
             resume_steps=case.resume_steps, case=case,

@@ -1,7 +1,8 @@
 """Properties of one round trip of the conformance run (``sut.paths`` save side at N ->
 load side at M) that are not written in a module of their own: P2 and P6 against the
-single-process run, P4, P5 (the rekey path), P7, P8, P9 (P0, P1, P3, P10, P11: sharding.py,
-saved.py, loaded.py, partial.py, groups.py). Each returns a ``Verdict``; inputs are what the
+single-process run, P5 (the rekey path), P7, P8, P9 (P0, P1, P3, P4, P10, P11:
+sharding.py, saved.py, loaded.py, flatten.py, partial.py, groups.py; P4's observations of a
+sharded path: ``flat_ranks``). Each returns a ``Verdict``; inputs are what the
 ranks recorded: ``SaveRecord`` / ``LoadRecord`` (``sut.records``), one per rank, in rank
 order.
 
@@ -27,8 +28,8 @@ from .baseline import LocalRun, continue_from
 from ..sut.registry import PATH_NAMES, api_path, family_of, sharded_paths
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from .groups import canon_groups
-from .reference_props import (comparable, drop_plain, own_shard_group, owner_of,
-                              replica_first, rotated_note, sharded_to_flat_offsets)
+from .flatten import ShardedRank
+from .reference_props import (comparable, replica_first, rotated_note, sharded_to_flat_offsets)
 from .verdict import Verdict, error, fail, na, passed
 
 # dtype -> (rtol, atol) for P2 and P6 (float64, float32), and P6's losses in bfloat16.
@@ -211,35 +212,36 @@ def _within_tolerance(layout, full: dict, local: LocalRun, dtype: str, rank: int
     return passed(f"within rtol={rtol}, atol={atol}{note}")
 
 
-def p4_flatten(dst_layout, load_obs: Sequence[LoadRecord], api: str) -> Verdict:
-    """Sharded paths: reference.flatten_sharded(the sharded dict torch saves after the load)
-    == every rank's flat local state, bitwise (ignored-module params left out). A rank's
-    flat state is flattened from the sharded dicts of its own shard group
-    (``shard_groups()``: under HYBRID_SHARD, its replica; under NO_SHARD with original
-    params, its own; whether the replicas agree is P7's and P6's)."""
-    if api not in SHARDED_PATHS or family_of(api) == "fsdp2":
-        return na("a full path: nothing sharded to flatten" if api not in SHARDED_PATHS
-                  else "FSDP2 keeps per-parameter state: nothing to flatten")
-    neutral = []
+def no_flatten(api: str) -> str:
+    """Why P4 (properties/flatten.py) is n/a for the run's path ``api``; "" where it is
+    judged (FSDP1's sharded paths)."""
+    if api not in SHARDED_PATHS:
+        return "a full path: nothing sharded to flatten"
+    return "FSDP2 keeps per-parameter state: nothing to flatten" if family_of(api) == "fsdp2" \
+        else ""
+
+
+def flat_ranks(load_obs: Sequence[LoadRecord]) -> list[ShardedRank]:
+    """What P4 judges of a sharded path's load side: the sharded dict torch saves after the
+    load (``resaved``) against every rank's flat local state after it (``loaded``). A rank's
+    flat state is flattened from the sharded dicts of its own shard group (under
+    HYBRID_SHARD, its replica; under NO_SHARD with original params, its own; whether the
+    replicas agree is P7's and P6's)."""
+    out = []
     for o in load_obs:
         e = error_of(o.resaved) or error_of(o.loaded)
         if e:
-            return error(f"torch raised on rank {o.rank}:\n{e}")
-        neutral.append({"state": sharded_to_flat_offsets(o.resaved["state"]),
-                        "param_groups": o.resaved["param_groups"]})
-    problems = []
-    for o in load_obs:
-        r = o.rank
+            out.append(ShardedRank(rank=o.rank, problem=error(f"torch raised on rank {o.rank}:\n{e}")))
+            continue
         try:
-            want = ref.flatten_sharded(dst_layout, own_shard_group(dst_layout, neutral, r), r)
-        except ref.StateDictMismatch as exc:
-            return error(f"reference.flatten_sharded rejected torch's sharded dicts: {exc}")
-        diffs = diff_state_dicts(drop_plain(want, dst_layout), drop_plain(o.loaded, dst_layout),
-                                 owner=owner_of(dst_layout))
-        if diffs:
-            problems.append(f"rank {r}: flat local state differs from reference.flatten_sharded:\n"
-                            + format_diff(diffs))
-    return fail("\n\n".join(problems)) if problems else passed("bitwise on every rank")
+            pieces = sharded_to_flat_offsets(o.resaved["state"])
+        except ValueError as exc:
+            out.append(ShardedRank(rank=o.rank, problem=error(
+                f"rank {o.rank}'s sharded dict has an unexpected form: {exc}")))
+            continue
+        out.append(ShardedRank(rank=o.rank, flat=o.loaded, sharded={
+            "state": pieces, "param_groups": o.resaved["param_groups"]}))
+    return out
 
 
 def save_point(layout, save_obs: Sequence[SaveRecord],

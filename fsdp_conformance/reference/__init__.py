@@ -28,6 +28,7 @@ state:   :func:`gather_full`, :func:`shard_full`, :func:`flatten_sharded`,
          :func:`to_pieces`, :func:`sharded_to_pieces`, :func:`dtensor_box`,
          :func:`reshard`, :func:`shard_full_per_unit`, :func:`rekey_to_names`, :func:`rekey_to_ids`,
          :func:`to_named`, :func:`to_ids`, :func:`fsdp2_shard`, :func:`fsdp2_gather`,
+         :func:`fsdp2_flatten`,
          :func:`unflatten_osd` (DSD's flattened optimizer state dict -> the full dict form)
 errors:  :class:`StateDictMismatch` and subclasses
 """
@@ -44,7 +45,7 @@ from .errors import (
     UnknownKeyError,
 )
 from .flatten import dtensor_box, flatten_sharded, sharded_to_pieces, to_pieces
-from .fsdp2 import fsdp2_gather, fsdp2_shard
+from .fsdp2 import fsdp2_flatten, fsdp2_gather, fsdp2_shard
 from .fsdp2_layout import Fsdp2Layout, Fsdp2Param, fsdp2_layout
 from .gather import gather_full, gather_param_groups, gather_unit
 from .keys import to_ids, to_named, unflatten_osd
@@ -57,7 +58,7 @@ from .shard import shard_full, shard_param_groups, shard_unit
 __all__ = [
     "DtypeMismatch", "LayoutError", "MissingKeyError", "MixedKeyTypes", "RankCountMismatch",
     "ScalarStateConflict", "ShapeMismatch", "StateDictMismatch", "UnknownKeyError",
-    "dtensor_box", "flatten_sharded", "sharded_to_pieces", "to_pieces", "fsdp2_gather", "fsdp2_shard", "gather_full", "gather_param_groups",
+    "dtensor_box", "flatten_sharded", "sharded_to_pieces", "to_pieces", "fsdp2_flatten", "fsdp2_gather", "fsdp2_shard", "gather_full", "gather_param_groups",
     "gather_unit", "to_ids", "to_named", "unflatten_osd", "Fsdp2Layout", "Fsdp2Param", "ModelLayout", "ParamSlot",
     "Piece", "UnitLayout", "align_numel_for", "build_layout", "flat_offsets", "fsdp2_layout",
     "layout_from_spec", "rekey_to_ids", "rekey_to_names", "reshard", "shard_full", "shard_full_per_unit",

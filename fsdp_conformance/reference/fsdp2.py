@@ -18,10 +18,15 @@ Rules
   ``optim.state_dict()``). Gathering places the first replica's pieces at their boxes
   (they must cover the param; the tp ranks' copies of a param replicated over ``tp`` must
   agree); scalars must agree. ``param_groups`` are copied unchanged.
+* Flattening a rank's own sharded dict (``fsdp2_flatten``: its DTensors, or their neutral
+  pieces, reference/flatten.py) gives its local state: the pieces placed at their global
+  offsets and the rank's box taken; every element of the box must be covered. FSDP2 keeps
+  per-parameter shards, so one rank's dict is all its local state needs.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -56,6 +61,28 @@ def fsdp2_shard(layout: Fsdp2Layout, full: Mapping, rank: int) -> dict:
         state[fqn] = res
     groups = [{k: clone_value(v) for k, v in g.items()} for g in full.get("param_groups", [])]
     return {"state": state, "param_groups": groups}
+
+
+def fsdp2_flatten(layout: Fsdp2Layout, sharded: Mapping, rank: int) -> dict:
+    """Rank ``rank``'s local (to_local) state from its own sharded dict (module rules):
+    ``fsdp2_shard`` of the assembled pieces, after checking they cover the rank's box."""
+    from .flatten import assemble
+
+    state, cover = assemble(sharded)
+    for (fqn, name), mask in cover.items():
+        if not layout.has(fqn):
+            raise UnknownKeyError("state names a param the layout does not have", param=fqn)
+        p = layout.param(fqn)
+        if mask.numel() != math.prod(p.shape):
+            raise ShapeMismatch("sharded state does not have its param's shape", param=fqn,
+                                key=name, rank=rank, expected=p.shape, got=tuple(mask.shape))
+        miss = int((~mask.view(p.shape)[p.slices(rank)]).sum())
+        if miss:
+            raise MissingKeyError("sharded input does not cover an element this rank needs",
+                                  param=fqn, key=name, rank=rank,
+                                  expected=f"the box {p.box(rank)}", got=f"{miss} missing")
+    return fsdp2_shard(layout, {"state": state,
+                                "param_groups": list(sharded.get("param_groups", []))}, rank)
 
 
 def _assemble(p, pieces: Sequence[tuple[int, torch.Tensor]], key: str) -> torch.Tensor:

@@ -18,8 +18,8 @@ from fsdp_conformance.properties.run_props import p2_trained
 from fsdp_conformance.zoo import model_spec
 from fsdp_conformance.properties.families import FSDP1
 from fsdp_conformance.properties.loaded import p3_loaded
-from fsdp_conformance.properties.reference_props import (loaded_states, p4_flatten,
-                                                         saved_dicts)
+from fsdp_conformance.properties.flatten import p4_flatten
+from fsdp_conformance.properties.reference_props import flat_ranks, loaded_states, saved_dicts
 from fsdp_conformance.properties.saved import p1_saved
 from fsdp_conformance.properties.sharding import LayoutSide, p0_layout
 from fsdp_conformance.sut import fsdp1
@@ -57,7 +57,7 @@ def _check_same_layout(rank_pool, case):
     if known_for(case, "P1") is None:  # a corrupted full dict cannot be sharded meaningfully
         _assert_ok(lambda: p3_loaded(FSDP1, layout, loaded_states([o["full_legacy"] for o in obs], obs)), f"P3 {case.id}", case,
                    "P3")
-    _assert_ok(lambda: p4_flatten(layout, obs), f"P4 {case.id}", case, "P4")
+    _assert_ok(lambda: p4_flatten(FSDP1, layout, flat_ranks(obs)), f"P4 {case.id}", case, "P4")
     p2 = p2_judge(case, obs, lambda: reference_layout(case))
     if p2 is not None:
         _assert_ok(p2, f"P2 {case.id}", case, "P2")

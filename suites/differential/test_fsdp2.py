@@ -20,7 +20,8 @@ from fsdp_conformance.cases import Case
 from fsdp_conformance.harness.errors import RankError
 from fsdp_conformance.known.entries import known_all
 from fsdp_conformance.properties import fsdp2_props as P
-from fsdp_conformance.properties.families import FSDP2
+from fsdp_conformance.properties.families import FSDP1, FSDP2
+from fsdp_conformance.properties.flatten import p4_flatten
 from fsdp_conformance.properties.groups import p11_groups
 from fsdp_conformance.properties.loaded import p3_loaded
 from fsdp_conformance.properties.saved import p1_saved
@@ -66,7 +67,7 @@ def _check_same_layout(rank_pool, case, nonstrict=False, extras=True):
     _assert_ok(lambda: p11_groups(full, P.groups_after(obs, "set_sharded")), f"P11 set_sharded {case.id}", case,
                "P11:set_sharded", allow_na=True)
     for path in ("sharded", "sharded_offload") if extras else ("sharded",):
-        _assert_ok(P.p4_sharded(layout, obs, path), f"P4 {path} {case.id}", case, f"P4:{path}")
+        _assert_ok(p4_flatten(FSDP2, layout, P.sharded_ranks(layout, obs, path)), f"P4 {path} {case.id}", case, f"P4:{path}")
     return obs
 
 
@@ -157,5 +158,5 @@ def test_dtensor_input_to_reference_flatten(rank_pool, model, orig, ws, strategy
                 strategy=strategy)
     obs = rank_pool(ws).run(fsdp1_dtensor.observe, case, seed=case.seed, timeout=TIMEOUT)
     assert "DTensor" in obs[0].get("value_types", []), obs[0].get("value_types", obs[0].get("sharded"))
-    v = P.p4_flatten_dtensor(reference_layout(case), obs)
+    v = p4_flatten(FSDP1, reference_layout(case), P.dtensor_ranks(obs))
     assert v.status == "pass", f"P4 DTensor flatten {case.id}: {v.status}\n{v.detail}"

@@ -20,8 +20,8 @@ from fsdp_conformance.known.entries import known_for
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.properties.families import FSDP1
 from fsdp_conformance.properties.loaded import p3_loaded
-from fsdp_conformance.properties.reference_props import (loaded_states, p4_flatten,
-                                                         saved_dicts)
+from fsdp_conformance.properties.flatten import p4_flatten
+from fsdp_conformance.properties.reference_props import flat_ranks, loaded_states, saved_dicts
 from fsdp_conformance.properties.saved import p1_saved
 from fsdp_conformance.properties.sharding import LayoutSide, p0_layout
 from fsdp_conformance.properties.rekey_props import p5_rekey
@@ -70,7 +70,7 @@ def _check(rank_pool, case):
     elif case.plan in OWNER or known_for(case, "P1") is None:  # else: a corrupted full dict
         verdicts["P3 shard/scatter/to_load"] = lambda: p3_loaded(FSDP1, lay(), loaded_states(
             [o["full_legacy"] for o in obs], obs))
-    verdicts["P4"] = lambda: failed or p4_flatten(lay(), obs)
+    verdicts["P4"] = lambda: failed or p4_flatten(FSDP1, lay(), flat_ranks(obs))
     # whether the replicas agree is P2's question (P1/P3/P4 judge each one on its own)
     errs = [] if failed else [o["full_legacy"]["error"] for o in obs if "error" in o["full_legacy"]]
     verdicts["P2"] = ((lambda: failed) if failed else (lambda: error(errs[0])) if errs

@@ -1,21 +1,23 @@
-"""P0, P1, P3 and P11 are each one function (properties/sharding.py, saved.py, loaded.py,
-groups.py) that every observer hands its observations and the family's reference; their
+"""P0, P1, P3, P4 and P11 are each one function (properties/sharding.py, saved.py, loaded.py,
+flatten.py, groups.py) that every observer hands its observations and the family's reference; their
 rules, checked on the reference's own dicts (no ranks): a wrong value on one rank fails
 naming it, a rank that raised beside a wrong value elsewhere is a failure that shows both (a
 second bug never hides behind an error), nothing compared is n/a, never a pass."""
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 
 from fsdp_conformance.properties.families import FSDP1, FSDP2
+from fsdp_conformance.properties.flatten import ShardedRank, p4_flatten
 from fsdp_conformance.properties.groups import LoadedGroups, p11_groups
 from fsdp_conformance.properties.loaded import LoadedState, p3_loaded
 from fsdp_conformance.properties.saved import SavedDict, p1_saved
 from fsdp_conformance.properties.sharding import LayoutSide, p0_layout
 from fsdp_conformance.properties.verdict import error, na
-from fsdp_conformance.reference import fsdp2_layout, layout_from_spec, shard_full
+from fsdp_conformance.reference import fsdp2_layout, fsdp2_shard, layout_from_spec, shard_full
 
 UNITS = [("", [("a.w", (4, 3)), ("a.b", (4,))]), ("u1", [("u1.c.w", (5, 2))])]
 WS = 2
@@ -239,3 +241,103 @@ def test_p11_no_rank_loaded_is_the_load_error_or_what_the_observer_says():
     saved_other = {**full, "param_groups": [{**full["param_groups"][0], "lr": 0.3}]}
     v = p11_groups(full, raised, at_save=saved_other)
     assert v.status == "fail" and v.detail.startswith("saved param_groups differ"), v.detail
+
+
+def _row_pieces(full, layout_ws):
+    """Every rank's FSDP1 sharded dict in the reference's pieces form: each per-element state
+    chunked by rows over the ranks (torch's ShardedTensor layout), as flat-offset pieces."""
+    out = []
+    for r in range(layout_ws):
+        state = {}
+        for fqn, st in full["state"].items():
+            t = st["exp_avg"]
+            rows = t.shape[0]
+            per = -(-rows // layout_ws)
+            a, b = min(r * per, rows), min((r + 1) * per, rows)
+            row = t[0].numel() if t.dim() > 1 else 1
+            pcs = [(tuple(t.shape), a * row, t[a:b].reshape(-1).clone())] if b > a else []
+            state[fqn] = {"step": st["step"], **({"exp_avg": pcs} if pcs else {})}
+        out.append({"state": state, "param_groups": full["param_groups"]})
+    return out
+
+
+def test_p4_fsdp1_flattens_the_shard_group_and_names_a_nudged_rank_and_torchs_flatten():
+    layout, full, shards = _world()
+    pieces = _row_pieces(full, WS)
+    ok = [ShardedRank(rank=r, sharded=pieces[r], flat=shards[r], torch_flat=shards[r],
+                      torch_label="flatten_sharded_optim_state_dict") for r in range(WS)]
+    v = p4_flatten(FSDP1, layout, ok)
+    assert v.status == "pass", v.detail
+    bad = [ok[0], ShardedRank(rank=1, sharded=pieces[1], flat=_nudged(shards[1]),
+                              torch_flat=_nudged(shards[1]), torch_label="to_load")]
+    v = p4_flatten(FSDP1, layout, bad)
+    assert v.status == "fail"
+    assert "rank 1: flat local state differs from reference.flatten_sharded" in v.detail
+    assert "rank 1: to_load differs from reference.flatten_sharded" in v.detail
+    assert "rank 0" not in v.detail
+
+
+def test_p4_a_missing_piece_is_an_error_and_a_rank_that_raised_decides():
+    layout, full, shards = _world()
+    pieces = _row_pieces(full, WS)
+    short = copy.deepcopy(pieces)
+    short[1]["state"]["a.w"].pop("exp_avg")  # rank 1's rows of a.w: no rank holds them
+    v = p4_flatten(FSDP1, layout, [ShardedRank(rank=r, sharded=short[r], flat=shards[r])
+                                   for r in range(WS)])
+    assert v.status == "error" and "reference.flatten_sharded rejected" in v.detail, v.detail
+    assert "'a.w'" in v.detail or "a.w" in v.detail
+    raised = error("torch raised on rank 1:\nBoom")
+    v = p4_flatten(FSDP1, layout, [ShardedRank(rank=0, sharded=pieces[0], flat=_nudged(shards[0])),
+                                   ShardedRank(rank=1, problem=raised)])
+    assert v is raised  # the flatten needs every rank's dict of the shard group
+    v = p4_flatten(FSDP1, layout, [ShardedRank(rank=r, sharded=pieces[r], flat=shards[r],
+                                               torch_problem=na("not run")) for r in range(WS)])
+    assert v.status == "pass", v.detail
+
+
+def _fsdp2_world():
+    layout = fsdp2_layout([("w", (3, 2)), ("b", (5,))], 4)
+    g = torch.Generator().manual_seed(1)
+    full = {"state": {f: {"exp_avg": torch.randn(s, generator=g, dtype=torch.float64),
+                          "step": torch.tensor(3.0)} for f, s in (("w", (3, 2)), ("b", (5,)))},
+            "param_groups": [{"lr": 0.1, "params": ["w", "b"]}]}
+    locals_ = [fsdp2_shard(layout, full, r) for r in range(4)]
+    return layout, full, locals_
+
+
+def _fsdp2_pieces(layout, full, locals_, r):
+    """Rank r's sharded dict as the FSDP2 observer hands it to P4: each DTensor as the
+    reference's pieces (an empty piece of its global shape where the rank holds no rows)."""
+    state = {}
+    for fqn, st in locals_[r]["state"].items():
+        p = layout.param(fqn)
+        t = st["exp_avg"].reshape(-1)
+        off = p.offset(r)[0] * math.prod(p.shape[1:])  # Shard(0): whole rows
+        state[fqn] = {"step": st["step"], "exp_avg": [(p.shape, off, t)]}
+    return {"state": state, "param_groups": locals_[r]["param_groups"]}
+
+
+def test_p4_fsdp2_flattens_each_rank_alone_empty_ranks_included_and_names_a_misplaced_piece():
+    layout, full, locals_ = _fsdp2_world()
+    assert locals_[3]["state"]["w"]["exp_avg"].shape[0] == 0  # 3 rows over 4 ranks
+    ranks = [ShardedRank(rank=r, sharded=_fsdp2_pieces(layout, full, locals_, r),
+                         flat=locals_[r]) for r in range(4)]
+    v = p4_flatten(FSDP2, layout, ranks)
+    assert v.status == "pass", v.detail
+    moved = copy.deepcopy(ranks[1].sharded)
+    (shape, off, t), = moved["state"]["b"]["exp_avg"]
+    moved["state"]["b"]["exp_avg"] = [(shape, off - 1, t)]  # one element early: not its box
+    v = p4_flatten(FSDP2, layout, [*ranks[:1], ShardedRank(rank=1, sharded=moved,
+                                                           flat=locals_[1]), *ranks[2:]])
+    assert v.status == "error" and "reference.fsdp2_flatten rejected" in v.detail, v.detail
+    assert "'b'" in v.detail, v.detail
+    v = p4_flatten(FSDP2, layout, [*ranks[:1], ShardedRank(
+        rank=1, sharded=moved, flat=locals_[1], read_problems=("b.exp_avg: torch's global offset "
+                                                               "(1,), reference says (2,)",)),
+        *ranks[2:]])
+    assert v.status == "fail", v.detail  # the reading already disagreed: a failure showing both
+    assert v.detail.startswith("rank 1: b.exp_avg: torch's global offset") and "rejected" in v.detail
+    v = p4_flatten(FSDP2, layout, [*ranks[:2], ShardedRank(
+        rank=2, sharded=ranks[2].sharded, flat=_nudged(locals_[2])), ranks[3]])
+    assert v.status == "fail" and "rank 2: flat local state differs from reference.fsdp2_flatten" \
+        in v.detail, v.detail
