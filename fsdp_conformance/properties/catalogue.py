@@ -60,12 +60,12 @@ CATALOGUE: tuple[Property, ...] = (
              checks="params, losses and state after resuming at M ~= uninterrupted "
                     "single-process training (one loss per resumed step; step exact)",
              na_reasons=("the model has ignored modules: no single-process run can match",)),
-    Property(id="P7", name="idempotent", decided_by="round trip", module="run_props",
+    Property(id="P7", name="idempotent", decided_by="round trip", module="idempotent",
              checks="save -> load -> save gives bitwise the same dict"),
     Property(id="P8", name="serialise", decided_by="round trip", module="run_props",
              checks="torch.load(weights_only=True) / DCP read-back gives bitwise what was "
                     "saved (every rank's own file for per-rank paths)"),
-    Property(id="P9", name="flags", decided_by="round trip", module="run_props, fsdp2_run_props",
+    Property(id="P9", name="flags", decided_by="round trip", module="flags",
              checks="rank0_only: other ranks get {}, rank 0 equals the all-ranks dict; "
                     "offload_to_cpu: the same dict, all on CPU (where the ranks compute on "
                     "another device: on CPU that part cannot fail)",

@@ -21,14 +21,13 @@ from typing import Sequence
 
 import torch
 
-from .. import reference as ref
 from .statediff import diff_state_dicts, format_diff
 from .flatten import ShardedRank
 from .groups import LoadedGroups
 from .loaded import LoadedState
 from .saved import SavedDict
 from .reference_props import path_value
-from .verdict import Verdict, error, fail, na, passed
+from .verdict import error, fail, na
 
 FULL_LOAD_PATHS = ("set_full", "set_full_broadcast", "set_full_nonstrict",
                    "set_full_broadcast_nonstrict")

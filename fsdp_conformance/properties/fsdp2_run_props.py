@@ -1,5 +1,6 @@
 """The FSDP2 side of the conformance run's properties (``sut.fsdp2_paths`` round trips): the
-reference layouts (``reference.fsdp2_layout``) and P9 of the sharded path. P0, P1 and P3 are
+reference layouts (``reference.fsdp2_layout``) and what P9 (properties/flags.py) judges of
+the sharded path's save (``flags_seen``). P0, P1 and P3 are
 written once for both families (properties/sharding.py, saved.py, loaded.py, with
 ``families.FSDP2``); everything else is ``run_props``' (given ``reference.fsdp2_gather``
 where it gathers).
@@ -15,11 +16,11 @@ from typing import Sequence
 
 from .. import reference as ref
 from ..cases import Case
-from .statediff import diff_state_dicts, format_diff
 from .layouts import fsdp2_reference_layout
 from .run_props import assemble_sharded
 from ..sut.records import SaveRecord, error_of
-from .verdict import Verdict, error, fail, passed
+from .flags import FlagSeen, FlagsSeen
+from .verdict import error, fail
 
 gather = ref.fsdp2_gather
 
@@ -29,30 +30,31 @@ def layouts(case: Case):
     return fsdp2_reference_layout(case), fsdp2_reference_layout(case, load_side=True)
 
 
-def p9_sharded(full: dict, save_obs: Sequence[SaveRecord]) -> Verdict:
-    """fsdp2.sharded: ``cpu_offload=True`` puts every tensor of the sharded dict on CPU (a
-    check that can fail only where the ranks compute on another device) and changes
-    nothing else (assembled, bitwise equal to the dict saved without it)."""
-    problems = []
+def flags_seen(full: dict, save_obs: Sequence[SaveRecord]) -> FlagsSeen:
+    """What P9 (properties/flags.py) judges of fsdp2.sharded's save: ``cpu_offload=True``
+    puts every tensor of the sharded dict on CPU (a check that can fail only where the ranks
+    compute on another device) and changes nothing else (assembled, bitwise equal to the
+    dict saved without it)."""
     on_device = any(o.device != "cpu" for o in save_obs)
+    seen = []
     for o in save_obs:
         e = error_of(o.offloaded)
         if e:
-            return error(f"cpu_offload=True raised on rank {o.rank}:\n{e}")
+            seen.append(FlagSeen(problem=error(f"cpu_offload=True raised on rank {o.rank}:\n{e}")))
+            break
         devs = [d for d in o.offloaded_devices or [] if d != "cpu"]
         if devs:
-            problems.append(f"rank {o.rank}: cpu_offload=True left tensors on {devs}")
-    try:
-        off = assemble_sharded([o.offloaded for o in save_obs])
-    except ValueError as exc:
-        return fail(f"cpu_offload=True: the ranks' shards do not tile the params: {exc}")
-    diffs = diff_state_dicts(full, off)
-    if diffs:
-        problems.append("cpu_offload=True gives another dict than cpu_offload=False:\n"
-                        + format_diff(diffs))
-    if problems:
-        return fail("\n".join(problems))
-    if not on_device:
-        return passed("cpu_offload=True gives the same dict; whether it moves tensors to the "
-                      "CPU is not observable on CPU (every tensor is there either way)")
-    return passed("cpu_offload=True: every tensor on CPU, the same dict otherwise")
+            seen.append(FlagSeen(found=f"rank {o.rank}: cpu_offload=True left tensors on {devs}"))
+    if not any(s.problem for s in seen):
+        try:
+            off = assemble_sharded([o.offloaded for o in save_obs])
+            seen.append(FlagSeen(what="cpu_offload=True gives another dict than cpu_offload=False",
+                                 want=full, got=off))
+        except ValueError as exc:
+            seen.append(FlagSeen(problem=fail(f"cpu_offload=True: the ranks' shards do not tile "
+                                              f"the params: {exc}")))
+    return FlagsSeen(seen=tuple(seen), checked=(
+        "cpu_offload=True: every tensor on CPU, the same dict otherwise" if on_device else
+        "cpu_offload=True gives the same dict",), note="" if on_device else (
+        "whether it moves tensors to the CPU is not observable on CPU (every tensor is there "
+        "either way)"))

@@ -23,6 +23,9 @@ import torch
 from ..cases import Case, torch_dtypes
 from .verdict import Verdict
 
+# dtype -> (rtol, atol) for P2 and P6 (float64, float32), and P6's losses in bfloat16.
+TOLERANCES = {"fp64": (1e-9, 1e-12), "fp32": (1e-4, 1e-6), "bf16": (5e-2, 1e-2)}
+
 # finest first: a dtype later in this tuple is coarser
 _ORDER = ("fp64", "fp32", "bf16")
 
@@ -83,8 +86,6 @@ def own_mp_of(save_obs) -> str:
 
 def tolerance_note(case: Case, own_mp: str = "") -> str:
     """One line for a P2/P6 failure: which tolerance applied, why, and how to choose."""
-    from .run_props import TOLERANCES
-
     judged, why = judged_dtype(case, own_mp)
     rtol, atol = TOLERANCES[judged]
     how = ("dtype=\"fp32\" (or \"bf16\") in fsdp_roundtrip / the case's dtype asks for a "

@@ -24,12 +24,14 @@ from ..zoo import model_spec
 from . import expectation as expect
 from . import run_props as rp
 from .precision import judged_dtype, own_mp_of, with_precision
-from .training_state import TrainingSeen, p6_scheduler, with_problems
+from .training_state import TrainingSeen
 from .groups import loaded_groups, p11_groups
 from .partial import loaded_dicts, p10_partial
 from .catalogue import CATALOGUE, NO_REKEY
 from .families import FSDP1, FSDP2
+from .flags import p9_flags
 from .flatten import p4_flatten
+from .idempotent import p7_idempotent
 from .family import FamilyReference
 from .layouts import reference_layout
 from .loaded import p3_loaded, run_states
@@ -158,15 +160,25 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         why_flat = rp.no_flatten(api)
         v["P4"] = na(why_flat) if why_flat else p4_flatten(refs.family, dst,
                                                            rp.flat_ranks(load_obs))
-        v["P6"] = na(why) if why else with_precision(case, rp.p6_resume(
-            dst, load_obs, local, dt, gather=gather,
-            resume_steps=case.resume_steps, case=case,
-            start=rp.save_point(layout, save_obs, gather)
-            if dt == "bf16" else None), always=False, own_mp=mp)
         load_error = next((e for e in map(error_of, (o.loaded for o in load_obs)) if e), None)
-        v["P7"] = (rp.p7_idempotent(api, full, load_obs, case.plan == case.dst_plan,
-                                    dst.shard_groups())
-                   if load_error is None else error("load failed: " + load_error))
+        training = None  # the scheduler and step beside the optimizer, where they are judged
+        if case.scheduler and not case.golden and load_error is None:
+            step = case.steps if case.app_state else None
+            training = TrainingSeen(
+                save_obs=save_obs, load_obs=load_obs, local=local, step=step,
+                held="the scheduler" + ("" if step is None else f" and step {step}")
+                + " restored")
+        v["P6"] = rp.p6_resume(
+            dst, load_obs, local, dt, gather=gather, resume_steps=case.resume_steps, case=case,
+            start=rp.save_point(layout, save_obs, gather) if dt == "bf16" and not why else None,
+            unmatched=why, own_mp=mp, always_precise=False,
+            scheduler=None if training is None else "the scheduler after resuming as uninterrupted")
+        if load_error is None:
+            pairs, summary = rp.resaved_pairs(api, full, load_obs, case.plan == case.dst_plan,
+                                              dst.shard_groups())
+            v["P7"] = p7_idempotent(pairs, summary=summary)
+        else:
+            v["P7"] = error("load failed: " + load_error)
         dcp_full = _read_dcp(workdir / DCP_DIR, case.app_state) \
             if api_path(api).writes == "dcp" else None
         if dcp_full is not None and case.flatten_optimizer_state_dict:
@@ -175,23 +187,12 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         from . import fsdp2_run_props as f2
 
         rec = api_path(api)
-        v["P9"] = (f2.p9_sharded(full, save_obs) if rec.family == "fsdp2" and not rec.full
-                   else rp.p9_flags(layout, api, save_obs))
+        v["P9"] = p9_flags(f2.flags_seen(full, save_obs) if rec.family == "fsdp2" and not rec.full
+                           else rp.flags_seen(layout, api, save_obs))
         v["P10"] = p10_partial(case, layout=layout, dst=dst, full=full,
                                loaded=loaded_dicts(load_obs), local=local, gather=gather)
-        training = None  # the scheduler and step beside the optimizer, where they are judged
-        if case.scheduler and not case.golden and load_error is None:
-            step = case.steps if case.app_state else None
-            training = TrainingSeen(
-                save_obs=save_obs, load_obs=load_obs, local=local, step=step,
-                held="the scheduler" + ("" if step is None else f" and step {step}")
-                + " restored")
         v["P11"] = p11_groups(full, loaded_groups(load_obs), at_save=local.optim_at_save,
                               training=training)
-        if training is not None:
-            if v["P6"].status != "n/a":
-                v["P6"] = with_problems(v["P6"], p6_scheduler(load_obs, local),
-                                        "the scheduler after resuming as uninterrupted")
     if not api_path(api).rekeys:
         v["P5"] = na(NO_REKEY)
     elif full is None:

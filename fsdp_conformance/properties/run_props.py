@@ -1,8 +1,8 @@
 """Properties of one round trip of the conformance run (``sut.paths`` save side at N ->
 load side at M) that are not written in a module of their own: P2 and P6 against the
-single-process run, P5 (the rekey path), P7, P8, P9 (P0, P1, P3, P4, P10, P11:
-sharding.py, saved.py, loaded.py, flatten.py, partial.py, groups.py; P4's observations of a
-sharded path: ``flat_ranks``). Each returns a ``Verdict``; inputs are what the
+single-process run, P5 (the rekey path), P8 (P0, P1, P3, P4, P7, P9, P10, P11: sharding.py,
+saved.py, loaded.py, flatten.py, idempotent.py, flags.py, partial.py, groups.py; what P4, P7
+and P9 judge of a round trip: ``flat_ranks``, ``resaved_pairs``, ``flags_seen``). Each returns a ``Verdict``; inputs are what the
 ranks recorded: ``SaveRecord`` / ``LoadRecord`` (``sut.records``), one per rank, in rank
 order.
 
@@ -28,12 +28,14 @@ from .baseline import LocalRun, continue_from
 from ..sut.registry import PATH_NAMES, api_path, family_of, sharded_paths
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from .groups import canon_groups
+from .precision import TOLERANCES, with_precision
+from .training_state import resumed_problems, with_problems
 from .flatten import ShardedRank
+from .flags import FlagSeen, FlagsSeen
+from .idempotent import SameState
 from .reference_props import (comparable, replica_first, rotated_note, sharded_to_flat_offsets)
 from .verdict import Verdict, error, fail, na, passed
 
-# dtype -> (rtol, atol) for P2 and P6 (float64, float32), and P6's losses in bfloat16.
-TOLERANCES = {"fp64": (1e-9, 1e-12), "fp32": (1e-4, 1e-6), "bf16": (5e-2, 1e-2)}
 # bfloat16 (8 bits of mantissa) cannot be compared element by element with one tolerance:
 # Adam's exp_avg_sq is ~1e-4 where the params are ~1e-1, so an atol that lets rounding
 # through swallows whole state tensors. Each tensor is judged against its own scale.
@@ -280,7 +282,27 @@ def _update_diffs(start: dict, want: dict, got: dict) -> tuple[float, list[str]]
 
 def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype: str,
               gather=ref.gather_full, *, resume_steps: int, case=None,
-              start: tuple[dict, dict] | str | None = None) -> Verdict:
+              start: tuple[dict, dict] | str | None = None, unmatched: str = "",
+              own_mp: str = "", always_precise: bool = True,
+              scheduler: str | None = None) -> Verdict:
+    """P6: resumed training (params, losses, optimizer state) ~= the uninterrupted run
+    (``_resumed_training``), at the precision it is judged at (``precision.with_precision``
+    of ``case``, ``own_mp``; ``always_precise`` False: only where the judged dtype is not the
+    case's own), and, where the path checkpoints the scheduler (``scheduler``: what a pass
+    adds that held), the scheduler after resuming == the uninterrupted run's
+    (``training_state.resumed_problems``, added to any verdict). ``unmatched``: why no
+    single-process run can match (ignored modules): n/a, the scheduler still judged."""
+    verdict = na(unmatched) if unmatched else with_precision(case, _resumed_training(
+        dst_layout, load_obs, local, dtype, gather, resume_steps=resume_steps, case=case,
+        start=start), always=always_precise, own_mp=own_mp)
+    if scheduler is None:
+        return verdict
+    return with_problems(verdict, resumed_problems(load_obs, local), scheduler)
+
+
+def _resumed_training(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype: str,
+                      gather, *, resume_steps: int, case=None,
+                      start: tuple[dict, dict] | str | None = None) -> Verdict:
     """Resumed training (params, losses, optimizer state) ~= the uninterrupted run
     (``gather``: the reference gather of the load side's layout; FSDP2: ``fsdp2_gather``).
     The params and the state are judged for every replica of the load side (``replicas()``:
@@ -380,10 +402,12 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
     return passed(f"params, {len(want_l)} losses and state {how}")
 
 
-def p7_idempotent(api: str, full: dict, load_obs: Sequence[LoadRecord], same_plan: bool,
-                  groups: Sequence[Sequence[int]] = ()) -> Verdict:
-    """save -> load -> save gives bitwise the same dict (under another wrapping plan the
-    order of FQNs inside a param group follows the new units: compared as sets there).
+def resaved_pairs(api: str, full: dict, load_obs: Sequence[LoadRecord], same_plan: bool,
+                  groups: Sequence[Sequence[int]] = ()) -> tuple[list[SameState], str]:
+    """What P7 (properties/idempotent.py) judges of a round trip, and how a pass reads: the
+    dict saved again right after the load against the one saved, as the modelled save and
+    load leave it (under another wrapping plan the order of FQNs inside a param group
+    follows the new units: compared as sets there).
 
     A sharded path's re-save is assembled from each shard group's ranks (``groups``, the
     load side's ``shard_groups()``: one per HYBRID_SHARD replica, one per rank under NO_SHARD
@@ -392,24 +416,21 @@ def p7_idempotent(api: str, full: dict, load_obs: Sequence[LoadRecord], same_pla
     disagree fail, naming the group. A full path's re-save is rank 0's."""
     sets = [list(g) for g in groups] if api in SHARDED_PATHS and groups else \
         [[o.rank for o in load_obs]]
-    problems = []
+    pairs = []
     for ranks in sets:
         again, v = to_full(api, [load_obs[r] for r in ranks], resaved=True)
         if v is not None:
-            return v
+            pairs.append(SameState(problem=v))
+            break
         with expect.on_rank(ranks[0]):
             want = expect.saved(expect.loaded(expect.shards_from(full)))
         if not same_plan:
             want, again = canon_groups(want), canon_groups(again)
-        diffs = diff_state_dicts(want, again)
-        if diffs:
-            who = f" (the replica on ranks {ranks})" if len(sets) > 1 else ""
-            problems.append(f"saving again right after loading gives a different dict{who}:\n"
-                            + format_diff(diffs))
-    if problems:
-        return fail("\n\n".join(problems))
-    return passed("bitwise the same" + (f" on each of {len(sets)} replicas"
-                                        if len(sets) > 1 else ""))
+        who = f" (the replica on ranks {ranks})" if len(sets) > 1 else ""
+        pairs.append(SameState(what=f"saving again right after loading gives a different "
+                                    f"dict{who}", want=want, got=again))
+    return pairs, "bitwise the same" + (f" on each of {len(sets)} replicas"
+                                         if len(sets) > 1 else "")
 
 
 def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[LoadRecord],
@@ -457,43 +478,38 @@ ON_CPU = ("offload_to_cpu: not observable on CPU (every tensor is on the CPU whe
           "works or not)")
 
 
-def p9_flags(layout, api: str, save_obs: Sequence[SaveRecord]) -> Verdict:
-    """rank0_only: other ranks get ``{}`` and rank 0 equals the all-ranks result;
-    offload_to_cpu: every saved tensor is on CPU (observable only where the ranks compute on
-    another device) and the offloaded sharded dict equals the one saved without offloading.
-    n/a, with the reason, where none of these can be observed."""
+def flags_seen(layout, api: str, save_obs: Sequence[SaveRecord]) -> FlagsSeen:
+    """What P9 (properties/flags.py) judges of an FSDP1 path's save:
+    rank0_only: other ranks get ``{}`` and rank 0 equals the all-ranks result (under a
+    modelled bug, as its save leaves it); offload_to_cpu: every saved tensor is on CPU
+    (observable only where the ranks compute on another device) and the offloaded sharded
+    dict equals the one saved without offloading. Nothing checked where none of these can be
+    observed (the reason: ``not_checked``)."""
     if api in PATH_NAMES and api_path(api).writes == "per_rank":
-        return na("sharded_optim_state_dict has no rank0_only / offload_to_cpu flags")
+        return FlagsSeen(not_checked="sharded_optim_state_dict has no rank0_only / "
+                                     "offload_to_cpu flags")
     on_device = any(o.device != "cpu" for o in save_obs)
     checked: list[str] = []
-    problems = []
+    seen: list[FlagSeen] = []
     if on_device:
         checked.append("offload_to_cpu: every tensor on CPU")
-        for o in save_obs:
-            devs = [d for d in o.saved_devices if d != "cpu"]
-            if devs:
-                problems.append(f"rank {o.rank}: offload_to_cpu saved tensors on {devs}")
+        seen += [FlagSeen(found=f"rank {o.rank}: offload_to_cpu saved tensors on {devs}")
+                 for o in save_obs if (devs := [d for d in o.saved_devices if d != "cpu"])]
     if save_obs[0].all_ranks is not None:
         checked.insert(0, "rank0_only as documented")
-        for o in save_obs[1:]:
-            if o.saved != {}:
-                problems.append(f"rank {o.rank}: rank0_only=True returned a non-empty dict "
+        seen += [FlagSeen(found=f"rank {o.rank}: rank0_only=True returned a non-empty dict "
                                 f"({len(o.saved.get('state', {}))} params)")
-        for o in save_obs:
-            e = error_of(o.all_ranks)
-            if e:
-                return error(f"rank0_only=False raised on rank {o.rank}:\n{e}")
-        # rank0_only=True saves what rank0_only=False returns (a modelled bug: its effect)
-        diffs = diff_state_dicts(expect.saved(save_obs[0].all_ranks), save_obs[0].saved)
-        if diffs:
-            problems.append("rank 0: rank0_only=True differs from rank0_only=False:\n"
-                            + format_diff(diffs))
-        for o in save_obs[1:]:
-            mine, theirs = comparable(save_obs[0].all_ranks, o.all_ranks, layout, o.rank)
-            diffs = diff_state_dicts(mine, theirs)
-            if diffs:
-                problems.append(f"rank {o.rank}: rank0_only=False differs from rank 0's:\n"
-                                + format_diff(diffs))
+                 for o in save_obs[1:] if o.saved != {}]
+        seen += [FlagSeen(problem=error(f"rank0_only=False raised on rank {o.rank}:\n{e}"))
+                 for o in save_obs if (e := error_of(o.all_ranks))]
+        if not any(s.problem for s in seen):
+            # rank0_only=True saves what rank0_only=False returns (a modelled bug: its effect)
+            seen.append(FlagSeen(what="rank 0: rank0_only=True differs from rank0_only=False",
+                                 want=expect.saved(save_obs[0].all_ranks), got=save_obs[0].saved))
+            for o in save_obs[1:]:
+                mine, theirs = comparable(save_obs[0].all_ranks, o.all_ranks, layout, o.rank)
+                seen.append(FlagSeen(what=f"rank {o.rank}: rank0_only=False differs from rank 0's",
+                                     want=mine, got=theirs))
     for flipped, on in (("unoffloaded", False), ("offloaded", True)):
         if getattr(save_obs[0], flipped) is None:
             continue
@@ -501,16 +517,15 @@ def p9_flags(layout, api: str, save_obs: Sequence[SaveRecord]) -> Verdict:
         for o in save_obs:
             e = error_of(getattr(o, flipped))
             if e:
-                return error(f"offload_to_cpu={on} raised on rank {o.rank}:\n{e}")
-            diffs = diff_state_dicts(getattr(o, flipped), o.saved)  # records are CPU clones
-            if diffs:
-                problems.append(f"rank {o.rank}: offload_to_cpu={on} gives another sharded "
-                                f"dict than {not on}:\n" + format_diff(diffs))
-    if problems:
-        return fail("\n".join(problems))
-    if not checked:
-        return na(f"nothing to observe: {api} has no rank0_only flag, and {ON_CPU}")
-    return passed("; ".join(checked) + ("" if on_device else f"; {ON_CPU}"))
+                seen.append(FlagSeen(problem=error(f"offload_to_cpu={on} raised on rank "
+                                                   f"{o.rank}:\n{e}")))
+                break
+            seen.append(FlagSeen(  # records are CPU clones
+                what=f"rank {o.rank}: offload_to_cpu={on} gives another sharded dict than "
+                     f"{not on}", want=getattr(o, flipped), got=o.saved))
+    return FlagsSeen(seen=tuple(seen), checked=tuple(checked), note="" if on_device else ON_CPU,
+                     not_checked=f"nothing to observe: {api} has no rank0_only flag, and "
+                                 f"{ON_CPU}")
 
 
 def p5_rekey_path(case, full: dict, load_obs: Sequence[LoadRecord]) -> Verdict:

@@ -1,6 +1,6 @@
 """What trainers checkpoint beside the optimizer: the LR scheduler and the step counter. One
-definition: P11 (properties/groups.py) adds its problems; the conformance run's round trips
-(properties/roundtrip.py) and the plugin's custom paths (user/verdicts.py) add P6's.
+definition: P11 (properties/groups.py) and P6 (``run_props.p6_resume``) add its problems
+(``training_problems``, ``resumed_problems``).
 
 Rules
 - P11: on every save rank the scheduler's ``state_dict()`` at the save equals the
@@ -74,8 +74,9 @@ def training_problems(seen: TrainingSeen) -> list[str]:
                     "save side, ") + by_ranks([(o.rank, loaded(o)) for o in seen.load_obs])
 
 
-def p6_scheduler(load_obs: Sequence, local) -> list[str]:
-    """P6's part (module rules): the scheduler after resuming vs the uninterrupted run."""
+def resumed_problems(load_obs: Sequence, local) -> list[str]:
+    """P6's part (module rules; run_props.p6_resume adds them to P6's verdict): the
+    scheduler after resuming vs the uninterrupted run."""
     return by_ranks([(o.rank, state_diffs("scheduler after resuming vs the uninterrupted run",
                                           local.sched_at_end, o.sched_final))
                      for o in load_obs])

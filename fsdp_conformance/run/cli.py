@@ -112,7 +112,7 @@ def main(args: argparse.Namespace) -> int:
 
     from . import matrix
     from ..harness import close_pools
-    from ..properties.run_props import TOLERANCES
+    from ..properties.precision import TOLERANCES
     from ..report.run_report import build_report, exit_code, render_table, write_run_report
     from .execute import RunInterrupted, run_all
 

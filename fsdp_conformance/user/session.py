@@ -375,7 +375,7 @@ def collect_worker(node) -> None:
 
 
 def write_report(config, path: str) -> None:
-    from ..properties.run_props import TOLERANCES
+    from ..properties.precision import TOLERANCES
     from ..report.run_report import build_report, write_run_report
 
     results = config.stash[RESULTS]

@@ -8,7 +8,8 @@ Rules (custom save/load)
   P3 (each rank's state after the load == ``reference.shard_full`` of the state at the save,
   bitwise; under a modelled torch bug, of that state as the bug's save would have written it:
   ``expectation.saved``, since no saved dict of the user's is observed), P6 (resumed training == uninterrupted), P7 (the save leaves the optimizer
-  unchanged, and load -> save -> load gives bitwise the state of the first load), P10
+  unchanged, and load -> save -> load gives bitwise the state of the first load:
+  properties/idempotent.py, given the state around each call), P10
   (partial state) and P11 (param groups). P1, P4, P5, P8 and P9 judge torch's own dicts and
   files: n/a. The references are the case family's (FSDP1 flat units, or FSDP2's
   per-parameter DTensor shards).
@@ -27,16 +28,16 @@ from typing import Sequence
 from .. import reference as ref
 from .diagnosis import likely_causes, with_causes
 from ..cases import Case
-from ..properties.statediff import diff_state_dicts, format_diff
 from ..properties.fault_props import exception_line
 from ..properties.baseline import local_run
 from ..properties import expectation as expect
 from ..properties import run_props as rp
 from ..properties.precision import judged_dtype, own_mp_of, with_precision
 from ..properties.groups import loaded_groups, p11_groups
+from ..properties.idempotent import SameState, p7_idempotent
 from ..properties.partial import loaded_dicts, p10_partial
-from ..properties.training_state import TrainingSeen, p6_scheduler, with_problems
-from ..properties.verdict import Verdict, error, fail, na, passed
+from ..properties.training_state import TrainingSeen, with_problems
+from ..properties.verdict import Verdict, error, fail, na
 from ..sut.records import LoadRecord, SaveRecord
 from ..properties.catalogue import ONLY_BOUNDS, ONLY_GOLDEN, PROPS
 from ..properties.roundtrip import family_refs, round_trip_verdicts
@@ -125,37 +126,32 @@ def rank_error_text(exc) -> str:
     return "\n".join(lines) or str(exc)
 
 
-def _p7_custom(save_obs: list[SaveRecord], load_obs: list[LoadRecord], again_error) -> Verdict:
-    problems = []
-    for o in save_obs:
-        d = diff_state_dicts(o.local, o.after_save)
-        if d:
-            problems.append(f"rank {o.rank}: the save function changed the optimizer state "
-                            f"(expected: the state before saving; got: after):\n" + format_diff(d))
+def _around_calls(save_obs: list[SaveRecord], load_obs: list[LoadRecord],
+                  again_error) -> tuple[list[SameState], list[str]]:
+    """What P7 (properties/idempotent.py) judges of a user's own save and load: the
+    optimizer's state around each call (the save leaves it as it was; loading the same
+    checkpoint twice gives the same state; a save right after a load leaves it; load -> save
+    -> load is a fixpoint), and what raised instead (the load -> save -> load stage)."""
+    pairs = [SameState(what=f"rank {o.rank}: the save function changed the optimizer state "
+                            f"(expected: the state before saving; got: after)",
+                       want=o.local, got=o.after_save) for o in save_obs]
     if again_error is not None:
-        problems.append("load -> save -> load raised:\n" + rank_error_text(again_error))
-    else:
-        for o in load_obs:
-            r = o.rank
-            d = diff_state_dicts(o.loaded, o.loaded_again)
-            if d:
-                problems.append(f"rank {r}: loading the same checkpoint twice gives different "
-                                f"states:\n" + format_diff(d))
-            d = diff_state_dicts(o.loaded_again, o.after_resave)
-            if d:
-                problems.append(f"rank {r}: saving right after the load changed the optimizer "
-                                f"state:\n" + format_diff(d))
-            d = diff_state_dicts(o.loaded_again, o.reloaded)
-            if d:
-                problems.append(f"rank {r}: load -> save -> load is not a fixpoint (expected: "
-                                f"the state after the first load; got: after the second):\n"
-                                + format_diff(d))
-    if problems:
-        return fail("\n\n".join(problems))
-    return passed("the save leaves the state unchanged; load -> save -> load bitwise the same")
+        return pairs, ["load -> save -> load raised:\n" + rank_error_text(again_error)]
+    for o in load_obs:
+        r = o.rank
+        pairs += [
+            SameState(what=f"rank {r}: loading the same checkpoint twice gives different states",
+                      want=o.loaded, got=o.loaded_again),
+            SameState(what=f"rank {r}: saving right after the load changed the optimizer state",
+                      want=o.loaded_again, got=o.after_resave),
+            SameState(what=f"rank {r}: load -> save -> load is not a fixpoint (expected: the "
+                           f"state after the first load; got: after the second)",
+                      want=o.loaded_again, got=o.reloaded)]
+    return pairs, []
 
 
-def _p7_pending(save_obs: Sequence[SaveRecord]) -> list[str]:
+def _pending_saves(save_obs: Sequence[SaveRecord]) -> list[str]:
+    """P7's problem of a save still being written when ``save_fn`` returned."""
     pending = [o for o in save_obs if o.pending]
     if not pending:
         return []
@@ -205,15 +201,16 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
         v["P6"] = fail("training after the load raised (the loaded state cannot be trained "
                        "on):\n" + rank_error_text(errors["resume"]))
     else:
-        v["P6"] = na(why) if why else with_precision(case, rp.p6_resume(
-            dst, load_obs, local, dt, gather=gather, resume_steps=case.resume_steps,
-            case=case, start=rp.save_point(layout, save_obs, gather)
-            if dt == "bf16" else None), own_mp=mp)
-        if app_state and local.sched_at_end is not None:
-            v["P6"] = with_problems(v["P6"], p6_scheduler(load_obs, local),
-                                    "the scheduler after resuming as in the uninterrupted run")
-    v["P7"] = with_problems(_p7_custom(save_obs, load_obs, errors.get("again")),
-                    _p7_pending(save_obs), "the save was complete when save_fn returned")
+        v["P6"] = rp.p6_resume(
+            dst, load_obs, local, dt, gather=gather, resume_steps=case.resume_steps, case=case,
+            start=rp.save_point(layout, save_obs, gather) if dt == "bf16" and not why else None,
+            unmatched=why, own_mp=mp, scheduler=(
+                "the scheduler after resuming as in the uninterrupted run"
+                if app_state and local.sched_at_end is not None else None))
+    pairs, raised = _around_calls(save_obs, load_obs, errors.get("again"))
+    v["P7"] = with_problems(p7_idempotent(pairs, raised=raised, summary=(
+        "the save leaves the state unchanged; load -> save -> load bitwise the same")),
+        _pending_saves(save_obs), "the save was complete when save_fn returned")
     v["P10"] = p10_partial(case, layout=layout, dst=dst, full=None,
                            loaded=loaded_dicts(load_obs), local=local, gather=gather)
     v["P11"] = p11_groups(written, loaded_groups(load_obs), at_save=local.optim_at_save,

@@ -1,5 +1,5 @@
-"""P0, P1, P3, P4 and P11 are each one function (properties/sharding.py, saved.py, loaded.py,
-flatten.py, groups.py) that every observer hands its observations and the family's reference; their
+"""P0, P1, P3, P4, P7, P9 and P11 are each one function (properties/sharding.py, saved.py,
+loaded.py, flatten.py, idempotent.py, flags.py, groups.py) that every observer hands its observations and the family's reference; their
 rules, checked on the reference's own dicts (no ranks): a wrong value on one rank fails
 naming it, a rank that raised beside a wrong value elsewhere is a failure that shows both (a
 second bug never hides behind an error), nothing compared is n/a, never a pass."""
@@ -12,6 +12,8 @@ import torch
 
 from fsdp_conformance.properties.families import FSDP1, FSDP2
 from fsdp_conformance.properties.flatten import ShardedRank, p4_flatten
+from fsdp_conformance.properties.idempotent import SameState, p7_idempotent
+from fsdp_conformance.properties.flags import FlagSeen, FlagsSeen, p9_flags
 from fsdp_conformance.properties.groups import LoadedGroups, p11_groups
 from fsdp_conformance.properties.loaded import LoadedState, p3_loaded
 from fsdp_conformance.properties.saved import SavedDict, p1_saved
@@ -341,3 +343,48 @@ def test_p4_fsdp2_flattens_each_rank_alone_empty_ranks_included_and_names_a_misp
         rank=2, sharded=ranks[2].sharded, flat=_nudged(locals_[2])), ranks[3]])
     assert v.status == "fail" and "rank 2: flat local state differs from reference.fsdp2_flatten" \
         in v.detail, v.detail
+
+
+def test_p7_names_every_pair_that_differs_and_a_raise_beside_them_fails():
+    layout, full, shards = _world()
+    same = SameState(what="rank 0: saving again gives another dict", want=shards[0],
+                     got=copy.deepcopy(shards[0]))
+    v = p7_idempotent([same], summary="bitwise the same on 1 rank")
+    assert (v.status, v.detail) == ("pass", "bitwise the same on 1 rank")
+    moved = SameState(what="rank 1: loading twice gives another state", want=shards[1],
+                      got=_nudged(shards[1]))
+    v = p7_idempotent([same, moved], raised=["load -> save -> load raised:\nBoom"])
+    assert v.status == "fail", v.detail
+    assert v.detail.startswith("rank 1: loading twice gives another state:\n") and "rank 0" not in v.detail
+    assert v.detail.endswith("Boom")
+    v = p7_idempotent([], raised=["load -> save -> load raised:\nBoom"])
+    assert v.status == "fail"  # a path that cannot save again is not idempotent
+
+
+def test_p7_a_pair_that_cannot_be_had_decides():
+    layout, full, shards = _world()
+    torn = error("the ranks' shards do not tile")
+    moved = SameState(what="differs", want=shards[1], got=_nudged(shards[1]))
+    assert p7_idempotent([moved, SameState(problem=torn)]) is torn
+
+
+def test_p9_reports_found_differences_and_unequal_pairs_in_order_and_a_problem_decides():
+    layout, full, shards = _world()
+    same = FlagSeen(what="rank 0: rank0_only=True differs from rank0_only=False",
+                    want=full, got=copy.deepcopy(full))
+    v = p9_flags(FlagsSeen(seen=(same,), checked=("rank0_only as documented",),
+                           note="offload_to_cpu: not observable on CPU"))
+    assert (v.status, v.detail) == ("pass", "rank0_only as documented; offload_to_cpu: not "
+                                            "observable on CPU")
+    left = FlagSeen(found="rank 1: offload_to_cpu saved tensors on ['cuda:1']")
+    other = FlagSeen(what="rank 1: rank0_only=False differs from rank 0's", want=shards[1],
+                     got=_nudged(shards[1]))
+    v = p9_flags(FlagsSeen(seen=(left, same, other), checked=("x",)))
+    assert v.status == "fail"
+    first, second = v.detail.split("\n", 1)
+    assert first == left.found and second.startswith("rank 1: rank0_only=False differs"), v.detail
+    raised = error("offload_to_cpu=True raised on rank 1:\nBoom")
+    assert p9_flags(FlagsSeen(seen=(left, other, FlagSeen(problem=raised)), checked=("x",))) \
+        is raised
+    v = p9_flags(FlagsSeen(not_checked="sharded_optim_state_dict has no rank0_only flag"))
+    assert v.status == "n/a" and "no rank0_only" in v.detail  # nothing checked is never a pass
