@@ -52,7 +52,7 @@ CATALOGUE: tuple[Property, ...] = (
              checks="sharded paths: reference.flatten_sharded(torch's sharded dict) == the "
                     "rank's flat state",
              na_reasons=("the path does not save a sharded dict",)),
-    Property(id="P5", name="rekey", decided_by="rekey path", module="run_props",
+    Property(id="P5", name="rekey", decided_by="rekey path", module="rekey_props",
              checks="rekey path: the PARAM_ID dict == reference, loads into the unwrapped "
                     "optimizer, rekeys back to the same names",
              na_reasons=("this path does not rekey",)),

@@ -32,6 +32,7 @@ from .families import FSDP1, FSDP2
 from .flags import p9_flags
 from .flatten import p4_flatten
 from .idempotent import p7_idempotent
+from .rekey_props import p5_rekey
 from .family import FamilyReference
 from .layouts import reference_layout
 from .loaded import p3_loaded, run_states
@@ -198,5 +199,5 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
     elif full is None:
         v["P5"] = bad
     else:
-        v["P5"] = rp.p5_rekey_path(case, full, load_obs)
+        v["P5"] = p5_rekey(case, to_plain=rp.rekey_seen(case, full, load_obs))
     return {p: v[p] for p in ROUND_TRIP}

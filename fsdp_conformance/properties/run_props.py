@@ -1,8 +1,9 @@
 """Properties of one round trip of the conformance run (``sut.paths`` save side at N ->
 load side at M) that are not written in a module of their own: P2 and P6 against the
-single-process run, P5 (the rekey path), P8 (P0, P1, P3, P4, P7, P9, P10, P11: sharding.py,
-saved.py, loaded.py, flatten.py, idempotent.py, flags.py, partial.py, groups.py; what P4, P7
-and P9 judge of a round trip: ``flat_ranks``, ``resaved_pairs``, ``flags_seen``). Each returns a ``Verdict``; inputs are what the
+single-process run, and P8 (P0, P1, P3, P4, P5, P7, P9, P10, P11: sharding.py, saved.py,
+loaded.py, flatten.py, rekey_props.py, idempotent.py, flags.py, partial.py, groups.py; what
+P4, P5, P7 and P9 judge of a round trip: ``flat_ranks``, ``rekey_seen``, ``resaved_pairs``,
+``flags_seen``). Each returns a ``Verdict``; inputs are what the
 ranks recorded: ``SaveRecord`` / ``LoadRecord`` (``sut.records``), one per rank, in rank
 order.
 
@@ -27,12 +28,14 @@ from .statediff import STEP_KEY, diff_state_dicts, format_diff
 from .baseline import LocalRun, continue_from
 from ..sut.registry import PATH_NAMES, api_path, family_of, sharded_paths
 from ..sut.records import LoadRecord, SaveRecord, error_of
+from ..sut.rekey import plain_model, plain_optimizer
 from .groups import canon_groups
 from .precision import TOLERANCES, with_precision
 from .training_state import resumed_problems, with_problems
 from .flatten import ShardedRank
 from .flags import FlagSeen, FlagsSeen
 from .idempotent import SameState
+from .rekey_props import ToPlain
 from .reference_props import (comparable, replica_first, rotated_note, sharded_to_flat_offsets)
 from .verdict import Verdict, error, fail, na, passed
 
@@ -528,47 +531,18 @@ def flags_seen(layout, api: str, save_obs: Sequence[SaveRecord]) -> FlagsSeen:
                                  f"{ON_CPU}")
 
 
-def p5_rekey_path(case, full: dict, load_obs: Sequence[LoadRecord]) -> Verdict:
-    """Rekey path: the PARAM_ID dict written for the unwrapped model equals
-    reference.rekey_to_ids(full) bitwise (under a modelled bug, ``expectation.rekeyed`` of
-    it), loads into the unwrapped model's optimizer, whose ``state_dict()`` is then
-    reference.rekey_to_ids(full), and rekeying it back to names gives ``full`` again."""
-    from ..sut.rekey import plain_model, plain_optimizer
-
+def rekey_seen(case, full: dict, load_obs: Sequence[LoadRecord]) -> ToPlain:
+    """What P5 (properties/rekey_props.py) judges of the rekey path: the saved full dict,
+    the PARAM_ID dict written for the unwrapped model (read back on rank 0 of the load
+    side) and torch's rekey of it back to PARAM_NAME there. The plain optimizer has the
+    zoo's grouping, as on the rank; the PARAM_ID dict is loaded into it here."""
     o0 = load_obs[0]
-    ids, names = o0.reread_ids, o0.reread
-    if ids is None:
-        return error("rank 0 of the load side did not record the PARAM_ID dict")
     model = plain_model(case)
-    optim = plain_optimizer(case, model)
-    problems = []
-    try:
-        correct = ref.rekey_to_ids(full, model, optim=optim)
-    except ref.StateDictMismatch as exc:
-        return error(f"reference.rekey_to_ids rejected the saved dict: {exc}")
-    want = expect.rekeyed(correct)
-    diffs = diff_state_dicts(canon_groups(want), canon_groups(ids))
-    if diffs:
-        problems.append("rekey_optim_state_dict(PARAM_ID) differs from reference.rekey_to_ids:\n"
-                        + format_diff(diffs))
-    try:
-        optim.load_state_dict(ids)
-        diffs = diff_state_dicts(canon_groups(expect.optim_loaded(correct)),
-                                 canon_groups(optim.state_dict()))
-        if diffs:
-            problems.append("the unwrapped optimizer's state_dict() after loading the PARAM_ID "
-                            "dict differs from reference.rekey_to_ids:\n" + format_diff(diffs))
-    except Exception as exc:  # noqa: BLE001
-        problems.append(f"the unwrapped optimizer cannot load the PARAM_ID dict: "
-                        f"{type(exc).__name__}: {exc}")
-    e = error_of(names)
-    if e:
-        problems.append(f"rekey back to PARAM_NAME raised:\n{e}")
-    else:
-        diffs = diff_state_dicts(canon_groups(full), canon_groups(names))
-        if diffs:
-            problems.append("name -> id -> name is not the identity:\n" + format_diff(diffs))
-    if problems:
-        return fail("\n\n".join(problems))
-    return passed(f"{len(ids['state'])} params: PARAM_ID dict == reference, loads into the "
-                  f"unwrapped optimizer, and rekeys back to the same names")
+
+    def recorded(v):
+        e = error_of(v)
+        return {"error": e} if e else v
+
+    return ToPlain(full=full, model=model, optim=plain_optimizer(case, model),
+                   how="zoo grouping", rank=o0.rank, ids=recorded(o0.reread_ids),
+                   names=recorded(o0.reread))

@@ -292,7 +292,8 @@ def test_a_rekey_effect_explains_exactly_torchs_stateless_rekey():
 
     from fsdp_conformance.known.apply import expectation_of
     from fsdp_conformance.properties.expectation import expecting
-    from fsdp_conformance.properties.run_props import p5_rekey_path
+    from fsdp_conformance.properties.rekey_props import p5_rekey
+    from fsdp_conformance.properties.run_props import rekey_seen
     from fsdp_conformance.reference.rekey import rekey_to_names
     from fsdp_conformance.sut.rekey import plain_model, plain_optimizer
 
@@ -303,9 +304,9 @@ def test_a_rekey_effect_explains_exactly_torchs_stateless_rekey():
     assert full["state"] == {} and isinstance(full["param_groups"][0]["params"][0], str)
 
     def p5(ids):
-        obs = SimpleNamespace(reread_ids=ids, reread=FSDP.rekey_optim_state_dict(
+        obs = SimpleNamespace(rank=0, reread_ids=ids, reread=FSDP.rekey_optim_state_dict(
             ids, OptimStateKeyType.PARAM_NAME, model))
-        return p5_rekey_path(case, full, [obs])
+        return p5_rekey(case, to_plain=rekey_seen(case, full, [obs]))
 
     torchs = FSDP.rekey_optim_state_dict(copy.deepcopy(full), OptimStateKeyType.PARAM_ID, model)
     planted = copy.deepcopy(torchs)

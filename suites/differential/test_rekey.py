@@ -8,10 +8,14 @@ from __future__ import annotations
 import pytest
 
 from fsdp_conformance.cases import Case
-from fsdp_conformance.properties.rekey_props import p5_rekey
+from fsdp_conformance.properties.rekey_props import p5_rekey, to_plain
 from fsdp_conformance.sut import rekey
 
 from .test_fsdp1 import _assert_ok
+
+
+def _p5(case, obs):
+    return p5_rekey(case, to_plain=to_plain(case, obs[0]), from_plain=obs)
 
 
 @pytest.mark.parametrize("ws", [1, 2, 3])
@@ -22,7 +26,7 @@ def test_rekey_both_ways(rank_pool, model, opt, orig, ws):
     case = Case(model=model, plan="nested", optimizer=opt, use_orig_params=orig, world_size=ws,
                 groups=2)
     obs = rank_pool(ws).run(rekey.observe, case, seed=case.seed)
-    _assert_ok(p5_rekey(case, obs), f"P5 {case.id}", case, "P5")
+    _assert_ok(_p5(case, obs), f"P5 {case.id}", case, "P5")
 
 
 @pytest.mark.parametrize("orig", [False, True], ids=["flat", "orig"])
@@ -32,7 +36,7 @@ def test_rekey_one_group_default_optim_input(rank_pool, orig):
     case = Case(model="mlp", plan="nested", optimizer="adam", use_orig_params=orig, world_size=2)
     obs = rank_pool(2).run(rekey.observe, case, seed=case.seed)
     assert "n/a" not in obs[0]["a_ids_legacy"], obs[0]["a_ids_legacy"]
-    _assert_ok(p5_rekey(case, obs), f"P5 {case.id}", case, "P5")
+    _assert_ok(_p5(case, obs), f"P5 {case.id}", case, "P5")
 
 
 def test_p5_catches_wrong_rekeys(rank_pool):
@@ -42,20 +46,20 @@ def test_p5_catches_wrong_rekeys(rank_pool):
     case = Case(model="mlp", plan="nested", optimizer="adam", use_orig_params=True,
                 world_size=2, groups=2)
     obs = rank_pool(2).run(rekey.observe, case, seed=case.seed)
-    assert p5_rekey(case, obs).status == "pass"
+    assert _p5(case, obs).status == "pass"
 
     bad = copy.deepcopy(obs)
     bad[0]["a_ids"]["state"][0]["exp_avg"].view(-1)[3] += 1e-12
-    v = p5_rekey(case, bad)
+    v = _p5(case, bad)
     assert v.status == "fail" and "state[0]['exp_avg']" in v.detail, v.detail
 
     bad = copy.deepcopy(obs)
     names = bad[1]["b_names"]["state"]
     names["inp.weight"], names["block.0.weight"] = names["block.0.weight"], names["inp.weight"]
-    v = p5_rekey(case, bad)
+    v = _p5(case, bad)
     assert v.status == "fail" and "rank 1" in v.detail, v.detail
 
     bad = copy.deepcopy(obs)
     del bad[0]["b_reloaded"]["state"][2]
-    v = p5_rekey(case, bad)
+    v = _p5(case, bad)
     assert v.status == "fail" and "b_reloaded" not in v.detail and "missing" in v.detail, v.detail

@@ -24,7 +24,7 @@ from fsdp_conformance.properties.flatten import p4_flatten
 from fsdp_conformance.properties.reference_props import flat_ranks, loaded_states, saved_dicts
 from fsdp_conformance.properties.saved import p1_saved
 from fsdp_conformance.properties.sharding import LayoutSide, p0_layout
-from fsdp_conformance.properties.rekey_props import p5_rekey
+from fsdp_conformance.properties.rekey_props import p5_rekey, to_plain
 from fsdp_conformance.properties.verdict import error
 from fsdp_conformance.sut import fsdp1, rekey
 
@@ -76,7 +76,8 @@ def _check(rank_pool, case):
     verdicts["P2"] = ((lambda: failed) if failed else (lambda: error(errs[0])) if errs
                       else p2_judge(case, obs, lay))
     robs, rfailed = _run(rank_pool, rekey.observe, case)
-    verdicts["P5"] = lambda: rfailed or p5_rekey(case, robs)
+    verdicts["P5"] = lambda: rfailed or p5_rekey(case, to_plain=to_plain(case, robs[0]),
+                                                  from_plain=robs)
     for what, v in verdicts.items():
         _assert_ok(v, f"{what} {case.id}", case, what.split()[0])
 
