@@ -6,12 +6,19 @@ Rules
   repeats) and judged against the calibration file (bounds/rules.py). Noise only ever adds
   time, a real slowdown or extra copy persists: a case whose first measurement fails P13 or
   P14 is measured once more and judged on that second measurement alone (the first failure
-  is kept in the detail). The run measures a still-failing case again after every other
-  case (run/execute.py), and that later result stands.
+  is kept in the detail). A case still failing after that is measured again after every
+  other case of the run (``again``; load on a shared machine comes in bursts of seconds to
+  minutes), and that later result stands.
+- The run's bounds cases run alone, one at a time (run/kinds.py). Once every case is
+  decided (``finish``), the scaling fit of each path and phase over the run's measured cases
+  is computed, once (``Run.scaling``), and folds into P13 of the path's largest-world-size
+  bounds case of the bounds model; the report stores the same block.
 - A calibration file that cannot be read makes P13/P14 "error" naming it. Every other
   property is n/a.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from ..cases import Case
 from ..properties.catalogue import PROPS
@@ -64,3 +71,26 @@ class BoundsKind:
             if ph in meas:
                 step.timings[ph] = meas[ph]["time_s"]
         return Outcome(verdicts={"P13": p13, "P14": p14}, measurements=meas)
+
+    def again(self, result) -> bool:
+        """Whether the run measures ``result``'s case once more (module rules)."""
+        return any(result.properties[p].status == "fail" for p in ("P13", "P14"))
+
+    def finish(self, results: list, options) -> tuple[list, dict]:
+        """The run's results with each path's scaling fit folded into P13 of its
+        largest-world-size bounds case, and the fit (module rules)."""
+        from . import rules
+        from ..properties.bounds_props import scaling_verdict
+
+        block = rules.scaling_of(results, options.calibration)
+        out = list(results)
+        for key, s in block.items():
+            api = key.rsplit("/", 1)[0]
+            idx = [i for i, r in enumerate(out) if r.case.bounds and r.case.api == api
+                   and r.case.model == rules.BOUNDS_MODEL and r.measurements]
+            if not idx:
+                continue
+            i = max(idx, key=lambda j: out[j].case.world_size)
+            p13 = scaling_verdict(out[i].properties["P13"], s)
+            out[i] = dataclasses.replace(out[i], properties={**out[i].properties, "P13": p13})
+        return out, block

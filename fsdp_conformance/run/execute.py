@@ -3,17 +3,19 @@
 Rules
 - One run directory (a fresh temporary directory, removed at the end) holds every case's
   work directory; nothing is written anywhere else.
-- A bounds case still failing P13 or P14 after its own second measurement is measured again
-  after every other case of the run (load on a shared machine comes in bursts of seconds to
-  minutes), and that later result stands. Then the scaling fit of each path and phase over
-  the run's bounds cases is computed, once (``Run.scaling``), and folds into P13 of the
-  path's largest-world-size bounds case; the report stores the same block.
-- Lanes: every case but the bounds cases runs on one of ``lanes`` lanes side by side, each
+- The run knows kinds only through their records and hooks (run/kinds.py): a case whose
+  kind says ``again`` runs once more after every other case, and that later result stands
+  (the bounds kind: a case still failing P13 or P14, since load on a shared machine comes in
+  bursts); once every case is decided, each kind's ``finish`` passes over the results and
+  adds its block for the run (``Run.scaling``: the bounds kind's scaling fit, folded into
+  P13 of each path's largest-world-size bounds case; the report stores the same block).
+- Lanes: every case but those of a kind that runs ``alone`` (bounds) runs on one of
+  ``lanes`` lanes side by side, each
   lane a thread of the controller with pools of its own (``CaseEnv.lane``), taking the next
   case from one shared queue. A case is decided as it would be alone (its own seed, work
   directory and ranks; the controller's seeded draws are serialised, zoo ``seeded``), so a
-  run gives the same verdicts and bits with any number of lanes. The bounds cases (P13/P14
-  time and memory) run afterwards, one at a time on lane 0, the other lanes idle.
+  run gives the same verdicts and bits with any number of lanes. The cases that run alone
+  (P13/P14 time and memory) run afterwards, one at a time on lane 0, the other lanes idle.
   ``default_lanes``: 2 on a CPU machine (gloo) with at least 2 cores, else 1; the CPU is
   otherwise a third idle (ws-1 cases, the controller judging, gloo's round trips, ranks
   waiting for a stranded peer), measured on 2 cores: the 548-case quick tier took 262 s on
@@ -30,7 +32,6 @@ Rules
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import queue
 import shutil
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..cases import Case
-from .kinds import kind_of
+from .kinds import finish_kinds, kind_of, kind_record
 from .lifecycle import CaseEnv, execute
 from .saves import SaveCache, by_save
 from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunOptions
@@ -54,8 +55,9 @@ class Run:
     results: list
     """One ``CaseResult`` per decided case, in the order the cases were given."""
     scaling: dict = field(default_factory=dict)
-    """The scaling fit per path/phase over the bounds cases (bounds.rules.scaling_block);
-    empty when the run had none."""
+    """What the kinds' ``finish`` added for the run as a whole: the scaling fit per
+    path/phase over the bounds cases (bounds.rules.scaling_block); empty when the run had
+    none."""
     interrupted: str = ""
     """Why the run stopped before every case was decided ("" = it did not)."""
     planned: int = 0
@@ -147,28 +149,9 @@ def _run_lanes(groups: Sequence[Sequence[tuple[int, Case]]], lanes: int, decide:
         t.join()
 
 
-def apply_scaling(results: Sequence, block: dict) -> list:
-    """``results`` with each path's scaling fit (``block``) folded into P13 of its
-    largest-world-size bounds case of the fitted model."""
-    from ..bounds import rules as bounds
-    from ..properties.bounds_props import scaling_verdict
-
-    out = list(results)
-    for key, s in block.items():
-        api = key.rsplit("/", 1)[0]
-        idx = [i for i, r in enumerate(out) if r.case.bounds and r.case.api == api
-               and r.case.model == bounds.BOUNDS_MODEL and r.measurements]
-        if not idx:
-            continue
-        i = max(idx, key=lambda j: out[j].case.world_size)
-        p13 = scaling_verdict(out[i].properties["P13"], s)
-        out[i] = dataclasses.replace(out[i], properties={**out[i].properties, "P13": p13})
-    return out
-
-
 def run_all(cases: Sequence[Case], options: RunOptions = RunOptions(), *,
             on_result: Callable[[object], None] | None = None) -> Run:
-    """Run every case (module rules: lanes, then the bounds cases one at a time);
+    """Run every case (module rules: lanes, then the cases that run alone, one at a time);
     ``on_result`` sees each result as it lands. ``options.lanes`` None: ``default_lanes``.
     Ctrl-C or ``RunInterrupted`` ends the run early with the results so far."""
     lanes = default_lanes(options.backend) if options.lanes is None else options.lanes
@@ -188,8 +171,8 @@ def run_all(cases: Sequence[Case], options: RunOptions = RunOptions(), *,
         if on_result is not None:
             on_result(r)
 
-    side = [(i, c) for i, c in enumerate(cases) if not c.bounds]
-    alone = [(i, c) for i, c in enumerate(cases) if c.bounds]
+    side = [(i, c) for i, c in enumerate(cases) if not kind_record(c).alone]
+    alone = [(i, c) for i, c in enumerate(cases) if kind_record(c).alone]
     try:
         if lanes > 1 and len(side) > 1:
             _run_lanes(by_save(side), lanes, decide, land)
@@ -197,8 +180,9 @@ def run_all(cases: Sequence[Case], options: RunOptions = RunOptions(), *,
             alone = [item for group in by_save(side) for item in group] + alone
         for i, case in alone:
             land(i, decide(case))
-        for i, r in list(decided.items()):  # failing bounds cases: once more, later (rules)
-            if r.case.bounds and any(r.properties[p].status == "fail" for p in ("P13", "P14")):
+        for i, r in list(decided.items()):  # once more, later (module rules)
+            again = getattr(kind_of(r.case), "again", None)
+            if again is not None and again(r):
                 decided[i] = decide(r.case)
     except KeyboardInterrupt as exc:
         interrupted = (str(exc) or "interrupted (Ctrl-C)") if isinstance(exc, RunInterrupted) \
@@ -206,12 +190,7 @@ def run_all(cases: Sequence[Case], options: RunOptions = RunOptions(), *,
         interrupted += f" after {len(decided)} of {len(cases)} cases"
     finally:
         shutil.rmtree(rundir, ignore_errors=True)
-    results = [decided[i] for i in sorted(decided)]
-    from ..bounds.rules import scaling_of
-
-    block = scaling_of(results, options.calibration)
-    if block:
-        results = apply_scaling(results, block)
+    results, block = finish_kinds([decided[i] for i in sorted(decided)], options)
     return Run(results=results, scaling=block, interrupted=interrupted, planned=len(cases),
                shared_saves=sum(c.shared for c in caches.values()),
                reused_trainings=sum(c.reused_trainings for c in caches.values()))

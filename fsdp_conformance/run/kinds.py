@@ -8,7 +8,9 @@ Rules
   case (``case.golden``) loads a stored fixture; a fault case (``case.fault``) damages what
   was saved; a case with none of them is a round trip (the kind without a flag, last).
 - Adding a kind is its module and one line here; this is the one place that reads those
-  flags.
+  flags. How the run schedules a kind's cases is the record's (``alone``) and the kind's
+  (its optional ``again`` and ``finish``, run/lifecycle.py ``CaseKind``): the run itself
+  knows no kind by name.
 """
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ class KindRecord:
     """The ``Case`` field that selects it when set; "" for the round trip, the default."""
     impl: str
     """``"module:Class"`` of its ``CaseKind``, imported on first use."""
+    alone: bool = False
+    """Its cases run one at a time after every other case, on lane 0 with the other lanes
+    idle (run/execute.py): the bounds cases measure time and memory."""
 
     def load(self) -> CaseKind:
         """A new instance of the kind's class."""
@@ -38,7 +43,8 @@ class KindRecord:
 
 
 KINDS: tuple[KindRecord, ...] = (
-    KindRecord(name="bounds", flag="bounds", impl="fsdp_conformance.bounds.kind:BoundsKind"),
+    KindRecord(name="bounds", flag="bounds", impl="fsdp_conformance.bounds.kind:BoundsKind",
+               alone=True),
     KindRecord(name="golden", flag="golden", impl="fsdp_conformance.golden.kind:GoldenKind"),
     KindRecord(name="fault", flag="fault", impl="fsdp_conformance.run.fault_kind:FaultKind"),
     KindRecord(name="round trip", flag="",
@@ -62,3 +68,15 @@ def failed_verdicts(case: Case, v: Verdict, kind: CaseKind | None = None) -> dic
     limitations)."""
     kind = kind or kind_of(case)
     return {**kind.undecided(case), **all_props(v, kind.decides(case))}
+
+
+def finish_kinds(results: list, options) -> tuple[list, dict]:
+    """``results`` passed through the ``finish`` of every kind that has one, in ``KINDS``
+    order, and what they add for the run (their blocks merged)."""
+    block: dict = {}
+    for k in KINDS:
+        finish = getattr(k.load(), "finish", None)
+        if finish is not None:
+            results, more = finish(results, options)
+            block.update(more)
+    return results, block

@@ -140,6 +140,10 @@ class CaseKind(Protocol):
 
     # optional: ``known_case(case) -> Case``, the case the known limitations are looked up
     # for (a user's own model is matched as the zoo case it stands for; ``known_case``)
+    # optional, for the run (run/execute.py): ``again(result) -> bool``, whether a decided
+    # case runs once more after every other case, that later result standing; and
+    # ``finish(results, options) -> (results, block)``, the run's results once every case is
+    # decided, with what the kind adds for the run as a whole (``Run.scaling``)
 
 
 def not_applicable_here(exc: StepFailed) -> str:
