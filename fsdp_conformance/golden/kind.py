@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..cases import Case
 from ..properties.catalogue import PROPS
+from ..properties.expectation import EXACT, Expectation
 from ..properties.golden_props import p12_verdict
 from ..properties.verdict import Verdict, error, na, suite_error
 from ..run.lifecycle import Outcome, Step
@@ -50,8 +51,8 @@ class GoldenKind:
         expected = torch.load(step.workdir / EXPECTED_FILE, weights_only=True)
         obs = step.on_pool("load side", case.dst_world_size, api_path(case.api).load_side)
         step.timings["load"] = max(o.timings.get("load", 0.0) for o in obs)
-        def judge() -> dict[str, Verdict]:
-            return {"P12": p12_verdict(case, fx, expected, obs)}
+        def judge(exp: Expectation) -> dict[str, Verdict]:
+            return {"P12": p12_verdict(case, fx, expected, obs, exp=exp)}
 
-        verdicts = judge()
+        verdicts = judge(EXACT)
         return Outcome(verdicts=verdicts, judge=judge)

@@ -36,13 +36,14 @@ import dataclasses
 from typing import Callable, Mapping, Sequence
 
 from ..cases import Case
-from ..properties.expectation import Expectation, expecting
+from ..properties.expectation import Expectation
 from ..properties.verdict import Verdict
 from .entries import KnownLimitation, known_all
 from .model import Effect, Raises, observation_digest
 
-Judge = Callable[[], Mapping[str, Verdict]]
-"""Judges the case's recorded observations again (under the expectation in force)."""
+Judge = Callable[[Expectation], Mapping[str, Verdict]]
+"""Judges the case's recorded observations again, against the expectation it is given
+(properties/expectation.py; ``EXACT``: the correct result)."""
 
 
 def _effects(case: Case, verdicts: Mapping[str, Verdict]) -> list[KnownLimitation]:
@@ -75,8 +76,7 @@ def rejudge(case: Case, verdicts: Mapping[str, Verdict], judge: Judge
     for group in tries:
         exp = expectation_of(case, group)
         try:
-            with expecting(exp):
-                out[exp.key] = dict(judge())
+            out[exp.key] = dict(judge(exp))
         except Exception:  # noqa: BLE001  (the model cannot even be applied: explains nothing)
             continue
     return out
@@ -155,12 +155,12 @@ def apply_known(case: Case, verdicts: dict[str, Verdict],
 
 
 def explain_one(case: Case, prop: str, verdict: Verdict,
-                judge: Callable[[], Verdict] | None = None) -> Verdict:
+                judge: Callable[[Expectation], Verdict] | None = None) -> Verdict:
     """One property's verdict with the known limitations applied by the module rules
-    (``judge``: judges that property again, under the expectation in force; without it an
-    ``Effect`` entry explains nothing). The differential tests use it."""
+    (``judge``: judges that property again against the expectation it is given; without it
+    an ``Effect`` entry explains nothing). The differential tests use it."""
     single = {prop: verdict}
-    modelled = rejudge(case, single, lambda: {prop: judge()}) if judge is not None else {}
+    modelled = rejudge(case, single, lambda exp: {prop: judge(exp)}) if judge is not None else {}
     return apply_known(case, single, modelled)[prop]
 
 

@@ -1,6 +1,7 @@
 """The effects of the known entries' ``Effect`` models (known/model.py): each maps a
 correct optimizer dict (FQN-keyed full dicts, or a rank's local dict) to what this torch
-produces instead, and never mutates its argument; ``untie_tied_model`` maps a case to the
+produces instead, given the expectation it is applied under (properties/expectation.py: the
+case, the judged rank, the case's evidence), and never mutates its argument; ``untie_tied_model`` maps a case to the
 case it runs as.
 """
 from __future__ import annotations
@@ -28,13 +29,15 @@ def _is_tensor(v: Any) -> bool:
     return hasattr(v, "dim") and hasattr(v, "clone")
 
 
-def alias_to_last_state(d: dict, case: Any = None) -> dict:
+def alias_to_last_state(d: dict, exp: Any = None) -> dict:
     """Every tensor state of positive dimension *is* the one whose name sorts last (the last
     one gathered: Adam: exp_avg := exp_avg_sq; Adadelta: acc_delta := square_avg): one
     storage, as torch returns views of one buffer; the step counter (a 0-dim tensor) is
     untouched. Not for the params of the case model's ignored modules: FSDP does not
     gather their state through that buffer, and it comes back right (seen on the zoo's
     ``buffers`` model, its ``side`` module, at 1-4 ranks). Idempotent."""
+    case = None if exp is None else exp.case
+
     def one(st: dict) -> dict:
         names = sorted(n for n, v in st.items() if _is_tensor(v) and v.dim() > 0)
         if len(names) < 2:
@@ -53,33 +56,33 @@ def _ignored_prefixes(case: Any) -> tuple[str, ...]:
     return tuple(f"{m}." for m in model_spec(case.model).ignored)
 
 
-def unshare_when_resharded(d: dict, case: Any) -> dict:
+def unshare_when_resharded(d: dict, exp: Any) -> dict:
     """A load at more than one rank copies each state into the rank's shard, so tensors that
     shared a storage in the loaded dict no longer do; at one rank the loaded tensors are
     kept as they are (shared storage and all)."""
+    case = exp.case
     if case.dst_world_size <= 1:
         return d
     return _state_map(d, lambda st: {n: copy.deepcopy(v) for n, v in st.items()})
 
 
-def tuples_to_lists(d: dict, case: Any = None) -> dict:
+def tuples_to_lists(d: dict, exp: Any = None) -> dict:
     """Every tuple hyperparameter of every param group becomes a list."""
     return {**d, "param_groups": [{k: (list(v) if isinstance(v, tuple) else v)
                                    for k, v in g.items()}
                                   for g in d.get("param_groups", [])]}
 
 
-def initial_lr_from_scheduler_built_after(d: dict, case: Any) -> dict:
+def initial_lr_from_scheduler_built_after(d: dict, exp: Any) -> dict:
     """Each param group's ``initial_lr`` is the group's loaded ``lr`` (what an LR scheduler
     built after the load sets with ``setdefault`` when the group has none), on the ranks
     where torch's load dropped the key: every rank on ``fsdp2.sharded`` and
     ``fsdp1.dsd_sharded`` (a DCP template without the key); on ``fsdp2.full``
-    every rank but 0 (``expectation.judged_rank``; a full dict is rank 0's). Only groups that
+    every rank but 0 (``Expectation.judged_rank``; a full dict is rank 0's). Only groups that
     have ``initial_lr`` in the correct state change."""
-    from ..properties import expectation as expect
-
+    case = exp.case
     if (case.api in PATH_NAMES and api_path(case.api).full_load == "broadcast"
-            and expect.judged_rank() == 0):
+            and exp.judged_rank == 0):
         return d
     return {**d, "param_groups": [({**g, "initial_lr": g["lr"]} if "initial_lr" in g else g)
                                   for g in d.get("param_groups", [])]}
@@ -89,7 +92,7 @@ SCHEDULE_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
 """The param-group keys an LR scheduler's constructor writes (OneCycleLR: all four)."""
 
 
-def lr_set_by_scheduler_built_after(d: dict, case: Any) -> dict:
+def lr_set_by_scheduler_built_after(d: dict, exp: Any) -> dict:
     """Each param group's ``lr`` (and the other ``SCHEDULE_KEYS`` a schedule writes) is what
     building the case's LR schedule on the loaded optimizer sets: the constructor takes a
     first step (``LRScheduler.__init__`` -> ``_initial_step`` -> ``step``, torch 2.13
@@ -102,6 +105,7 @@ def lr_set_by_scheduler_built_after(d: dict, case: Any) -> dict:
 
     from ..zoo import build_scheduler
 
+    case = exp.case
     groups = d.get("param_groups", [])
     if not groups:
         return d
@@ -113,10 +117,11 @@ def lr_set_by_scheduler_built_after(d: dict, case: Any) -> dict:
                                   for g, s in zip(groups, stand_in.param_groups)]}
 
 
-def state_cast_to_param_dtype(d: dict, case: Any) -> dict:
+def state_cast_to_param_dtype(d: dict, exp: Any) -> dict:
     """Every floating-point state tensor but ``step`` has the params' dtype (the case's
     ``dtype``: every zoo param has it), whatever dtype it was saved in; the values are the
     saved ones cast (``Tensor.to``)."""
+    case = exp.case
     dtype = case.torch_dtype
 
     def one(st: dict) -> dict:
@@ -125,7 +130,7 @@ def state_cast_to_param_dtype(d: dict, case: Any) -> dict:
     return _state_map(d, one)
 
 
-def drop_empty_states(d: dict, case: Any = None) -> dict:
+def drop_empty_states(d: dict, exp: Any = None) -> dict:
     """A param whose every positive-dim tensor state is empty (a rank holds none of it) has
     no state at all."""
     def one(st: dict) -> dict | None:
@@ -134,7 +139,7 @@ def drop_empty_states(d: dict, case: Any = None) -> dict:
     return _state_map(d, one)
 
 
-def empty_state_for_every_param(d: dict, case: Any = None) -> dict:
+def empty_state_for_every_param(d: dict, exp: Any = None) -> dict:
     """Every param of the dict's param groups without state gets the empty state ``{}``
     (in the groups' order, after the params that have state)."""
     state = dict(d.get("state", {}))
@@ -144,7 +149,7 @@ def empty_state_for_every_param(d: dict, case: Any = None) -> dict:
     return {**d, "state": state}
 
 
-def drop_frozen_state(d: dict, case: Any) -> dict:
+def drop_frozen_state(d: dict, exp: Any) -> dict:
     """The params of the case's model that do not require grad at the save (frozen when
     built, or trained and then frozen) have no state. Keys are FQNs (a full dict, FSDP2,
     FSDP1 with ``use_orig_params``) or, in an FSDP1 rank's local dict without it, flat
@@ -152,16 +157,17 @@ def drop_frozen_state(d: dict, case: Any) -> dict:
     one ``requires_grad`` together)."""
     from ..zoo import frozen_at_save
 
+    case = exp.case
     frozen = set(frozen_at_save(case.model))
     if case.family == "fsdp1" and not case.use_orig_params:
         from ..properties.layouts import reference_layout
 
-        layout = reference_layout(case, load_side=True)
+        layout = reference_layout(case, load_side=True, exp=exp)
         frozen |= {u.key for u in layout.units if u.fqns and set(u.fqns) <= frozen}
     return {**d, "state": {k: v for k, v in d.get("state", {}).items() if k not in frozen}}
 
 
-def frozen_state_as_fresh(d: dict, case: Any) -> dict:
+def frozen_state_as_fresh(d: dict, exp: Any) -> dict:
     """The params of the case's model that do not require grad at the save hold what a
     freshly built optimizer holds for them before any step: Adagrad its construction-time
     state (``step`` 0, ``sum`` filled with ``initial_accumulator_value``), the others no
@@ -172,6 +178,7 @@ def frozen_state_as_fresh(d: dict, case: Any) -> dict:
     from ..properties.baseline import fresh_training
     from ..zoo import frozen_at_save
 
+    case = exp.case
     frozen = frozen_at_save(case.model)
     model, optim, _, _ = fresh_training(case)
     fresh = {n: dict(optim.state.get(p, {})) for n, p in model.named_parameters()}
@@ -197,7 +204,7 @@ def frozen_state_as_fresh(d: dict, case: Any) -> dict:
     return {**d, "state": state}
 
 
-def dummy_step_state(d: dict, case: Any) -> dict:
+def dummy_step_state(d: dict, exp: Any) -> dict:
     """Every trainable param named in the param groups that has no state gets the state the
     case's optimizer creates in one step with zero gradients and lr=0 (what DSD's
     ``_init_optim_state`` runs), computed here on the case's model."""
@@ -205,6 +212,7 @@ def dummy_step_state(d: dict, case: Any) -> dict:
 
     from ..properties.baseline import fresh_training, named_osd
 
+    case = exp.case
     model, optim, _, names = fresh_training(case)
     lrs = [g["lr"] for g in optim.param_groups]
     for p in model.parameters():
@@ -224,7 +232,7 @@ def dummy_step_state(d: dict, case: Any) -> dict:
     return {**d, "state": state}
 
 
-def drop_empty_mappings(d: dict, case: Any = None) -> dict:
+def drop_empty_mappings(d: dict, exp: Any = None) -> dict:
     """Every mapping without a leaf is gone (a storage layer that records leaves only: an
     empty ``'state': {}``, a param's empty state), recursively: a mapping left empty by
     that is gone too. A mapping at the top stays (the read-back dict itself)."""
@@ -238,10 +246,11 @@ def drop_empty_mappings(d: dict, case: Any = None) -> dict:
     return keep(d)
 
 
-def stateless_rekey_is_a_noop(d: dict, case: Any) -> dict:
+def stateless_rekey_is_a_noop(d: dict, exp: Any) -> dict:
     """A PARAM_ID dict without state comes back as the FQN-keyed dict it was made from:
     its param groups list the params by name (the names of the case's unwrapped zoo model,
     in ``reference.rekey_to_names``'s order); a dict with state is rekeyed correctly."""
+    case = exp.case
     if d.get("state"):
         return d
     from ..reference.rekey import rekey_to_names
@@ -273,25 +282,24 @@ def untie_tied_model(case: Any) -> Any:
     return dataclasses.replace(case, model="tied_untied") if case.model == "tied" else case
 
 
-def ignored_state_of_dcp_writer(d: dict, case: Any) -> dict:
+def ignored_state_of_dcp_writer(d: dict, exp: Any) -> dict:
     """The state of the ignored modules' params as the ranks DCP chose to write it: DCP keeps
     one copy of each key every rank writes (dedup_save_plans, _dedup_save_plans.py:42-55),
     from the rank with the least data planned so far, not rank 0, so each state tensor of
     those params may come from another rank; that rank's file (``__<rank>_<n>.distcp``,
     filesystem.py:673) is what is read back and loaded. Each state's writer is read from the
     checkpoint's metadata, its value from that rank's record of the save (the case's
-    evidence, ``expectation.observing``); evidence missing is not this effect
+    evidence, ``Expectation.seen``); evidence missing is not this effect
     (LookupError)."""
     import re
 
     from torch.distributed.checkpoint import FileSystemReader
 
-    from ..properties import expectation as expect
-
+    case = exp.case
     prefixes = _ignored_prefixes(case)
     if not prefixes:
         return d
-    ev = expect.evidence()
+    ev = exp.seen()
     meta = FileSystemReader(str(ev.workdir / DCP_DIR)).read_metadata()
     by_rank = {o.rank: o.local.get("state", {}) for o in ev.save_obs}
     writer: dict[tuple[str, str], int] = {}
@@ -313,9 +321,9 @@ def ignored_state_of_dcp_writer(d: dict, case: Any) -> dict:
     return {**d, "state": {name: one(name, st) for name, st in d.get("state", {}).items()}}
 
 
-def hybrid_rows_chunked_globally(d: dict, case: Any) -> dict:
+def hybrid_rows_chunked_globally(d: dict, exp: Any) -> dict:
     """The full dict the judged rank's shard group rebuilds on an FSDP1 HYBRID_SHARD
-    sharded load (``expectation.judged_rank``; entry
+    sharded load (``Expectation.judged_rank``; entry
     ``dcp-sharded-optim-load-ignores-hybrid-groups``): every state tensor T of positive
     dimension (n elements, R rows) is chunked along dim 0 over the *global* world W
     (``torch.chunk(T, W)``: rank g holds chunk g, or nothing where T has fewer chunks); the
@@ -328,10 +336,9 @@ def hybrid_rows_chunked_globally(d: dict, case: Any) -> dict:
 
     import torch
 
-    from ..properties import expectation as expect
-
+    case = exp.case
     world, size = case.dst_world_size, case.shard_world_size
-    first = expect.judged_rank() // size * size
+    first = exp.judged_rank // size * size
     members = range(first, first + size)
 
     def rebuilt(t):

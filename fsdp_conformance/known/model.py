@@ -105,7 +105,9 @@ class Raises:
 
 
 Transform = Callable[[dict, Any], dict]
-"""``(dict, case) -> dict``: never mutates its argument."""
+"""``(dict, expectation) -> dict``: never mutates its argument. The expectation
+(properties/expectation.py ``Expectation``) gives the case (``.case``), the rank whose own
+state is judged (``.judged_rank``) and the case's recorded evidence (``.seen()``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,7 +124,7 @@ class Effect:
     shards_from: Transform | None = None
     """FSDP1: the full dict a correct load cuts the judged rank's local state from -> the
     full dict this torch's load cuts it from, where that differs by rank
-    (``expectation.judged_rank``); the reference shards it as it shards a correct one, and
+    (``Expectation.judged_rank``); the reference shards it as it shards a correct one, and
     ``load`` then acts on the rank's local dict."""
     stored: Transform | None = None
     """The dict a correct storage layer reads back -> what this torch's reads back (DCP's

@@ -7,14 +7,14 @@ equals the single-process one up to float rounding. Params of ignored modules ar
 exception (FSDP leaves them per rank, trained on the rank's own rows); the properties leave
 them out and say so.
 
-Under a modelled torch bug (properties/expectation.py ``expecting``) the run resumes from the
+Under a modelled torch bug (properties/expectation.py ``Expectation``) the run resumes from the
 modelled state: at the save point its optimizer loads
 ``loaded(shards_from(saved(its own state)))``, so the resumed losses, params and state are
 what the bug predicts.
 
 A modelled load that differs between the load side's ranks (``Expectation.by_rank``: e.g.
 each HYBRID_SHARD replica loads another state) cannot be resumed as one run: each load rank
-r starts from the modelled state as rank r loads it (``expectation.on_rank``; the ranks of one
+r starts from the modelled state as rank r loads it (``Expectation.on_rank``; the ranks of one
 replica of the load side's layout must start alike, or the model does not apply), ranks with
 the same start form one replica, and the resumed steps are trained as FSDP trains them (the data-
 parallel rule): rank r computes the gradient of its rows ``x[r::M]`` (M load ranks) on its
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from ..cases import FSDP2_ROUND_TRIPS, SINGLE_PROCESS, Case
-from . import expectation as expect
+from .expectation import EXACT, Expectation
 from ..zoo import (build_model, build_optimizer, build_scheduler, freeze_at_save, loss_of,
                    make_batch, scheduler_state, train_step)
 from ..zoo.models import mixed_precision_backward
@@ -93,13 +93,14 @@ def named_osd(optim: torch.optim.Optimizer, names: list[str]) -> dict:
     }
 
 
-def local_run(case: Case) -> LocalRun:
+def local_run(case: Case, exp: Expectation = EXACT) -> LocalRun:
     """Train the case's model in this process (module rules), the model of the case it runs
-    as under a modelled bug (``expectation.runs_as``); cached per case and modelled bug.
+    as under the modelled bug ``exp`` (``Expectation.runs_as``); cached per case and
+    modelled bug.
     Under a load modelled per rank whose ranks start apart, the resumed steps are trained
     one replica per distinct start; under gradients that ranks keep to themselves, every
     rank is a replica from the first step (module rules)."""
-    case, exp = expect.runs_as(case), expect.current()
+    case = exp.runs_as(case)
     if case.world_size > 1 and exp.local_grads(case):
         return _apart_run(case, exp)
     if exp.by_rank and case.resume_steps:
@@ -107,23 +108,22 @@ def local_run(case: Case) -> LocalRun:
     return _local_run(case, exp)
 
 
-def _modelled_start(exp: expect.Expectation, state: dict) -> dict:
+def _modelled_start(exp: Expectation, state: dict) -> dict:
     """The state a load leaves under ``exp`` on the judged rank, from the state saved."""
     return exp.loaded(exp.shards_from(exp.saved(state)))
 
 
 @functools.lru_cache(maxsize=16)
-def _replicas_run(case: Case, exp: expect.Expectation) -> LocalRun:
+def _replicas_run(case: Case, exp: Expectation) -> LocalRun:
     """The uninterrupted run up to the save, then each load rank resumed from the state
     ``exp`` has it load (module rules): the single run where every rank starts the same."""
     run = _local_run(case, exp)
     starts = []
     for r in range(case.dst_world_size):
-        with expect.on_rank(r):
-            starts.append(_modelled_start(exp, run.optim_at_save))
+        starts.append(_modelled_start(exp.on_rank(r), run.optim_at_save))
     distinct: list[dict] = []
     replica_of = [0] * len(starts)
-    for group in _load_replicas(case):  # one replica is one copy of the state: one start
+    for group in _load_replicas(case, exp):  # one replica is one copy of the state: one start
         st = starts[group[0]]
         apart = [r for r in group if diff_state_dicts(st, starts[r])]
         if apart:
@@ -148,17 +148,17 @@ def _replicas_run(case: Case, exp: expect.Expectation) -> LocalRun:
                     run.sched_at_save, scheduler_state(reps[0][2]), rank_ends=rank_ends)
 
 
-def _load_replicas(case: Case) -> tuple[tuple[int, ...], ...]:
+def _load_replicas(case: Case, exp: Expectation) -> tuple[tuple[int, ...], ...]:
     """The load side's replicas (its reference layout's ``replicas()``)."""
     from .layouts import fsdp2_reference_layout, reference_layout
 
-    lay = (fsdp2_reference_layout(case, load_side=True) if case.family == "fsdp2"
-           else reference_layout(case, load_side=True))
+    lay = (fsdp2_reference_layout(case, load_side=True, exp=exp) if case.family == "fsdp2"
+           else reference_layout(case, load_side=True, exp=exp))
     return lay.replicas()
 
 
 @functools.lru_cache(maxsize=16)
-def _apart_run(case: Case, exp: expect.Expectation) -> LocalRun:
+def _apart_run(case: Case, exp: Expectation) -> LocalRun:
     """The save side's ``world_size`` ranks trained apart from the first step, each keeping
     the gradients ``exp.local_grads`` names to itself (module rules); the run ends at the
     save (the resumed run of ranks that trained apart is not modelled: no end)."""
@@ -290,7 +290,7 @@ def fresh_training(case: Case):
 
 
 @functools.lru_cache(maxsize=128)
-def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
+def _local_run(case: Case, exp: Expectation) -> LocalRun:
     # one run per training: every field that does not change the single-process steps is
     # reset to what its declaration says (cases.axis: cases.SINGLE_PROCESS); the api too,
     # since mixed precision (which does change the steps) lives on the FSDP2 round trips (any
@@ -324,7 +324,7 @@ def _local_run(case: Case, exp: expect.Expectation) -> LocalRun:
 
 
 
-def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
+def continue_from(case: Case, params: dict, state: dict, exp: Expectation = EXACT) -> LocalRun:
     """The uninterrupted continuation of a given training state, in this process: the
     case's model with ``params`` (by FQN), its optimizer with ``state`` (a named optimizer
     dict, ``named_osd``'s form) and the LR scheduler, trained the case's ``resume_steps``
@@ -335,7 +335,7 @@ def continue_from(case: Case, params: dict, state: dict) -> LocalRun:
 
     ``params_at_save`` / ``optim_at_save`` are the start as given; ``losses`` are the
     resumed steps' only."""
-    sched_at_save = local_run(case).sched_at_save if case.scheduler else None
+    sched_at_save = local_run(case, exp).sched_at_save if case.scheduler else None
     model, optim, sched, names = _started(case, params, state, sched_at_save)
     losses = []
     for step in range(case.steps, case.steps + case.resume_steps):

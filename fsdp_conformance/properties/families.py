@@ -27,15 +27,15 @@ Rules
 from __future__ import annotations
 
 from .. import reference as ref
-from . import expectation as expect
+from .expectation import Expectation
 from . import fsdp2_props
 from . import reference_props
 from .family import FamilyReference
 
 
-def _fsdp1_loaded_shard(layout, full: dict, rank: int) -> dict:
-    with expect.on_rank(rank):
-        return expect.loaded(ref.shard_full(layout, expect.shards_from(full), rank))
+def _fsdp1_loaded_shard(layout, full: dict, rank: int, exp: Expectation) -> dict:
+    exp = exp.on_rank(rank)
+    return exp.loaded(ref.shard_full(layout, exp.shards_from(full), rank))
 
 
 def _fsdp1_replica(layout, rank: int) -> tuple[int, ...]:
@@ -55,10 +55,9 @@ def _fsdp1_view(d: dict, layout, rank: int) -> dict:
     return d if rank == 0 else reference_props.drop_plain(d, layout)
 
 
-def _fsdp2_loaded_shard(layout, full: dict, rank: int) -> dict:
-    with expect.on_rank(rank):  # a load effect acts on the full dict (known/model.py)
-        loaded_full = expect.loaded(full)
-    return ref.fsdp2_shard(layout, loaded_full, rank)
+def _fsdp2_loaded_shard(layout, full: dict, rank: int, exp: Expectation) -> dict:
+    # a load effect acts on the full dict (known/model.py)
+    return ref.fsdp2_shard(layout, exp.on_rank(rank).loaded(full), rank)
 
 
 def _fsdp1_flatten(layout, dicts: list, rank: int) -> dict:

@@ -32,8 +32,10 @@ class FamilyReference:
     ("" where none was)."""
     shard: Callable[[Any, dict, int], dict]
     """``shard(layout, full, rank) -> the rank's local dict``."""
-    loaded_shard: Callable[[Any, dict, int], dict]
-    """What a load of ``full`` leaves on ``rank`` as this torch is expected to (module rules)."""
+    loaded_shard: Callable[[Any, dict, int, Any], dict]
+    """``loaded_shard(layout, full, rank, exp)``: what a load of ``full`` leaves on ``rank``
+    as this torch is expected to under ``exp`` (properties/expectation.py; module rules of
+    properties/families.py)."""
     vs_reference: View
     """The part of a rank's dict compared with the reference's shard (module rules)."""
     vs_own: View

@@ -19,15 +19,18 @@ from ..cases import Case
 from .layouts import fsdp2_reference_layout
 from .run_props import assemble_sharded
 from ..sut.records import SaveRecord, error_of
+from .expectation import EXACT, Expectation
 from .flags import FlagSeen, FlagsSeen
 from .verdict import error, fail
 
 gather = ref.fsdp2_gather
 
 
-def layouts(case: Case):
-    """(save-side, load-side) ``Fsdp2Layout`` of the case."""
-    return fsdp2_reference_layout(case), fsdp2_reference_layout(case, load_side=True)
+def layouts(case: Case, exp: Expectation = EXACT):
+    """(save-side, load-side) ``Fsdp2Layout`` of the case (the case it runs as under
+    ``exp``)."""
+    return (fsdp2_reference_layout(case, exp=exp),
+            fsdp2_reference_layout(case, load_side=True, exp=exp))
 
 
 def flags_seen(full: dict, save_obs: Sequence[SaveRecord]) -> FlagsSeen:

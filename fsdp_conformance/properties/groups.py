@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..sut.records import error_of
-from . import expectation as expect
+from .expectation import EXACT, Expectation
 from .statediff import diff_state_dicts, format_diff
 from .training_state import TrainingSeen, training_problems, with_problems
 from .verdict import Verdict, error, fail, passed
@@ -74,11 +74,12 @@ def loaded_groups(load_obs: Sequence) -> list[LoadedGroups]:
 
 
 def p11_groups(full: dict, loaded: Sequence[LoadedGroups], *, at_save: dict | None = None,
-               training: TrainingSeen | None = None) -> Verdict:
-    """P11 of the saved full dict ``full`` (module rules)."""
+               training: TrainingSeen | None = None, exp: Expectation = EXACT) -> Verdict:
+    """P11 of the saved full dict ``full``, as this torch is expected to save and load under
+    ``exp`` (module rules)."""
     problems = []
     if at_save is not None:
-        diffs = diff_state_dicts(canon_groups(expect.saved(at_save))["param_groups"],
+        diffs = diff_state_dicts(canon_groups(exp.saved(at_save))["param_groups"],
                                  canon_groups(full)["param_groups"])
         if diffs:
             problems.append("saved param_groups differ from the optimizer's:\n"
@@ -88,8 +89,7 @@ def p11_groups(full: dict, loaded: Sequence[LoadedGroups], *, at_save: dict | No
         if s.got is None:
             continue
         compared += 1
-        with expect.on_rank(s.rank):
-            want = expect.loaded(full).get("param_groups", [])
+        want = exp.on_rank(s.rank).loaded(full).get("param_groups", [])
         diffs = (diff_state_dicts(want, s.got) if s.by_fqn
                  else diff_state_dicts(_hyper(want), _hyper(s.got)))
         if diffs:
@@ -104,7 +104,7 @@ def p11_groups(full: dict, loaded: Sequence[LoadedGroups], *, at_save: dict | No
         verdict = (error("load failed on every rank, so no param group after loading could "
                          "be compared: " + first.detail) if first.status == "error" else first)
         return with_problems(verdict, extra, "")  # an error or n/a: with them added
-    want = _hyper(expect.loaded(full).get("param_groups", []))
+    want = _hyper(exp.loaded(full).get("param_groups", []))
     keys = sorted({k for g in want for k in g})
     label = {s.label for s in loaded if s.label}
     verdict = passed(f"{', '.join(sorted(label)) + ': ' if label else ''}{len(want)} group(s), "

@@ -4,13 +4,13 @@ from __future__ import annotations
 from .. import reference as ref
 from ..cases import Case
 from ..zoo import build_model, model_spec
-from . import expectation as expect
+from .expectation import EXACT, Expectation
 
 
-def reference_layout(case: Case, *, load_side: bool = False):
+def reference_layout(case: Case, *, load_side: bool = False, exp: Expectation = EXACT):
     """``ModelLayout`` of the case's save side (or load side: its load world size and plan),
-    of the case it runs as under a modelled bug (``expectation.runs_as``)."""
-    case = expect.runs_as(case)
+    of the case it runs as under the modelled bug ``exp`` (``Expectation.runs_as``)."""
+    case = exp.runs_as(case)
     spec = model_spec(case.model)
     ws = case.dst_world_size if load_side else case.world_size
     plan = case.dst_plan if load_side else case.plan
@@ -21,13 +21,14 @@ def reference_layout(case: Case, *, load_side: bool = False):
                             ignored=spec.ignored)
 
 
-def fsdp2_reference_layout(case: Case, load_side: bool = False):
+def fsdp2_reference_layout(case: Case, load_side: bool = False, *,
+                           exp: Expectation = EXACT):
     """``Fsdp2Layout`` of the case under ``fully_shard`` (save side, or its load world size
-    and tensor-parallel degree). The wrapping plan does not change FSDP2's layout: every
-    param is sharded on its own."""
+    and tensor-parallel degree), of the case it runs as under ``exp``. The wrapping plan
+    does not change FSDP2's layout: every param is sharded on its own."""
     from ..sut.fsdp2 import shard_group_size
 
-    case = expect.runs_as(case)
+    case = exp.runs_as(case)
     spec = model_spec(case.model)
     ws = case.dst_world_size if load_side else case.world_size
     tp = case.tensor_parallel_of(load_side)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .. import reference as ref
-from . import expectation as expect
+from .expectation import EXACT, Expectation
 from ..sut.records import error_of
 from .family import FamilyReference
 from .statediff import diff_state_dicts, format_diff
@@ -54,8 +54,10 @@ def _where(s: LoadedState) -> str:
     return f"{s.label} on rank {s.rank}" if s.label else f"rank {s.rank} after loading"
 
 
-def p3_loaded(family: FamilyReference, layout, states: Sequence[LoadedState]) -> Verdict:
-    """P3 of ``states`` against ``family``'s reference at ``layout`` (module rules)."""
+def p3_loaded(family: FamilyReference, layout, states: Sequence[LoadedState], *,
+              exp: Expectation = EXACT) -> Verdict:
+    """P3 of ``states`` against ``family``'s reference at ``layout``, as this torch is
+    expected to load under ``exp`` (module rules)."""
     found = Findings()
     owner = family.owner(layout)
     for s in states:
@@ -69,7 +71,7 @@ def p3_loaded(family: FamilyReference, layout, states: Sequence[LoadedState]) ->
                 if got is None:  # the reference alone (module rules)
                     got = family.shard(layout, s.source, r)
                 else:
-                    want = family.loaded_shard(layout, s.source, r)
+                    want = family.loaded_shard(layout, s.source, r, exp)
                     diffs = diff_state_dicts(family.vs_reference(want, layout, r),
                                              family.vs_reference(got, layout, r), owner=owner)
                     found.compared.add((s.label, r))
@@ -94,20 +96,22 @@ def p3_loaded(family: FamilyReference, layout, states: Sequence[LoadedState]) ->
                          f"{found.ranks()} rank(s){own}", "no load ran")
 
 
-def own_expected(family: FamilyReference, layout, own: Sequence, rank: int) -> dict:
+def own_expected(family: FamilyReference, layout, own: Sequence, rank: int,
+                 exp: Expectation = EXACT) -> dict:
     """What ``rank`` should hold after loading what it saved (same world size and plan;
     ``own``: the save side's records, one per rank): its own state before the save; under a
     modelled bug (properties/expectation.py) the ranks' states are gathered by the reference,
     passed through the model and sharded again, since a bug's effect is stated on full
     dicts."""
-    if not expect.current().key:
+    if not exp.key:
         return own[rank].local
-    full = expect.round_trip(family.gather(layout, [o.local for o in own]))
-    return family.shard(layout, expect.shards_from(full), rank)
+    exp = exp.on_rank(rank)
+    full = exp.round_trip(family.gather(layout, [o.local for o in own]))
+    return family.shard(layout, exp.shards_from(full), rank)
 
 
 def run_states(family: FamilyReference, layout, full: dict, load_obs: Sequence,
-               own: Sequence | None = None) -> list[LoadedState]:
+               own: Sequence | None = None, exp: Expectation = EXACT) -> list[LoadedState]:
     """The ``LoadedState`` of every rank of a round trip's load side (``load_obs``:
     ``sut.records.LoadRecord`` per rank) that loaded ``full``; ``own``: the save side's
     records where the load is at the save's world size and plan."""
@@ -120,7 +124,6 @@ def run_states(family: FamilyReference, layout, full: dict, load_obs: Sequence,
             continue
         mine = None
         if own is not None:
-            with expect.on_rank(o.rank):
-                mine = own_expected(family, layout, own, o.rank)
+            mine = own_expected(family, layout, own, o.rank, exp)
         out.append(LoadedState(rank=o.rank, got=o.loaded, source=full, own=mine))
     return out

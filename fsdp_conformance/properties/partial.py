@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 from .. import reference as ref
 from ..cases import Case
 from ..sut.records import error_of
-from . import expectation as expect
+from .expectation import EXACT, Expectation
 from .verdict import Verdict, error, fail, na, passed
 
 
@@ -43,7 +43,8 @@ def has_partial_state(case: Case, layout, local) -> bool:
 
 
 def p10_partial(case: Case, *, layout, dst, full: dict | None, loaded: Sequence[dict] | None,
-                local, gather: Callable[[Any, list], dict]) -> Verdict:
+                local, gather: Callable[[Any, list], dict],
+                exp: Expectation = EXACT) -> Verdict:
     """P10 (module rules). ``loaded``: every load rank's local dict, None where some rank's
     load raised; ``gather``: the family's gather of ``dst``'s local dicts."""
     if not has_partial_state(case, layout, local):
@@ -53,8 +54,8 @@ def p10_partial(case: Case, *, layout, dst, full: dict | None, loaded: Sequence[
     def shape_of(d):
         return {k: sorted(v) for k, v in d["state"].items() if k not in skip}
 
-    want = shape_of(expect.saved(local.optim_at_save))
-    want_back = shape_of(expect.round_trip(local.optim_at_save))
+    want = shape_of(exp.saved(local.optim_at_save))
+    want_back = shape_of(exp.round_trip(local.optim_at_save))
     problems = []
     if full is not None and shape_of(full) != want:
         problems.append(f"saved dict: params/state names {shape_of(full)}, single-process run "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from . import expectation as expect
+from .expectation import EXACT, Expectation
 from .flatten import ShardedRank
 from .loaded import LoadedState
 from .saved import SavedDict
@@ -123,7 +123,7 @@ FROM_RANK0 = ("scatter_legacy",)
 
 def loaded_states(full: dict | Sequence[dict], observations: Sequence[dict],
                   paths: Sequence[str] = ("shard_legacy", "scatter_legacy", "to_load"),
-                  own_locals: bool = True) -> list:
+                  own_locals: bool = True, exp: Expectation = EXACT) -> list:
     """What P3 (properties/loaded.py, with ``families.FSDP1``) judges of the differential
     observations: every load path on every rank, having loaded ``full`` (the dict every rank
     loaded, or one per rank: each rank loads its own full dict, except through the paths
@@ -139,7 +139,7 @@ def loaded_states(full: dict | Sequence[dict], observations: Sequence[dict],
             src = full[0] if path in FROM_RANK0 and not isinstance(full, dict) else mine
             out.append(LoadedState(rank=r, label=path, got=got, problem=v, source=src))
         if own_locals and "local" in obs:
-            out.append(LoadedState(rank=r, source=mine, own=expect.loaded(obs["local"])))
+            out.append(LoadedState(rank=r, source=mine, own=exp.loaded(obs["local"])))
     return out
 
 
@@ -166,7 +166,7 @@ def sharded_to_flat_offsets(sharded_state: dict) -> dict:
     return out
 
 
-def flat_ranks(observations: Sequence[dict]) -> list[ShardedRank]:
+def flat_ranks(observations: Sequence[dict], exp: Expectation = EXACT) -> list[ShardedRank]:
     """What P4 (properties/flatten.py, with ``families.FSDP1``) judges of the differential
     observations: every rank's ShardedTensor dict (``sharded_legacy``) against the rank's
     local state (as a load leaves it: flattening is what a load does, see
@@ -190,6 +190,6 @@ def flat_ranks(observations: Sequence[dict]) -> list[ShardedRank]:
         got, tv = path_value(obs, "flatten_legacy")
         out.append(ShardedRank(rank=r, sharded={"state": pieces,
                                                 "param_groups": sharded["param_groups"]},
-                               flat=expect.loaded(obs["local"]), torch_flat=got,
+                               flat=exp.loaded(obs["local"]), torch_flat=got,
                                torch_problem=tv, torch_label="flatten_sharded_optim_state_dict"))
     return out

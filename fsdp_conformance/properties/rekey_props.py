@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 from .. import reference as ref
 from ..cases import Case
-from . import expectation as expect
+from .expectation import EXACT, Expectation
 from .statediff import diff_state_dicts, format_diff
 from ..sut.rekey import (plain_model, plain_optimizer, plain_optimizer_for,
                          uses_model_order)
@@ -116,7 +116,7 @@ class _Checks:
         return passed(f"{self.count} comparisons bitwise equal ({summary})")
 
 
-def _to_plain(seen: ToPlain, checks: _Checks) -> str:
+def _to_plain(seen: ToPlain, checks: _Checks, exp: Expectation) -> str:
     """FSDP -> plain (module rules); returns what a pass names."""
     r, model, optim = seen.rank, seen.model, seen.optim
     full, why = _value(seen.full, "the full dict", r)
@@ -147,7 +147,7 @@ def _to_plain(seen: ToPlain, checks: _Checks) -> str:
         checks.errors.append(why)
         return "rekey to PARAM_ID unavailable"
     checks.same("rekey_optim_state_dict(PARAM_ID) differs from reference.rekey_to_ids",
-                canon_groups(expect.rekeyed(correct)), canon_groups(ids))
+                canon_groups(exp.rekeyed(correct)), canon_groups(ids))
     loaded = None
     if seen.loaded is None:
         try:
@@ -164,7 +164,7 @@ def _to_plain(seen: ToPlain, checks: _Checks) -> str:
     if loaded is not None:
         checks.same("the unwrapped optimizer's state_dict() after loading the PARAM_ID dict "
                     "differs from reference.rekey_to_ids",
-                    canon_groups(expect.optim_loaded(correct)), canon_groups(loaded))
+                    canon_groups(exp.optim_loaded(correct)), canon_groups(loaded))
     names, why = _value(seen.names, "rekey back to PARAM_NAME", r)
     if isinstance(seen.names, dict) and "error" in seen.names:
         checks.problems.append(f"rekey back to PARAM_NAME raised:\n{seen.names['error']}")
@@ -255,16 +255,18 @@ def to_plain(case: Case, obs0: dict) -> ToPlain:
 
 
 def p5_rekey(case: Case, *, to_plain: ToPlain | None = None,
-             from_plain: Sequence[dict] = (), shard: bool = True) -> Verdict:
+             from_plain: Sequence[dict] = (), shard: bool = True,
+             exp: Expectation = EXACT) -> Verdict:
     """P5 of what torch did in the uses observed (module rules): ``to_plain`` (FSDP ->
     plain), ``from_plain`` (plain -> FSDP, every rank's record; ``shard``: with
-    ``shard_full_optim_state_dict`` of the name-keyed dict)."""
+    ``shard_full_optim_state_dict`` of the name-keyed dict), as this torch is expected to
+    rekey and load under ``exp``."""
     if to_plain is None and not from_plain:
         return na("no observations")
     checks = _Checks()
     seen = []
     if to_plain is not None:
-        seen.append(f"FSDP -> plain: {_to_plain(to_plain, checks)}")
+        seen.append(f"FSDP -> plain: {_to_plain(to_plain, checks, exp)}")
     if from_plain:
         _plain_to_fsdp(case, from_plain, checks)
         seen.append(f"plain -> FSDP on {len(from_plain)} rank(s)")
@@ -274,7 +276,7 @@ def p5_rekey(case: Case, *, to_plain: ToPlain | None = None,
     names, why = _value(from_plain[0].get("b_names"), "b_names", from_plain[0]["rank"])
     if why:
         return error(why)
-    layout = reference_layout(case)
+    layout = reference_layout(case, exp=exp)
     split = split_flat_units(layout, names)
     if split:
         return passed(verdict.detail + "; shard of the rekeyed plain dict not checked: the plain "
@@ -282,7 +284,7 @@ def p5_rekey(case: Case, *, to_plain: ToPlain | None = None,
                       "use_orig_params=False cannot load (torch lists the flat param in each of "
                       "those groups; the reference raises)")
     shard_v = p3_loaded(FSDP1, layout, loaded_states(names, from_plain, paths=("b_shard",),
-                                                     own_locals=False))
+                                                     own_locals=False), exp=exp)
     if shard_v.status != "pass":
         return Verdict(shard_v.status, "shard_full_optim_state_dict of the rekeyed plain dict: "
                        + shard_v.detail)

@@ -21,7 +21,7 @@ from .baseline import local_run
 from ..sut.registry import DCP_DIR, api_path
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..zoo import model_spec
-from . import expectation as expect
+from .expectation import EXACT, Expectation
 from . import run_props as rp
 from .precision import judged_dtype, own_mp_of, with_precision
 from .training_state import TrainingSeen
@@ -56,6 +56,8 @@ class FamilyRefs:
     family: FamilyReference
     """The family's reference (properties/families.py): what P3 (properties/loaded.py)
     judges with."""
+    exp: Expectation = EXACT
+    """The expectation judged against (properties/expectation.py)."""
 
     @property
     def gather(self) -> Callable[..., dict]:
@@ -76,25 +78,26 @@ class FamilyRefs:
         """P1 of the full dict ``full`` a round trip's path ``api`` saved (rank 0's, or
         the ranks' shards assembled) against the gather of the save side's local dicts."""
         return p1_saved(self.family, self.layout, [o.local for o in save_obs],
-                        [SavedDict(rank=0, label=api, got=full)])
+                        [SavedDict(rank=0, label=api, got=full)], exp=self.exp)
 
     def p3(self, full: dict, load_obs, own=None) -> Verdict:
         """P3 of a round trip's load side that loaded ``full`` (``own``: the save side's
         records where the load is at the save's world size and plan)."""
         return p3_loaded(self.family, self.dst,
-                         run_states(self.family, self.dst, full, load_obs, own=own))
+                         run_states(self.family, self.dst, full, load_obs, own=own,
+                                    exp=self.exp), exp=self.exp)
 
 
-def family_refs(case: Case) -> FamilyRefs:
+def family_refs(case: Case, exp: Expectation = EXACT) -> FamilyRefs:
     """The references of the case's FSDP family (``fsdp2_run_props`` for ``fully_shard``,
-    ``run_props`` for FSDP1)."""
+    ``run_props`` for FSDP1), of the case it runs as under ``exp``."""
     if case.family == "fsdp2":
         from . import fsdp2_run_props as f2
 
-        layout, dst = f2.layouts(case)
-        return FamilyRefs(layout=layout, dst=dst, family=FSDP2)
-    return FamilyRefs(layout=reference_layout(case), dst=reference_layout(case, load_side=True),
-                      family=FSDP1)
+        layout, dst = f2.layouts(case, exp)
+        return FamilyRefs(layout=layout, dst=dst, family=FSDP2, exp=exp)
+    return FamilyRefs(layout=reference_layout(case, exp=exp),
+                      dst=reference_layout(case, load_side=True, exp=exp), family=FSDP1, exp=exp)
 
 
 def _read_dcp(path: Path, app_state: bool = False) -> dict | None:
@@ -125,24 +128,19 @@ def _nested(flat: dict, full: dict) -> dict:
 
 
 def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
-                        workdir: Path) -> dict[str, Verdict]:
+                        workdir: Path, *, exp: Expectation = EXACT) -> dict[str, Verdict]:
     """P0-P11 of a round-trip case from what the save and load ranks recorded (``workdir``:
-    the case's files, for P8's DCP read-back), with that evidence in force for the effects
-    that need it (``expectation.observing``)."""
-    with expect.observing(save_obs=save_obs, workdir=workdir):
-        return _round_trip_verdicts(case, save_obs, load_obs, workdir)
-
-
-def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
-                         workdir: Path) -> dict[str, Verdict]:
+    the case's files, for P8's DCP read-back), against ``exp`` with that evidence bound for
+    the effects that need it (``Expectation.observing``)."""
+    exp = exp.observing(save_obs=save_obs, workdir=workdir)
     api = case.api
     v: dict[str, Verdict] = {}
     ordered = case.groups == 1  # several groups: the optimizer's order is the groups' order
-    refs = family_refs(case)
+    refs = family_refs(case, exp)
     layout, dst, gather = refs.layout, refs.dst, refs.gather
     v["P0"] = refs.p0(save_obs, load_obs, ordered)
     full, bad = rp.to_full(api, save_obs)
-    local = local_run(case)
+    local = local_run(case, exp)
     if full is None:
         for p in ("P1", "P2", "P3", "P4", "P6", "P7", "P8", "P9", "P10", "P11"):
             v[p] = bad
@@ -155,7 +153,7 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
         mp = own_mp_of(save_obs)
         dt, _ = judged_dtype(case, mp)
         v["P2"] = na(why) if why else with_precision(
-            case, rp.p2_trained(layout, [full], local, dt), always=False, own_mp=mp)
+            case, rp.p2_trained(layout, [full], local, dt, exp=exp), always=False, own_mp=mp)
         same = case.loads_where_saved
         v["P3"] = refs.p3(full, load_obs, own=save_obs if same else None)
         why_flat = rp.no_flatten(api)
@@ -171,12 +169,13 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
                 + " restored")
         v["P6"] = rp.p6_resume(
             dst, load_obs, local, dt, gather=gather, resume_steps=case.resume_steps, case=case,
-            start=rp.save_point(layout, save_obs, gather) if dt == "bf16" and not why else None,
-            unmatched=why, own_mp=mp, always_precise=False,
+            start=rp.save_point(layout, save_obs, gather, exp=exp)
+            if dt == "bf16" and not why else None, unmatched=why, own_mp=mp,
+            always_precise=False, exp=exp,
             scheduler=None if training is None else "the scheduler after resuming as uninterrupted")
         if load_error is None:
             pairs, summary = rp.resaved_pairs(api, full, load_obs, case.plan == case.dst_plan,
-                                              dst.shard_groups())
+                                              dst.shard_groups(), exp=exp)
             v["P7"] = p7_idempotent(pairs, summary=summary)
         else:
             v["P7"] = error("load failed: " + load_error)
@@ -184,20 +183,21 @@ def _round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[
             if api_path(api).writes == "dcp" else None
         if dcp_full is not None and case.flatten_optimizer_state_dict:
             dcp_full = _nested(dcp_full, full)
-        v["P8"] = rp.p8_serialise(api, save_obs, load_obs, full, dcp_full)
+        v["P8"] = rp.p8_serialise(api, save_obs, load_obs, full, dcp_full, exp=exp)
         from . import fsdp2_run_props as f2
 
         rec = api_path(api)
         v["P9"] = p9_flags(f2.flags_seen(full, save_obs) if rec.family == "fsdp2" and not rec.full
-                           else rp.flags_seen(layout, api, save_obs))
+                           else rp.flags_seen(layout, api, save_obs, exp=exp))
         v["P10"] = p10_partial(case, layout=layout, dst=dst, full=full,
-                               loaded=loaded_dicts(load_obs), local=local, gather=gather)
+                               loaded=loaded_dicts(load_obs), local=local, gather=gather,
+                               exp=exp)
         v["P11"] = p11_groups(full, loaded_groups(load_obs), at_save=local.optim_at_save,
-                              training=training)
+                              training=training, exp=exp)
     if not api_path(api).rekeys:
         v["P5"] = na(NO_REKEY)
     elif full is None:
         v["P5"] = bad
     else:
-        v["P5"] = p5_rekey(case, to_plain=rp.rekey_seen(case, full, load_obs))
+        v["P5"] = p5_rekey(case, to_plain=rp.rekey_seen(case, full, load_obs), exp=exp)
     return {p: v[p] for p in ROUND_TRIP}

@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from .. import reference as ref
-from . import expectation as expect
+from .expectation import EXACT, Expectation
 from .statediff import STEP_KEY, diff_state_dicts, format_diff
 from .baseline import LocalRun, continue_from
 from ..sut.registry import PATH_NAMES, api_path, family_of, sharded_paths
@@ -175,19 +175,21 @@ def _without(d: dict, fqns: set[str]) -> dict:
 
 
 
-def p2_trained(layout, fulls: Sequence[dict], local: LocalRun, dtype: str) -> Verdict:
+def p2_trained(layout, fulls: Sequence[dict], local: LocalRun, dtype: str, *,
+               exp: Expectation = EXACT) -> Verdict:
     """P2: the full dict each rank saved (``fulls[r]``; a run's path: rank 0's only) ~= the
     single-process optimizer state after the same steps, of that rank (the ranks differ only
     under a modelled bug that trains them apart, ``LocalRun.save_of``), within the dtype's
     tolerance (bfloat16: the relative L2 error per tensor). Params of ignored modules are left
     out (FSDP trains them per rank). One dict: its verdict; several: every rank that differs,
-    named; a save that raised is an error."""
+    named; a save that raised is an error. ``exp``: the save as this torch is expected to
+    make it."""
     verdicts = []
     for r, full in enumerate(fulls):
         e = error_of(full)
         if e:
             return error(f"torch raised in the save on rank {r}:\n{e}")
-        verdicts.append(_within_tolerance(layout, full, local, dtype, r))
+        verdicts.append(_within_tolerance(layout, full, local, dtype, r, exp))
     if len(verdicts) == 1:
         return verdicts[0]
     problems = [f"rank {r}: {v.detail}" for r, v in enumerate(verdicts) if v.status != "pass"]
@@ -195,12 +197,13 @@ def p2_trained(layout, fulls: Sequence[dict], local: LocalRun, dtype: str) -> Ve
         passed(f"{len(fulls)} rank(s) within the tolerance of the single-process run")
 
 
-def _within_tolerance(layout, full: dict, local: LocalRun, dtype: str, rank: int) -> Verdict:
+def _within_tolerance(layout, full: dict, local: LocalRun, dtype: str, rank: int,
+                      exp: Expectation) -> Verdict:
     """One rank's full dict against its single-process state, within the tolerance (the
     body of ``p2_trained``)."""
     rtol, atol = TOLERANCES[dtype]
     skip = _plain(layout)
-    want = canon_groups(_without(expect.saved(local.save_of(rank)), skip))
+    want = canon_groups(_without(exp.saved(local.save_of(rank)), skip))
     if dtype == "bf16":
         bad = _norm_diffs(want, canon_groups(_without(full, skip)), BF16_STATE_NORM_RTOL)
         if bad:
@@ -249,8 +252,8 @@ def flat_ranks(load_obs: Sequence[LoadRecord]) -> list[ShardedRank]:
     return out
 
 
-def save_point(layout, save_obs: Sequence[SaveRecord],
-               gather=ref.gather_full) -> tuple[dict, dict] | str:
+def save_point(layout, save_obs: Sequence[SaveRecord], gather=ref.gather_full, *,
+               exp: Expectation = EXACT) -> tuple[dict, dict] | str:
     """FSDP's own training state at the save, for bfloat16's P6: (rank 0's unsharded params,
     the reference gather of every rank's own optimizer state, passed through the modelled
     bug as a save and a load would), or why it cannot be had."""
@@ -260,7 +263,7 @@ def save_point(layout, save_obs: Sequence[SaveRecord],
         state = gather(layout, [o.local for o in save_obs])
     except ref.StateDictMismatch as exc:
         return f"reference.{gather.__name__} rejected the save side's local dicts: {exc}"
-    return save_obs[0].params, expect.round_trip(state)
+    return save_obs[0].params, exp.round_trip(state)
 
 
 def _update_diffs(start: dict, want: dict, got: dict) -> tuple[float, list[str]]:
@@ -287,17 +290,18 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
               gather=ref.gather_full, *, resume_steps: int, case=None,
               start: tuple[dict, dict] | str | None = None, unmatched: str = "",
               own_mp: str = "", always_precise: bool = True,
-              scheduler: str | None = None) -> Verdict:
+              scheduler: str | None = None, exp: Expectation = EXACT) -> Verdict:
     """P6: resumed training (params, losses, optimizer state) ~= the uninterrupted run
     (``_resumed_training``), at the precision it is judged at (``precision.with_precision``
     of ``case``, ``own_mp``; ``always_precise`` False: only where the judged dtype is not the
     case's own), and, where the path checkpoints the scheduler (``scheduler``: what a pass
     adds that held), the scheduler after resuming == the uninterrupted run's
     (``training_state.resumed_problems``, added to any verdict). ``unmatched``: why no
-    single-process run can match (ignored modules): n/a, the scheduler still judged."""
+    single-process run can match (ignored modules): n/a, the scheduler still judged.
+    ``exp``: the bug modelled (the bfloat16 continuation starts from its modelled state)."""
     verdict = na(unmatched) if unmatched else with_precision(case, _resumed_training(
         dst_layout, load_obs, local, dtype, gather, resume_steps=resume_steps, case=case,
-        start=start), always=always_precise, own_mp=own_mp)
+        start=start, exp=exp), always=always_precise, own_mp=own_mp)
     if scheduler is None:
         return verdict
     return with_problems(verdict, resumed_problems(load_obs, local), scheduler)
@@ -305,7 +309,8 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
 
 def _resumed_training(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype: str,
                       gather, *, resume_steps: int, case=None,
-                      start: tuple[dict, dict] | str | None = None) -> Verdict:
+                      start: tuple[dict, dict] | str | None = None,
+                      exp: Expectation = EXACT) -> Verdict:
     """Resumed training (params, losses, optimizer state) ~= the uninterrupted run
     (``gather``: the reference gather of the load side's layout; FSDP2: ``fsdp2_gather``).
     The params and the state are judged for every replica of the load side (``replicas()``:
@@ -335,7 +340,7 @@ def _resumed_training(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRu
         if not isinstance(start, tuple) or case is None:
             return error(f"bfloat16's P6 needs FSDP's own state at the save: "
                          f"{start or 'not given'}")
-        local = continue_from(case, *start)
+        local = continue_from(case, *start, exp=exp)
     want_p = {k: v for k, v in local.end_of(0)[0].items() if k not in skip}
     got_p = {k: v for k, v in o0.final_params.items() if k not in skip}
     if dtype == "bf16":
@@ -406,7 +411,8 @@ def _resumed_training(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRu
 
 
 def resaved_pairs(api: str, full: dict, load_obs: Sequence[LoadRecord], same_plan: bool,
-                  groups: Sequence[Sequence[int]] = ()) -> tuple[list[SameState], str]:
+                  groups: Sequence[Sequence[int]] = (), *,
+                  exp: Expectation = EXACT) -> tuple[list[SameState], str]:
     """What P7 (properties/idempotent.py) judges of a round trip, and how a pass reads: the
     dict saved again right after the load against the one saved, as the modelled save and
     load leave it (under another wrapping plan the order of FQNs inside a param group
@@ -415,7 +421,7 @@ def resaved_pairs(api: str, full: dict, load_obs: Sequence[LoadRecord], same_pla
     A sharded path's re-save is assembled from each shard group's ranks (``groups``, the
     load side's ``shard_groups()``: one per HYBRID_SHARD replica, one per rank under NO_SHARD
     with original params) and each group's is judged on its own, as its first rank holds it
-    (a load effect that differs between groups, ``expectation.judged_rank``): replicas that
+    (a load effect that differs between groups, ``Expectation.judged_rank``): replicas that
     disagree fail, naming the group. A full path's re-save is rank 0's."""
     sets = [list(g) for g in groups] if api in SHARDED_PATHS and groups else \
         [[o.rank for o in load_obs]]
@@ -425,8 +431,8 @@ def resaved_pairs(api: str, full: dict, load_obs: Sequence[LoadRecord], same_pla
         if v is not None:
             pairs.append(SameState(problem=v))
             break
-        with expect.on_rank(ranks[0]):
-            want = expect.saved(expect.loaded(expect.shards_from(full)))
+        on_first = exp.on_rank(ranks[0])
+        want = on_first.saved(on_first.loaded(on_first.shards_from(full)))
         if not same_plan:
             want, again = canon_groups(want), canon_groups(again)
         who = f" (the replica on ranks {ranks})" if len(sets) > 1 else ""
@@ -437,7 +443,7 @@ def resaved_pairs(api: str, full: dict, load_obs: Sequence[LoadRecord], same_pla
 
 
 def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[LoadRecord],
-                 full: dict, dcp_full: dict | None) -> Verdict:
+                 full: dict, dcp_full: dict | None, *, exp: Expectation = EXACT) -> Verdict:
     """What was written reads back bitwise: ``torch.load(weights_only=True)`` for files,
     DCP for DCP directories."""
     notes = [o.weights_only_refused for o in load_obs if o.weights_only_refused]
@@ -447,7 +453,7 @@ def p8_serialise(api: str, save_obs: Sequence[SaveRecord], load_obs: Sequence[Lo
     if api in PATH_NAMES and api_path(api).writes == "dcp":
         if dcp_full is None:
             return error("the DCP directory could not be read back on the controller")
-        diffs = diff_state_dicts(expect.stored(full), dcp_full)
+        diffs = diff_state_dicts(exp.stored(full), dcp_full)
         return fail("DCP round trip changed the state:\n" + format_diff(diffs)) if diffs else \
             passed("DCP directory reads back bitwise")
     if per_rank:  # one file per rank, read back by the same rank
@@ -481,7 +487,8 @@ ON_CPU = ("offload_to_cpu: not observable on CPU (every tensor is on the CPU whe
           "works or not)")
 
 
-def flags_seen(layout, api: str, save_obs: Sequence[SaveRecord]) -> FlagsSeen:
+def flags_seen(layout, api: str, save_obs: Sequence[SaveRecord], *,
+               exp: Expectation = EXACT) -> FlagsSeen:
     """What P9 (properties/flags.py) judges of an FSDP1 path's save:
     rank0_only: other ranks get ``{}`` and rank 0 equals the all-ranks result (under a
     modelled bug, as its save leaves it); offload_to_cpu: every saved tensor is on CPU
@@ -508,7 +515,7 @@ def flags_seen(layout, api: str, save_obs: Sequence[SaveRecord]) -> FlagsSeen:
         if not any(s.problem for s in seen):
             # rank0_only=True saves what rank0_only=False returns (a modelled bug: its effect)
             seen.append(FlagSeen(what="rank 0: rank0_only=True differs from rank0_only=False",
-                                 want=expect.saved(save_obs[0].all_ranks), got=save_obs[0].saved))
+                                 want=exp.saved(save_obs[0].all_ranks), got=save_obs[0].saved))
             for o in save_obs[1:]:
                 mine, theirs = comparable(save_obs[0].all_ranks, o.all_ranks, layout, o.rank)
                 seen.append(FlagSeen(what=f"rank {o.rank}: rank0_only=False differs from rank 0's",

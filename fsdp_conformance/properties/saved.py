@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .. import reference as ref
-from . import expectation as expect
+from .expectation import EXACT, Expectation
 from .family import FamilyReference
 from .statediff import diff_state_dicts, format_diff
 from .verdict import Findings, Verdict, error
@@ -88,7 +88,7 @@ def _with_own_plain(want: dict, local: dict, layout) -> dict:
 
 
 def p1_saved(family: FamilyReference, layout, local_dicts: Sequence[dict],
-             saves: Sequence[SavedDict]) -> Verdict:
+             saves: Sequence[SavedDict], *, exp: Expectation = EXACT) -> Verdict:
     """P1 of ``saves`` against ``family``'s gather of ``local_dicts`` (one per rank, in rank
     order) at ``layout`` (module rules)."""
     wants: dict[int, dict] = {}
@@ -107,7 +107,7 @@ def p1_saved(family: FamilyReference, layout, local_dicts: Sequence[dict],
             continue
         if r not in wants:
             try:
-                wants[r] = expect.saved(family.gather_replica(layout, local_dicts, r))
+                wants[r] = exp.saved(family.gather_replica(layout, local_dicts, r))
             except ref.StateDictMismatch as exc:
                 return error(f"{family.gather_name} rejected torch's local dicts"
                              f"{family.replica_note(layout, r)}: {exc}")

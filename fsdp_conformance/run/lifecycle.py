@@ -43,6 +43,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from ..cases import Case
 from ..properties.catalogue import PROPS
+from ..properties.expectation import Expectation
 from ..properties.verdict import Verdict, error, na, suite_error
 from ..report.result import CaseResult
 from ..options import RunOptions
@@ -72,9 +73,10 @@ class Outcome:
     """Verdict of each property the kind decides (``CaseKind.decides``)."""
     measurements: Mapping[str, dict] = field(default_factory=dict)
     """A bounds case's measurements ({phase: measurement}); empty for other kinds."""
-    judge: Callable[[], Mapping[str, Verdict]] | None = None
-    """The kind's judge: its verdicts computed again from what its ranks recorded. The
-    lifecycle calls it under each applicable known bug's ``Effect`` model
+    judge: Callable[[Expectation], Mapping[str, Verdict]] | None = None
+    """The kind's judge: its verdicts computed again from what its ranks recorded, against
+    the expectation it is given. The lifecycle gives it each applicable known bug's
+    ``Effect`` model
     (``known.apply.rejudge``) and checks the known limitations against those verdicts, in
     one place for every kind; None where nothing can be judged again."""
     died: str = ""

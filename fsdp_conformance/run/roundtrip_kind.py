@@ -17,6 +17,7 @@ import shutil
 
 from ..cases import Case
 from ..properties.catalogue import NO_REKEY, ONLY_BOUNDS, ONLY_FAULT, ONLY_GOLDEN, PROPS
+from ..properties.expectation import EXACT, Expectation
 from ..properties.roundtrip import ROUND_TRIP, round_trip_verdicts
 from ..properties.verdict import Verdict, error, na
 from ..sut.records import error_of
@@ -71,11 +72,11 @@ class RoundTripKind:
         load_obs = step.on_pool("load side", case.dst_world_size, path.load_side,
                                 workdir=savedir)
         step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
-        def judge() -> dict[str, Verdict]:
-            v = round_trip_verdicts(case, save_obs, load_obs, savedir)
+        def judge(exp: Expectation) -> dict[str, Verdict]:
+            v = round_trip_verdicts(case, save_obs, load_obs, savedir, exp=exp)
             return {p: v[p] for p in self.decides(case)}
 
-        verdicts = judge()
+        verdicts = judge(EXACT)
         return Outcome(verdicts=verdicts, judge=judge)
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..cases import Case
 from ..harness.errors import RankDied, RankError
 from ..known.apply import recognise
+from ..properties.expectation import EXACT, Expectation
 from ..properties.verdict import Verdict, fail
 from ..run.lifecycle import Outcome, Step, StepFailed, all_props
 from ..run.roundtrip_kind import RoundTripKind
@@ -58,11 +59,11 @@ class UserModelKind(RoundTripKind):
         load_obs = step.on_pool("load side", case.dst_world_size, rank_load,
                                 before=(self.user, None))
         step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
-        def judge() -> dict[str, Verdict]:
-            v = evaluate_user(case, save_obs, load_obs, step.workdir)
+        def judge(exp: Expectation) -> dict[str, Verdict]:
+            v = evaluate_user(case, save_obs, load_obs, step.workdir, exp=exp)
             return {p: v[p] for p in self.decides(case)}
 
-        verdicts = judge()
+        verdicts = judge(EXACT)
         return Outcome(verdicts=verdicts, judge=judge)
 
     def known_case(self, case: Case) -> Case:
@@ -138,13 +139,14 @@ class CustomPathKind:
         saves = [SaveRecord(**o) for o in save_obs]
         loads = None if load_obs is None else [LoadRecord(**o) for o in load_obs]
 
-        def judge() -> dict[str, Verdict]:
-            v = evaluate_custom(case, saves, loads, errors, app_state=self.custom.app_state)
+        def judge(exp: Expectation) -> dict[str, Verdict]:
+            v = evaluate_custom(case, saves, loads, errors, app_state=self.custom.app_state,
+                                exp=exp)
             return {p: v[p] for p in self.decides(case)}
 
         # known torch limitations, recognised in the user's code by their exact effect
         return Outcome(verdicts=recognise(known_view(case, self.user), _paths_first(case.family),
-                                          judge(), judge),
+                                          judge(EXACT), judge),
                        died=next((d for d in died if d), ""))
 
 

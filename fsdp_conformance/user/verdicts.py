@@ -30,7 +30,7 @@ from .diagnosis import likely_causes, with_causes
 from ..cases import Case
 from ..properties.fault_props import exception_line
 from ..properties.baseline import local_run
-from ..properties import expectation as expect
+from ..properties.expectation import EXACT, Expectation
 from ..properties import run_props as rp
 from ..properties.precision import judged_dtype, own_mp_of, with_precision
 from ..properties.groups import loaded_groups, p11_groups
@@ -162,17 +162,18 @@ def _pending_saves(save_obs: Sequence[SaveRecord]) -> list[str]:
 
 
 def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord] | None,
-                    errors: dict | None = None, app_state: bool = False) -> dict[str, Verdict]:
-    """Every property of a custom-path round trip (module docstring). ``errors``: the
-    RankError of a stage ("save", "load", "resume", "again"), if it raised; ``load_obs``
-    is None when the load side never ran. ``app_state``: the user's functions checkpoint
-    the training state (step and scheduler judged too)."""
+                    errors: dict | None = None, app_state: bool = False, *,
+                    exp: Expectation = EXACT) -> dict[str, Verdict]:
+    """Every property of a custom-path round trip (module docstring), against ``exp``.
+    ``errors``: the RankError of a stage ("save", "load", "resume", "again"), if it raised;
+    ``load_obs`` is None when the load side never ran. ``app_state``: the user's functions
+    checkpoint the training state (step and scheduler judged too)."""
     errors = errors or {}
-    refs = family_refs(case)
+    refs = family_refs(case, exp)
     layout, dst, gather = refs.layout, refs.dst, refs.gather
     v: dict[str, Verdict] = {"P0": refs.p0(save_obs, load_obs, case.groups == 1)}
     v.update(custom_undecided())
-    local = local_run(case)
+    local = local_run(case, exp)
     try:
         full = gather(layout, [o.local for o in save_obs])
     except ref.StateDictMismatch as exc:
@@ -183,9 +184,9 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
            f"single-process run can match") if ignored else ""
     mp = own_mp_of(save_obs)
     dt, _ = judged_dtype(case, mp)
-    with expect.expecting(expect.EXACT):  # the state in memory: no save went through torch
-        v["P2"] = na(why) if why else with_precision(
-            case, rp.p2_trained(layout, [full], local, dt), own_mp=mp)
+    # P2: the state in memory, no save went through torch (EXACT)
+    v["P2"] = na(why) if why else with_precision(
+        case, rp.p2_trained(layout, [full], local, dt, exp=EXACT), own_mp=mp)
     for stage, what in (("save", "the save function"), ("load", "the load function")):
         if errors.get(stage) is not None:
             detail = f"{what} raised:\n" + rank_error_text(errors[stage])
@@ -195,7 +196,7 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     same = case.loads_where_saved
     # what a save would have written: the state at the save (under a modelled bug, as that
     # bug's save writes it; the identity otherwise)
-    written = expect.saved(full)
+    written = exp.saved(full)
     v["P3"] = refs.p3(written, load_obs, own=save_obs if same else None)
     if errors.get("resume") is not None:
         v["P6"] = fail("training after the load raised (the loaded state cannot be trained "
@@ -203,8 +204,8 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     else:
         v["P6"] = rp.p6_resume(
             dst, load_obs, local, dt, gather=gather, resume_steps=case.resume_steps, case=case,
-            start=rp.save_point(layout, save_obs, gather) if dt == "bf16" and not why else None,
-            unmatched=why, own_mp=mp, scheduler=(
+            start=rp.save_point(layout, save_obs, gather, exp=exp)
+            if dt == "bf16" and not why else None, unmatched=why, own_mp=mp, exp=exp, scheduler=(
                 "the scheduler after resuming as in the uninterrupted run"
                 if app_state and local.sched_at_end is not None else None))
     pairs, raised = _around_calls(save_obs, load_obs, errors.get("again"))
@@ -212,8 +213,8 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
         "the save leaves the state unchanged; load -> save -> load bitwise the same")),
         _pending_saves(save_obs), "the save was complete when save_fn returned")
     v["P10"] = p10_partial(case, layout=layout, dst=dst, full=None,
-                           loaded=loaded_dicts(load_obs), local=local, gather=gather)
-    v["P11"] = p11_groups(written, loaded_groups(load_obs), at_save=local.optim_at_save,
+                           loaded=loaded_dicts(load_obs), local=local, gather=gather, exp=exp)
+    v["P11"] = p11_groups(written, loaded_groups(load_obs), at_save=local.optim_at_save, exp=exp,
                           training=TrainingSeen(
                               save_obs=save_obs, load_obs=load_obs, local=local, step=case.steps,
                               held=f"step {case.steps} and the scheduler restored")
@@ -233,10 +234,10 @@ def _causes(case: Case, save_obs, load_obs, app_state: bool) -> list[str]:
 
 
 def evaluate_user(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
-                  workdir: Path) -> dict[str, Verdict]:
-    """A built-in path with a user model: ``round_trip_verdicts``, with the precision of the
-    user's own mixed precision for P2 and P6."""
-    v = round_trip_verdicts(case, save_obs, load_obs, workdir)
+                  workdir: Path, *, exp: Expectation = EXACT) -> dict[str, Verdict]:
+    """A built-in path with a user model: ``round_trip_verdicts`` against ``exp``, with the
+    precision of the user's own mixed precision for P2 and P6."""
+    v = round_trip_verdicts(case, save_obs, load_obs, workdir, exp=exp)
     mp = own_mp_of(save_obs)
     if not judged_dtype(case, mp)[1]:  # else round_trip_verdicts said it already
         v.update({p: with_precision(case, v[p], own_mp=mp) for p in ("P2", "P6")})

@@ -20,6 +20,7 @@ from fsdp_conformance.cases import Case
 from fsdp_conformance.known.apply import apply_known, rejudge
 from fsdp_conformance.known.entries import KNOWN, known_all
 from fsdp_conformance.known.model import Effect, Outcome, Raises
+from fsdp_conformance.properties.expectation import EXACT, Expectation
 from fsdp_conformance.properties.roundtrip import round_trip_verdicts
 from fsdp_conformance.properties.verdict import na
 from fsdp_conformance.report.diff_runs import compare_runs
@@ -48,8 +49,8 @@ def _live(rank_pool, case: Case, tmp_path, mutate=None):
     load = rank_pool(case.dst_world_size).run(path.load_side, case, str(tmp_path),
                                               seed=case.seed)
 
-    def judge():
-        return round_trip_verdicts(case, save, load, tmp_path)
+    def judge(exp=EXACT):
+        return round_trip_verdicts(case, save, load, tmp_path, exp=exp)
 
     def judged():
         verdicts = judge()
@@ -262,7 +263,6 @@ def test_a_storage_effect_explains_exactly_its_own_effect():
     """Under the model, DCP's read-back is the saved dict without its empty mappings; a
     read-back that also changed a hyperparameter fails, showing only that."""
     from fsdp_conformance.known.apply import expectation_of
-    from fsdp_conformance.properties.expectation import expecting
     from fsdp_conformance.properties.run_props import p8_serialise
 
     case = Case(api="fsdp2.sharded", optimizer="sgd", world_size=2)
@@ -272,9 +272,9 @@ def test_a_storage_effect_explains_exactly_its_own_effect():
     read = {"param_groups": groups}
     changed = {"param_groups": [{**groups[0], "lr": 0.0101}]}
     assert p8_serialise(case.api, [], [], full, read).status == "fail"
-    with expecting(expectation_of(case, [entry])):
-        assert p8_serialise(case.api, [], [], full, read).status == "pass"
-        v = p8_serialise(case.api, [], [], full, changed)
+    exp = expectation_of(case, [entry])
+    assert p8_serialise(case.api, [], [], full, read, exp=exp).status == "pass"
+    v = p8_serialise(case.api, [], [], full, changed, exp=exp)
     assert v.status == "fail" and "1 difference:\n  param_groups[0]['lr']" in v.detail, v.detail
 
 
@@ -291,7 +291,6 @@ def test_a_rekey_effect_explains_exactly_torchs_stateless_rekey():
     from torch.distributed.fsdp import OptimStateKeyType
 
     from fsdp_conformance.known.apply import expectation_of
-    from fsdp_conformance.properties.expectation import expecting
     from fsdp_conformance.properties.rekey_props import p5_rekey
     from fsdp_conformance.properties.run_props import rekey_seen
     from fsdp_conformance.reference.rekey import rekey_to_names
@@ -303,17 +302,17 @@ def test_a_rekey_effect_explains_exactly_torchs_stateless_rekey():
     full = rekey_to_names(plain_optimizer(case, model).state_dict(), model)
     assert full["state"] == {} and isinstance(full["param_groups"][0]["params"][0], str)
 
-    def p5(ids):
+    def p5(ids, exp=EXACT):
         obs = SimpleNamespace(rank=0, reread_ids=ids, reread=FSDP.rekey_optim_state_dict(
             ids, OptimStateKeyType.PARAM_NAME, model))
-        return p5_rekey(case, to_plain=rekey_seen(case, full, [obs]))
+        return p5_rekey(case, to_plain=rekey_seen(case, full, [obs]), exp=exp)
 
     torchs = FSDP.rekey_optim_state_dict(copy.deepcopy(full), OptimStateKeyType.PARAM_ID, model)
     planted = copy.deepcopy(torchs)
     planted["param_groups"][0]["lr"] *= 1.01
     assert p5(torchs).status == "fail"  # the bug, as torch 2.13 has it
-    with expecting(expectation_of(case, [entry])):
-        ok, bad = p5(torchs), p5(planted)
+    exp = expectation_of(case, [entry])
+    ok, bad = p5(torchs, exp), p5(planted, exp)
     assert ok.status == "pass", ok.detail
     assert bad.status == "fail" and "param_groups[0]['lr']: value" in bad.detail, bad.detail
     assert "type; expected int" not in bad.detail, bad.detail  # the modelled part is explained
@@ -337,11 +336,11 @@ def test_a_second_bug_behind_the_nonstrict_dummy_state_fails(rank_pool):
     obs = rank_pool(2).run(fsdp2.observe, case, True, False, seed=case.seed, timeout=60)
     layout, full = fsdp2_reference_layout(case), obs[0]["full"]
 
-    def judge():
+    def judge(exp=EXACT):
         from fsdp_conformance.properties.families import FSDP2
         from fsdp_conformance.properties.loaded import p3_loaded
 
-        return p3_loaded(FSDP2, layout, P.loaded_states(full, obs, paths=(path,)))
+        return p3_loaded(FSDP2, layout, P.loaded_states(full, obs, paths=(path,)), exp=exp)
 
     clean = explain_one(case, prop, judge(), judge)
     assert (clean.status, clean.known) == ("known", "dsd-nonstrict-dummy-state"), clean.detail
@@ -361,7 +360,7 @@ def test_the_aliasing_model_leaves_ignored_modules_alone():
 
     st = {"exp_avg": torch.ones(2), "exp_avg_sq": torch.zeros(2), "step": torch.tensor(2.0)}
     d = {"state": {"side.weight": dict(st), "block.0.weight": dict(st)}, "param_groups": []}
-    out = alias_to_last_state(d, Case(model="buffers"))
+    out = alias_to_last_state(d, Expectation(key="", case=Case(model="buffers")))
     assert torch.equal(out["state"]["side.weight"]["exp_avg"], torch.ones(2))
     assert torch.equal(out["state"]["block.0.weight"]["exp_avg"], torch.zeros(2))
     assert torch.equal(d["state"]["block.0.weight"]["exp_avg"], torch.ones(2))  # not mutated
@@ -382,9 +381,9 @@ def test_a_second_bug_behind_the_broken_tie_fails(rank_pool):
     case = Case(api="fsdp1", model="tied", plan="split", optimizer="adam", world_size=2)
     obs = rank_pool(2).run(fsdp1.observe, case, seed=case.seed, timeout=60)
 
-    def judge():
-        return p1_saved(FSDP1, reference_layout(case), [o["local"] for o in obs],
-                        saved_dicts(obs, "full_legacy"))
+    def judge(exp=EXACT):
+        return p1_saved(FSDP1, reference_layout(case, exp=exp), [o["local"] for o in obs],
+                        saved_dicts(obs, "full_legacy"), exp=exp)
 
     clean = explain_one(case, "P1", judge(), judge)
     assert (clean.status, clean.known) == ("known", "tied-across-units-flat-untied"), clean.detail
@@ -562,14 +561,13 @@ def test_the_hybrid_load_model_rebuilds_each_groups_rows_by_hand():
     [0 1 2 3 0 0 | 4 5 6 7 0 0][:10], group {2, 3} [8 9 0 0 0 0 | 0 0 0 0 0 0][:10];
     the 0-dim step is untouched."""
     from fsdp_conformance.known.effects import hybrid_rows_chunked_globally
-    from fsdp_conformance.properties.expectation import on_rank
 
     t = torch.arange(10, dtype=torch.float64).reshape(5, 2)
     d = {"state": {"w": {"exp_avg": t, "step": torch.tensor(2.0)}}, "param_groups": []}
     want = {0: [0, 1, 2, 3, 0, 0, 4, 5, 6, 7], 2: [8, 9, 0, 0, 0, 0, 0, 0, 0, 0]}
     for rank, group in ((0, 0), (1, 0), (2, 2), (3, 2)):
-        with on_rank(rank):
-            got = hybrid_rows_chunked_globally(d, HYBRID)["state"]["w"]
+        got = hybrid_rows_chunked_globally(
+            d, Expectation(key="", case=HYBRID).on_rank(rank))["state"]["w"]
         assert got["exp_avg"].shape == (5, 2)
         assert got["exp_avg"].reshape(-1).tolist() == want[group], rank
         assert got["step"] is d["state"]["w"]["step"]
@@ -658,9 +656,9 @@ def test_the_unreduced_tied_gradient_is_known_by_its_exact_effect_and_a_second_b
     case, entry = TIED_APART, "tied-across-units-orig-grad-not-reduced"
     obs = rank_pool(case.world_size).run(fsdp1.observe, case, seed=case.seed)
 
-    def judge():
-        return p2_trained(reference_layout(case), [o["full_legacy"] for o in obs],
-                            local_run(case), case.dtype)
+    def judge(exp=EXACT):
+        return p2_trained(reference_layout(case, exp=exp), [o["full_legacy"] for o in obs],
+                          local_run(case, exp), case.dtype, exp=exp)
     exact = judge()
     assert exact.status == "fail" and "embed.weight" in exact.detail, exact.detail
     v = explain_one(case, "P2", exact, judge)

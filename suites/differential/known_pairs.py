@@ -8,6 +8,7 @@ import os
 
 from fsdp_conformance.known.apply import explain_one
 from fsdp_conformance.known.entries import known_all
+from fsdp_conformance.properties.expectation import EXACT
 
 
 def assert_ok(verdict, what, case=None, prop=None, allow_na=False):
@@ -15,13 +16,14 @@ def assert_ok(verdict, what, case=None, prop=None, allow_na=False):
 
     - A known pair that starts passing fails here as "fixed upstream?", so the record
       cannot go stale; a different failure on a known pair fails as itself.
-    - ``verdict`` may be a function that judges the property: an ``Effect`` model needs it
-      judged again under the model.
+    - ``verdict`` may be a function that judges the property against the expectation it is
+      given (properties/expectation.py): an ``Effect`` model needs it judged again under
+      the model.
     - ``allow_na``: "n/a" is accepted (not observable here: another failure stopped the
       path), neither known nor fixed.
     """
     judge = verdict if callable(verdict) else None
-    verdict = judge() if judge is not None else verdict
+    verdict = judge(EXACT) if judge is not None else verdict
     if verdict.status == "n/a" and allow_na:
         return
     entries = known_all(case, prop) if case is not None else []

@@ -16,6 +16,7 @@ from fsdp_conformance.properties.baseline import local_run
 from fsdp_conformance.properties.layouts import reference_layout
 from fsdp_conformance.properties.run_props import p2_trained
 from fsdp_conformance.zoo import model_spec
+from fsdp_conformance.properties.expectation import EXACT
 from fsdp_conformance.properties.families import FSDP1
 from fsdp_conformance.properties.loaded import p3_loaded
 from fsdp_conformance.properties.flatten import p4_flatten
@@ -28,8 +29,8 @@ from .known_pairs import assert_ok as _assert_ok
 
 
 def p2_judge(case, obs, layout):
-    """P2 on every rank, as a judge (``layout()`` builds the layout under the expectation in
-    force): each rank's full dict against the single-process run (the rank's own, where a
+    """P2 on every rank, as a judge of the expectation it is given (``layout(exp)`` builds
+    the layout of the case it runs as): each rank's full dict against the single-process run (the rank's own, where a
     modelled bug trains the ranks apart). P1/P3/P4 judge each replica on its own; whether
     the replicas agree is this one's question. None where it cannot be judged: a save that
     raised (P1 reports it), a model with ignored modules (no single-process run matches),
@@ -39,8 +40,8 @@ def p2_judge(case, obs, layout):
     if model_spec(case.model).ignored or case.groups != 1 or \
             any("error" in o["full_legacy"] for o in obs):
         return None
-    return lambda: p2_trained(layout(), [o["full_legacy"] for o in obs], local_run(case),
-                                case.dtype)
+    return lambda exp: p2_trained(layout(exp), [o["full_legacy"] for o in obs],
+                                  local_run(case, exp), case.dtype, exp=exp)
 
 
 def _check_same_layout(rank_pool, case):
@@ -48,17 +49,21 @@ def _check_same_layout(rank_pool, case):
     layout = reference_layout(case)
     _assert_ok(p0_layout(FSDP1, [LayoutSide(layout=layout, observations=obs)]),
                f"P0 {case.id}")
-    _assert_ok(lambda: p1_saved(FSDP1, layout, [o["local"] for o in obs],
-                                       saved_dicts(obs, "full_legacy")), f"P1 full_optim_state_dict {case.id}",
+    _assert_ok(lambda exp: p1_saved(FSDP1, layout, [o["local"] for o in obs],
+                                    saved_dicts(obs, "full_legacy"), exp=exp),
+               f"P1 full_optim_state_dict {case.id}",
                case, "P1")
-    _assert_ok(lambda: p1_saved(FSDP1, layout, [o["local"] for o in obs],
-                                       saved_dicts(obs, "full_current")), f"P1 optim_state_dict FULL {case.id}",
+    _assert_ok(lambda exp: p1_saved(FSDP1, layout, [o["local"] for o in obs],
+                                    saved_dicts(obs, "full_current"), exp=exp),
+               f"P1 optim_state_dict FULL {case.id}",
                case, "P1")
     if known_for(case, "P1") is None:  # a corrupted full dict cannot be sharded meaningfully
-        _assert_ok(lambda: p3_loaded(FSDP1, layout, loaded_states([o["full_legacy"] for o in obs], obs)), f"P3 {case.id}", case,
+        _assert_ok(lambda exp: p3_loaded(FSDP1, layout, loaded_states(
+            [o["full_legacy"] for o in obs], obs, exp=exp), exp=exp), f"P3 {case.id}", case,
                    "P3")
-    _assert_ok(lambda: p4_flatten(FSDP1, layout, flat_ranks(obs)), f"P4 {case.id}", case, "P4")
-    p2 = p2_judge(case, obs, lambda: reference_layout(case))
+    _assert_ok(lambda exp: p4_flatten(FSDP1, layout, flat_ranks(obs, exp)), f"P4 {case.id}",
+               case, "P4")
+    p2 = p2_judge(case, obs, lambda exp: reference_layout(case, exp=exp))
     if p2 is not None:
         _assert_ok(p2, f"P2 {case.id}", case, "P2")
     assert obs[1 % case.world_size]["full_legacy_rank0_only"] == ({} if case.world_size > 1
@@ -107,7 +112,7 @@ def test_replicas_that_disagree_pass_p1_and_fail_p2(rank_pool, strategy):
                 world_size=ws, strategy=strategy)
     obs = rank_pool(ws).run(fsdp1.observe, case, seed=case.seed)
     layout = reference_layout(case)
-    clean = p2_judge(case, obs, lambda: layout)()
+    clean = p2_judge(case, obs, lambda exp: layout)(EXACT)
     assert clean.status == "pass", clean.detail
     last = ws - 1
     for key in ("local", "full_legacy", "full_current"):
@@ -119,7 +124,7 @@ def test_replicas_that_disagree_pass_p1_and_fail_p2(rank_pool, strategy):
     if strategy == "NO_SHARD":  # HSDP: the full dict is gathered over the shard group
         assert p1_saved(FSDP1, layout, [o["local"] for o in obs],
                         saved_dicts(obs, "full_legacy")).status == "pass"
-    v = p2_judge(case, obs, lambda: layout)()
+    v = p2_judge(case, obs, lambda exp: layout)(EXACT)
     assert v.status == "fail" and f"rank {last}:" in v.detail, v.detail
     assert not any(f"rank {r}:" in v.detail for r in range(last)), v.detail
 

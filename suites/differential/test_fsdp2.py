@@ -59,12 +59,15 @@ def _check_same_layout(rank_pool, case, nonstrict=False, extras=True):
              and (extras or p != "set_flattened")]
     for path in paths:
         na_ok = _broadcast_twin_known(case, path)
-        _assert_ok(lambda: p3_loaded(FSDP2, layout, P.loaded_states(full, obs, paths=(path,))), f"P3 {path} {case.id}",
+        _assert_ok(lambda exp: p3_loaded(FSDP2, layout, P.loaded_states(full, obs, paths=(path,)),
+                                         exp=exp), f"P3 {path} {case.id}",
                    case, f"P3:{path}", allow_na=na_ok)
-        _assert_ok(lambda: p11_groups(full, P.groups_after(obs, path)), f"P11 {path} {case.id}", case, f"P11:{path}",
+        _assert_ok(lambda exp: p11_groups(full, P.groups_after(obs, path), exp=exp),
+                   f"P11 {path} {case.id}", case, f"P11:{path}",
                    allow_na=True)
     _assert_ok(p3_loaded(FSDP2, layout, P.reloaded_states(obs)), f"P3 set_sharded {case.id}", case, "P3:set_sharded")
-    _assert_ok(lambda: p11_groups(full, P.groups_after(obs, "set_sharded")), f"P11 set_sharded {case.id}", case,
+    _assert_ok(lambda exp: p11_groups(full, P.groups_after(obs, "set_sharded"), exp=exp),
+               f"P11 set_sharded {case.id}", case,
                "P11:set_sharded", allow_na=True)
     for path in ("sharded", "sharded_offload") if extras else ("sharded",):
         _assert_ok(p4_flatten(FSDP2, layout, P.sharded_ranks(layout, obs, path)), f"P4 {path} {case.id}", case, f"P4:{path}")
@@ -140,7 +143,8 @@ def test_save_at_n_load_at_m(rank_pool, src, dst):
         _assert_ok(p3_loaded(FSDP2, layout, P.loaded_states(full, loaded, paths=(path,),
                                                     own_locals=False)),
                    f"P3 {path} {case.id}", case, f"P3:{path}")
-        _assert_ok(lambda: p11_groups(full, P.groups_after(loaded, path)), f"P11 {path} {case.id}", case, f"P11:{path}")
+        _assert_ok(lambda exp: p11_groups(full, P.groups_after(loaded, path), exp=exp),
+                   f"P11 {path} {case.id}", case, f"P11:{path}")
 
 
 # --- DTensor input to the reference flatten: FSDP1 with device_mesh=, SHARDED ------------------

@@ -55,29 +55,32 @@ def _check(rank_pool, case):
     # each verdict as a function that judges it, so that a known entry's Effect model can
     # judge it again (known/apply.py)
     # (the layout is built inside each judge: a model that breaks the tie judges against
-    # the untied model's layout, expectation.runs_as)
-    lay = lambda: reference_layout(case)  # noqa: E731
-    verdicts = {"P0": lambda: failed or p0_layout(
-                    FSDP1, [LayoutSide(layout=lay(), observations=obs)]),
-                "P1 full_optim_state_dict": lambda: failed or p1_saved(
-                    FSDP1, lay(), [o["local"] for o in obs], saved_dicts(obs, "full_legacy")),
-                "P1 optim_state_dict FULL": lambda: failed or p1_saved(
-                    FSDP1, lay(), [o["local"] for o in obs], saved_dicts(obs, "full_current"))}
+    # the untied model's layout, Expectation.runs_as)
+    lay = lambda exp: reference_layout(case, exp=exp)  # noqa: E731
+    verdicts = {"P0": lambda exp: failed or p0_layout(
+                    FSDP1, [LayoutSide(layout=lay(exp), observations=obs)]),
+                "P1 full_optim_state_dict": lambda exp: failed or p1_saved(
+                    FSDP1, lay(exp), [o["local"] for o in obs], saved_dicts(obs, "full_legacy"),
+                    exp=exp),
+                "P1 optim_state_dict FULL": lambda exp: failed or p1_saved(
+                    FSDP1, lay(exp), [o["local"] for o in obs], saved_dicts(obs, "full_current"),
+                    exp=exp)}
     if failed:
-        verdicts["P3 shard/scatter/to_load"] = lambda: failed
+        verdicts["P3 shard/scatter/to_load"] = lambda exp: failed
     elif "error" in obs[0]["full_legacy"]:
-        verdicts["P3 shard/scatter/to_load"] = lambda: error(obs[0]["full_legacy"]["error"])
+        verdicts["P3 shard/scatter/to_load"] = lambda exp: error(obs[0]["full_legacy"]["error"])
     elif case.plan in OWNER or known_for(case, "P1") is None:  # else: a corrupted full dict
-        verdicts["P3 shard/scatter/to_load"] = lambda: p3_loaded(FSDP1, lay(), loaded_states(
-            [o["full_legacy"] for o in obs], obs))
-    verdicts["P4"] = lambda: failed or p4_flatten(FSDP1, lay(), flat_ranks(obs))
+        verdicts["P3 shard/scatter/to_load"] = lambda exp: p3_loaded(
+            FSDP1, lay(exp), loaded_states([o["full_legacy"] for o in obs], obs, exp=exp),
+            exp=exp)
+    verdicts["P4"] = lambda exp: failed or p4_flatten(FSDP1, lay(exp), flat_ranks(obs, exp))
     # whether the replicas agree is P2's question (P1/P3/P4 judge each one on its own)
     errs = [] if failed else [o["full_legacy"]["error"] for o in obs if "error" in o["full_legacy"]]
-    verdicts["P2"] = ((lambda: failed) if failed else (lambda: error(errs[0])) if errs
+    verdicts["P2"] = ((lambda exp: failed) if failed else (lambda exp: error(errs[0])) if errs
                       else p2_judge(case, obs, lay))
     robs, rfailed = _run(rank_pool, rekey.observe, case)
-    verdicts["P5"] = lambda: rfailed or p5_rekey(case, to_plain=to_plain(case, robs[0]),
-                                                  from_plain=robs)
+    verdicts["P5"] = lambda exp: rfailed or p5_rekey(case, to_plain=to_plain(case, robs[0]),
+                                                      from_plain=robs, exp=exp)
     for what, v in verdicts.items():
         _assert_ok(v, f"{what} {case.id}", case, what.split()[0])
 
