@@ -26,7 +26,7 @@ import sys
 import time
 
 from ..usage import add_old, add_out, beside
-from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunOptions
+from ..options import DEFAULT_TIMEOUT_S, RunOptions
 
 
 def add_parser(sub) -> None:
@@ -52,7 +52,9 @@ def add_parser(sub) -> None:
     add_old(p, "--md", dest="md")  # earlier: the Markdown at a path of its own
     p.add_argument("--seed", type=int, default=0, help="seed of every case (default 0)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                   help="seconds a save or load may take on the ranks before it is a hang")
+                   help="seconds a save or load may take on the ranks before it is a hang "
+                        "(a bad-input case's load: a quarter of it, at least 30, at most all "
+                        "of it)")
     p.add_argument("--lanes", type=int, default=None, metavar="N",
                    help="cases run side by side on N lanes, each with pools of its own "
                         "(default: 2 with gloo on 2 or more cores, else 1; bounds cases "
@@ -128,7 +130,6 @@ def main(args: argparse.Namespace) -> int:
     if args.lanes is not None and args.lanes < 1:
         return _usage(f"--lanes must be at least 1, got {args.lanes}")
     options = RunOptions(backend=backend, timeout=args.timeout,
-                         fault_timeout=max(DEFAULT_FAULT_TIMEOUT_S, args.timeout / 4),
                          calibration=args.calibration, lanes=args.lanes)
     from ..golden.manifest import FixtureError
 

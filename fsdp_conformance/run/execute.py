@@ -45,7 +45,7 @@ from ..cases import Case
 from .kinds import finish_kinds, kind_of, kind_record
 from .lifecycle import CaseEnv, execute
 from .saves import SaveCache, by_save
-from ..options import DEFAULT_FAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunOptions
+from ..options import DEFAULT_TIMEOUT_S, RunOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,11 +198,12 @@ def run_all(cases: Sequence[Case], options: RunOptions = RunOptions(), *,
 
 def run_cases(cases: Sequence[Case], *, backend: str | None = None,
               timeout: float = DEFAULT_TIMEOUT_S,
-              fault_timeout: float = DEFAULT_FAULT_TIMEOUT_S,
+              fault_timeout: float | None = None,
               on_result: Callable[[object], None] | None = None,
               calibration: str | os.PathLike | None = None) -> list:
-    """Every case's ``CaseResult`` (``run_all`` with these options); an interruption
-    propagates as KeyboardInterrupt (a library call has no report to keep)."""
+    """Every case's ``CaseResult`` (``run_all`` with these options; ``fault_timeout`` None:
+    ``options.fault_timeout_for(timeout)``); an interruption propagates as KeyboardInterrupt
+    (a library call has no report to keep)."""
     run = run_all(cases, RunOptions(
         backend=backend, timeout=timeout, fault_timeout=fault_timeout,
         calibration=None if calibration is None else str(calibration)), on_result=on_result)
