@@ -64,9 +64,13 @@ def axis(default: Any, *, load_only: bool = False, single_process: Any = KEEP) -
 
 
 @dataclass(frozen=True, kw_only=True)
-class Case:
-    """One configuration. ``plan`` names a wrapping plan of the zoo model; ``load_world_size``
-    and ``load_plan`` describe where the saved state is loaded (default: where it was saved)."""
+class Axes:
+    """What a configuration varies: the model and its wrapping, the optimizer, the API path,
+    the world sizes, the dtype and every other axis of the matrix, each declared with
+    ``axis`` (whether only the load side reads it, what the single-process baseline trains
+    with). ``plan`` names a wrapping plan of the zoo model; ``load_world_size`` and
+    ``load_plan`` describe where the saved state is loaded (default: where it was saved).
+    A ``Case`` is its axes and its kind."""
 
     model: str = axis("mlp")
     """Zoo model name (``zoo.MODELS``), or a user model's name under the plugin."""
@@ -106,20 +110,6 @@ class Case:
     schedule name (``SCHEDULE_NAMES``; True is "exp"), "" = none (False)."""
     impl: str = axis("default")
     """Optimizer implementation: "default", "foreach" or "fused" (``zoo.FUSED``)."""
-    fault: str = axis("", single_process="")
-    """A bad input planted into the load (``FAULTS``; P15 only). "" = none."""
-    golden: str = axis("")
-    """Golden-fixture case (P12 only): "<torch version>/<fixture name>" of a checkpoint
-    stored under ``fixtures``, loaded through ``api`` at ``dst_world_size``. "" = a normal
-    case."""
-    fixtures: str = axis("")
-    """Golden fixtures root of a golden case ("" = the fixtures the package ships)."""
-    bounds: bool = axis(False)
-    """Bounds case (P13/P14 only): measure the path's save and load (time against its floor,
-    peak memory per rank) at ``world_size`` instead of the round trip; ``inject`` plants a
-    slowdown or an extra copy (INJECTIONS; the self-tests of suites/bounds only)."""
-    inject: str = axis("")
-    """Test-only slowdown or extra copy planted into a bounds case (``INJECTIONS``)."""
     compiled: str = axis("", single_process="")
     """Compiled-model case (COMPILED): the side(s) whose model is wrapped by torch.compile
     (backend "eager") for training and every torch.distributed.checkpoint call. "" = none."""
@@ -184,18 +174,12 @@ class Case:
                              f"'fsdp2.custom:<name>', got {self.api!r}")
         if self.impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {self.impl!r}")
-        if self.fault not in FAULTS:
-            raise ValueError(f"fault must be one of {FAULTS[1:]} (or empty), got {self.fault!r}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_NAMES)}, got {self.dtype!r}")
         if self.world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {self.world_size}")
-        if self.golden and (self.golden.count("/") != 1 or self.fault
-                            or not all(self.golden.split("/"))):
-            raise ValueError(f"golden must be '<torch version>/<fixture name>' (and fault empty), "
-                             f"got golden={self.golden!r}, fault={self.fault!r}")
 
         if self.compiled not in COMPILED:
             raise ValueError(f"compiled must be one of {COMPILED[1:]} (or empty), got "
@@ -247,22 +231,6 @@ class Case:
             self._only_round_trips("scheduler_after_load=True", PATHS,
                                    "the round trips of the built-in paths (their load sides "
                                    "build the scheduler)")
-        if self.inject not in INJECTIONS:
-            raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
-        if self.inject and not self.bounds:
-            raise ValueError(f"inject={self.inject!r} is planted into measured calls: it needs "
-                             f"bounds=True")
-        if self.bounds:
-            if self.api not in PATHS:
-                raise ValueError(f"a bounds case measures one API path: api must be one of "
-                                 f"{PATHS}, got {self.api!r}")
-            if self.fault or self.golden:
-                raise ValueError(f"a bounds case has no fault and no golden fixture, got "
-                                 f"fault={self.fault!r}, golden={self.golden!r}")
-            if self.dst_world_size != self.world_size or self.dst_plan != self.plan:
-                raise ValueError(f"a bounds case loads where it saves: got world size "
-                                 f"{self.world_size}->{self.dst_world_size}, plan "
-                                 f"{self.plan!r}->{self.dst_plan!r}")
 
     def _check_tensor_parallel(self) -> None:
         """Tensor parallelism: an FSDP2 round trip on the 1-D strategy's mesh, each side's
@@ -282,17 +250,25 @@ class Case:
 
     def _only_fsdp2_round_trips(self, what: str) -> None:
         """Refuse ``what`` (an FSDP2-only axis set on this case) unless the case is an FSDP2
-        round trip: fsdp2.full or fsdp2.sharded, no bounds case, no golden fixture."""
+        round trip: fsdp2.full or fsdp2.sharded, of a kind that round-trips."""
         self._only_round_trips(what, FSDP2_ROUND_TRIPS,
                                f"the FSDP2 round trips ({', '.join(FSDP2_ROUND_TRIPS)})")
 
     def _only_round_trips(self, what: str, apis: Sequence[str], which: str) -> None:
         """Refuse ``what`` (an axis set on this case) unless the case is a round trip of one
-        of ``apis`` (no bounds case, no golden fixture); ``which`` names them in the error."""
-        if self.api not in apis or self.bounds or self.golden:
+        of ``apis`` (its kind says whether it round-trips: ``_round_trips``); ``which`` names
+        them in the error."""
+        if self.api not in apis or not self._round_trips():
             raise ValueError(f"{what} applies to {which}, not api={self.api!r}"
-                             + (" with bounds=True" if self.bounds else "")
-                             + (" of a golden fixture" if self.golden else ""))
+                             + self._kind_note())
+
+    def _round_trips(self) -> bool:
+        """Whether the configuration is a save -> load round trip (``Case``: its kind)."""
+        return True
+
+    def _kind_note(self) -> str:
+        """What an error about an axis adds about the configuration's kind ("" for none)."""
+        return ""
 
     @property
     def torch_dtype(self) -> "torch.dtype":
@@ -343,6 +319,67 @@ class Case:
         """HYBRID_SHARD shards inside groups of 2 ranks (2x2 on 4 ranks); others: everyone."""
         return 2 if self.strategy == "HYBRID_SHARD" and self.world_size >= 2 else self.world_size
 
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case(Axes):
+    """One configuration: its axes (``Axes``) and its kind. The fields below are the kind's:
+    the registered kind whose flag is set runs the case (run/kinds.py ``KINDS``: ``bounds``,
+    ``golden``, ``fault``; none: a round trip), and ``inject`` / ``fixtures`` parametrize
+    it. Frozen, picklable, hashable, with a stable readable ``id``."""
+
+    fault: str = axis("", single_process="")
+    """A bad input planted into the load (``FAULTS``; P15 only). "" = none."""
+    golden: str = axis("")
+    """Golden-fixture case (P12 only): "<torch version>/<fixture name>" of a checkpoint
+    stored under ``fixtures``, loaded through ``api`` at ``dst_world_size``. "" = a normal
+    case."""
+    fixtures: str = axis("")
+    """Golden fixtures root of a golden case ("" = the fixtures the package ships)."""
+    bounds: bool = axis(False)
+    """Bounds case (P13/P14 only): measure the path's save and load (time against its floor,
+    peak memory per rank) at ``world_size`` instead of the round trip; ``inject`` plants a
+    slowdown or an extra copy (INJECTIONS; the self-tests of suites/bounds only)."""
+    inject: str = axis("")
+    """Test-only slowdown or extra copy planted into a bounds case (``INJECTIONS``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.fault not in FAULTS:
+            raise ValueError(f"fault must be one of {FAULTS[1:]} (or empty), got {self.fault!r}")
+        if self.golden and (self.golden.count("/") != 1 or self.fault
+                            or not all(self.golden.split("/"))):
+            raise ValueError(f"golden must be '<torch version>/<fixture name>' (and fault empty), "
+                             f"got golden={self.golden!r}, fault={self.fault!r}")
+        if self.inject not in INJECTIONS:
+            raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
+        if self.inject and not self.bounds:
+            raise ValueError(f"inject={self.inject!r} is planted into measured calls: it needs "
+                             f"bounds=True")
+        if self.bounds:
+            if self.api not in PATHS:
+                raise ValueError(f"a bounds case measures one API path: api must be one of "
+                                 f"{PATHS}, got {self.api!r}")
+            if self.fault or self.golden:
+                raise ValueError(f"a bounds case has no fault and no golden fixture, got "
+                                 f"fault={self.fault!r}, golden={self.golden!r}")
+            if self.dst_world_size != self.world_size or self.dst_plan != self.plan:
+                raise ValueError(f"a bounds case loads where it saves: got world size "
+                                 f"{self.world_size}->{self.dst_world_size}, plan "
+                                 f"{self.plan!r}->{self.dst_plan!r}")
+
+    def _round_trips(self) -> bool:
+        return not (self.bounds or self.golden)
+
+    def _kind_note(self) -> str:
+        return ((" with bounds=True" if self.bounds else "")
+                + (" of a golden fixture" if self.golden else ""))
+
+    @property
+    def axes(self) -> Axes:
+        """The case's axes alone (without its kind)."""
+        return Axes(**{f.name: getattr(self, f.name) for f in fields(Axes)})
+
     @property
     def id(self) -> str:
         orig = "orig" if self.use_orig_params else "flat"
@@ -386,6 +423,10 @@ class Case:
     def to_dict(self) -> dict:
         return asdict(self)
 
+
+KIND_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Case)
+                                     if f.name not in {a.name for a in fields(Axes)})
+"""The fields ``Case`` adds to its ``Axes``: the kind's flags and parameters."""
 
 LOAD_ONLY: dict[str, Any] = {f.name: f.default for f in fields(Case) if f.metadata["load_only"]}
 """The fields only a round trip's load side reads, with their defaults (``axis``)."""

@@ -600,15 +600,31 @@ def case_fields(mods: dict[str, Module], root: Path) -> dict[str, Any] | None:
     in the package, by path): its fields (annotated assignments ``x: T`` / ``x: T = v``
     directly in the class body, ``ClassVar`` and the ``KW_ONLY`` sentinel not counted), and
     whether its ``@dataclass(...)`` decorator passes ``kw_only=True`` and ``frozen=True``
-    (literal True; a bare ``@dataclass`` has neither). None when there is no ``Case``."""
+    (literal True; a bare ``@dataclass`` has neither). Fields of base classes defined in the
+    same module (``class Case(Axes)``) count too, each base named with its count. None when
+    there is no ``Case``."""
     ordered = sorted(mods.values(), key=lambda m: (rel_path(m, root) != CASES, rel_path(m, root)))
     for m in ordered:
         for node in m.tree.body:
             if not (isinstance(node, ast.ClassDef) and node.name == "Case"):
                 continue
-            fields = [st.target.id for st in node.body
-                      if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
-                      and not _is_classvar(st.annotation)]
+            classes = {c.name: c for c in m.tree.body if isinstance(c, ast.ClassDef)}
+
+            def own(cls: ast.ClassDef) -> list[str]:
+                return [st.target.id for st in cls.body
+                        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                        and not _is_classvar(st.annotation)]
+
+            def inherited(cls: ast.ClassDef) -> list[tuple[str, list[str]]]:
+                out = []
+                for b in cls.bases:
+                    base = classes.get(b.id) if isinstance(b, ast.Name) else None
+                    if base is not None:
+                        out += inherited(base) + [(base.name, own(base))]
+                return out
+
+            parts = inherited(node)
+            fields = [f for _, fs in parts for f in fs] + own(node)
             flags = {"kw_only": False, "frozen": False}
             is_dc = False
             for dec in node.decorator_list:
@@ -622,7 +638,8 @@ def case_fields(mods: dict[str, Module], root: Path) -> dict[str, Any] | None:
                             flags[kw.arg] = (isinstance(kw.value, ast.Constant)
                                              and kw.value.value is True)
             return {"path": rel_path(m, root), "line": node.lineno, "count": len(fields),
-                    "fields": fields, "dataclass": is_dc, **flags}
+                    "fields": fields, "dataclass": is_dc, **flags,
+                    "bases": [(name, len(fs)) for name, fs in parts]}
     return None
 
 
@@ -858,7 +875,10 @@ def render_redesign(r: dict[str, Any]) -> list[str]:
     if cf is None:
         L.append("10. Case fields: no class Case found")
     else:
-        L.append(f"10. Case fields: {cf['count']}  ({cf['path']}:{cf['line']}; "
+        split = "".join(f" = {n} {c} +" for n, c in cf.get("bases", []))
+        own = cf["count"] - sum(c for _, c in cf.get("bases", []))
+        L.append(f"10. Case fields: {cf['count']}{split + f' its own {own}' if split else ''}  "
+                 f"({cf['path']}:{cf['line']}; "
                  f"{'@dataclass' if cf['dataclass'] else 'not a dataclass'} "
                  f"kw_only={cf['kw_only']} frozen={cf['frozen']})")
     pp = r["property_places"]

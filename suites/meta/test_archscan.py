@@ -350,6 +350,18 @@ def test_case_fields(tmp_path):
     cf = figures(other)["case_fields"]
     assert (cf["path"], cf["count"], cf["kw_only"], cf["frozen"]) == ("sub/c.py", 1, False, True)
     assert figures(make_tree(tmp_path, {"__init__.py": ""}, "none"))["case_fields"] is None
+    split = make_tree(tmp_path, {"__init__.py": "", "cases.py": """
+            from dataclasses import dataclass
+            @dataclass(frozen=True, kw_only=True)
+            class Axes:
+                a: int = 1
+                b: int = 2
+            @dataclass(frozen=True, kw_only=True)
+            class Case(Axes):
+                fault: str = ""
+            """}, "split")
+    cf = figures(split)["case_fields"]
+    assert cf["fields"] == ["a", "b", "fault"] and cf["bases"] == [("Axes", 2)]
 
 
 def test_property_places(tmp_path):

@@ -36,3 +36,18 @@ def test_a_case_with_only_load_fields_changed_shares_its_save_and_baseline():
     assert all(v is not KEEP for v in SINGLE_PROCESS.values())
     assert "steps" not in SINGLE_PROCESS and "optimizer" not in SINGLE_PROCESS
     assert cases.axis(5, load_only=True).metadata == {"load_only": True, "single_process": 5}
+
+
+def test_a_case_is_its_axes_and_its_kind():
+    """``Case`` adds to its ``Axes`` only the kind's fields: every registered kind's flag
+    (run/kinds.py) and the kinds' parameters; the axes alone are a record of their own."""
+    from fsdp_conformance.cases import KIND_FIELDS, Axes
+    from fsdp_conformance.run.kinds import KINDS
+
+    flags = {k.flag for k in KINDS if k.flag}
+    assert flags <= set(KIND_FIELDS), (flags, KIND_FIELDS)
+    assert set(KIND_FIELDS) == flags | {"inject", "fixtures"}
+    assert not flags & {f.name for f in dataclasses.fields(Axes)}
+    c = Case(api="fsdp1.full", world_size=2, load_world_size=3, bounds=False, fault="shape")
+    assert type(c.axes) is Axes and c.axes.load_world_size == 3
+    assert Case(**dataclasses.asdict(c.axes), fault="shape") == c
