@@ -21,7 +21,9 @@ judge the expectation). Nothing here is global state.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,8 +64,10 @@ class Expectation:
     """The rank whose own state is compared (``on_rank``); None: a dict that is no one
     rank's own (a path's full dict, a gathered one, a re-save), which is what rank 0
     returns, so a rank-dependent effect acts as on rank 0 there (``judged_rank``)."""
-    evidence: Evidence | None = field(default=None, compare=False, repr=False)
-    """What the ranks recorded for the case being judged (``observing``); None outside."""
+    evidence: Any = field(default=None, compare=False, repr=False)
+    """What the ranks recorded for the case being judged (``observing``): a weak reference
+    to the ``Evidence`` the judge holds, so an expectation kept as a cache key (the
+    baseline's) does not keep a judged case's records alive; None outside."""
 
     def _chain(self, channel: str, d):
         for e in self.effects:
@@ -141,18 +145,20 @@ class Expectation:
         ``rank``)."""
         return 0 if self.rank is None else self.rank
 
-    def observing(self, *, save_obs, workdir) -> "Expectation":
-        """This expectation, judging the case whose ranks recorded ``save_obs`` (and wrote
-        ``workdir``): effects that need the ranks' own state read it (``seen``)."""
-        return replace(self, evidence=Evidence(save_obs=tuple(save_obs), workdir=workdir))
+    def observing(self, evidence: Evidence) -> "Expectation":
+        """This expectation, judging the case whose ranks recorded ``evidence``: effects
+        that need the ranks' own state read it (``seen``) for as long as the caller holds
+        ``evidence`` (the judge, while it judges the case)."""
+        return replace(self, evidence=weakref.ref(evidence))
 
     def seen(self) -> Evidence:
         """The recorded evidence of the case being judged; LookupError without it (an
         effect that needs it cannot be applied there, and explains nothing)."""
-        if self.evidence is None:
+        ev = self.evidence() if self.evidence is not None else None
+        if ev is None:
             raise LookupError("this effect needs the ranks' recorded state "
                               "(Expectation.observing)")
-        return self.evidence
+        return ev
 
 
 EXACT = Expectation(key="")

@@ -5,10 +5,10 @@ once (P0: properties/sharding.py; P1: properties/saved.py; P3: properties/loaded
 properties/flatten.py).
 
 Rules
-- ``loaded_shard(layout, full, rank)`` is what a load of the full dict ``full`` leaves on
+- ``loaded_shard(layout, full, rank, exp)`` is what a load of the full dict ``full`` leaves on
   ``rank`` as this torch is expected to leave it (properties/expectation.py, judged as on
   ``rank``). FSDP1: the reference's shard of the full dict the load cuts from
-  (``expectation.shards_from``), passed through the modelled load. FSDP2: the reference's
+  (``Expectation.shards_from``), passed through the modelled load. FSDP2: the reference's
   shard of the modelled load's full dict (a load effect acts on the full dict).
 - ``vs_reference`` / ``vs_own`` are the parts of a rank's dict compared with the reference's
   shard / with the rank's own state before saving. Params of ignored modules are plain

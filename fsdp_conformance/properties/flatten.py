@@ -18,8 +18,8 @@ Rules
 - A rank without a sharded dict makes the verdict its ``problem`` (the first rank's, in rank
   order): an error where torch raised. Torch's own flatten that raised is an error, one that
   did not run is not compared. The reference refusing the dicts (``StateDictMismatch``) is
-  an error, or a failure showing both where the reading already disagreed with torch's
-  metadata (which explains the refusal). Otherwise every difference of every rank is
+  an error, or a failure showing both where the reference's reading of the dicts already
+  disagreed with torch's metadata (``read_problems``, which explain the refusal). Otherwise every difference of every rank is
   reported together.
 """
 from __future__ import annotations
@@ -65,15 +65,16 @@ def p4_flatten(family: FamilyReference, layout, ranks: Sequence[ShardedRank]) ->
         return first
     dicts = [s.sharded for s in ranks]
     owner = family.owner(layout)
-    problems = [f"rank {s.rank}: {x}" for s in ranks for x in s.read_problems]
+    read = [f"rank {s.rank}: {x}" for s in ranks for x in s.read_problems]
+    problems = list(read)
     for s in ranks:
         r = s.rank
         try:
             want = family.flat_view(family.flatten(layout, dicts, r), layout, r)
         except ref.StateDictMismatch as exc:
             rejected = f"{family.flatten_name} rejected torch's sharded dicts: {exc}"
-            if problems:
-                return fail("\n".join(problems) + "\n\n" + rejected)
+            if read:  # the reading explains the refusal: a failure, with every difference
+                return fail("\n\n".join(["\n".join(read), *problems[len(read):], rejected]))
             return error(rejected)
         diffs = diff_state_dicts(want, family.flat_view(s.flat, layout, r), owner=owner)
         if diffs:

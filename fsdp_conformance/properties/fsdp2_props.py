@@ -1,11 +1,11 @@
 """FSDP2 (``fully_shard`` + ``torch.distributed.checkpoint.state_dict``) against the reference:
-what P0 (layout), P1 (gather), P3 (shard, every ``set_optimizer_state_dict`` path) and P11
+what P0 (layout), P1 (gather), P3 (shard, every ``set_optimizer_state_dict`` path), P11
 (param groups after loading) and P4 (flatten: the sharded DTensor dict; DTensor input to
 the reference's ``flatten_sharded``, FSDP1 with ``device_mesh=``) judge of the differential
 observations, in the forms they take.
 
-Each function takes the reference ``Fsdp2Layout`` and the per-rank observations of
-``sut.fsdp2.observe`` / ``load_full``; none touches a process group.
+The functions take the per-rank observations of ``sut.fsdp2.observe`` / ``load_full`` (and,
+where they read the layout, the reference ``Fsdp2Layout``); none touches a process group.
 
 Rules
 - Params outside FSDP2 (ignored params) are plain tensors that FSDP2 does not synchronise:

@@ -8,17 +8,18 @@ Rules (all bitwise, ``statediff.diff_state_dicts``)
 
 FSDP -> plain (``ToPlain``: rank 0's full dict and what torch made of it there)
     torch's PARAM_ID dict == reference.rekey_to_ids(full) for the plain optimizer (under a
-    modelled bug, ``expectation.rekeyed`` of it); the plain optimizer loads it, and its
+    modelled bug, ``Expectation.rekeyed`` of it); the plain optimizer loads it, and its
     ``state_dict()`` == reference.rekey_to_ids(full) as a load leaves it
-    (``expectation.optim_loaded``), loaded on the rank where the observer recorded it, else
-    here; rekeying back to PARAM_NAME gives ``full`` again. Param groups' ``params`` are
-    compared as sets there (their order follows the units); where the rank recorded the
-    loaded dict, torch's rekey of it back to PARAM_NAME also == reference.rekey_to_names
-    of it, order included (torch sorts each group's params, notes/reference-spec.md
-    section 4). Where observed: rekeying to the key type a dict already has returns the
-    same object; the ``optim_input=None`` path == reference.rekey_to_ids without an
-    optimizer. The reference refusing the full dict is an error where torch's rekey raised
-    too, a failure where torch returned a dict.
+    (``Expectation.optim_loaded``), loaded on the rank where the observer recorded it, else
+    here (a load the rank recorded that raised is an error, and nothing after it is
+    compared); rekeying back to PARAM_NAME gives ``full`` again (torch raising there is a
+    failure). Param groups' ``params`` are compared as sets there (their order follows the
+    units); where the rank recorded the loaded dict, torch's rekey of it back to PARAM_NAME
+    also == reference.rekey_to_names of it, order included (torch sorts each group's
+    params, notes/reference-spec.md section 4). Where observed: rekeying to the key type a
+    dict already has returns the same object; the ``optim_input=None`` path ==
+    reference.rekey_to_ids without an optimizer. The reference refusing the full dict is an
+    error where torch's rekey raised too, a failure where torch returned a dict.
 plain -> FSDP (every rank; ``from_plain``: ``sut.rekey.observe``'s records)
     torch's rekey of a plain optimizer's dict to PARAM_NAME == reference.rekey_to_names;
     rekeying that to PARAM_ID gives the plain dict back (the ID -> name -> ID identity);
@@ -116,7 +117,7 @@ class _Checks:
         return passed(f"{self.count} comparisons bitwise equal ({summary})")
 
 
-def _to_plain(seen: ToPlain, checks: _Checks, exp: Expectation) -> str:
+def _to_plain(case: Case, seen: ToPlain, checks: _Checks, exp: Expectation) -> str:
     """FSDP -> plain (module rules); returns what a pass names."""
     r, model, optim = seen.rank, seen.model, seen.optim
     full, why = _value(seen.full, "the full dict", r)
@@ -129,8 +130,8 @@ def _to_plain(seen: ToPlain, checks: _Checks, exp: Expectation) -> str:
         if isinstance(seen.ids, dict) and "error" in seen.ids:
             checks.errors.append(
                 f"FSDP -> plain: torch's full dict cannot be rekeyed for the unwrapped "
-                f"model (plain optimizer: {seen.how}); reference: {exc}; torch's rekey raised "
-                f"too:\n{seen.ids['error'].strip().splitlines()[-1]}")
+                f"{case.model} model (plain optimizer: {seen.how}); reference: {exc}; torch's "
+                f"rekey raised too:\n{seen.ids['error'].strip().splitlines()[-1]}")
         else:
             checks.problems.append(
                 f"FSDP -> plain: torch's rekey returned a dict where the reference raises: {exc}")
@@ -159,14 +160,16 @@ def _to_plain(seen: ToPlain, checks: _Checks, exp: Expectation) -> str:
     else:
         loaded, why = _value(seen.loaded, "loading the PARAM_ID dict into the unwrapped "
                                           "optimizer", r)
-        if why:
-            checks.problems.append(why)
+        if why:  # the rank's load did not give a state: nothing after it to compare
+            checks.errors.append(why)
     if loaded is not None:
         checks.same("the unwrapped optimizer's state_dict() after loading the PARAM_ID dict "
                     "differs from reference.rekey_to_ids",
                     canon_groups(exp.optim_loaded(correct)), canon_groups(loaded))
     names, why = _value(seen.names, "rekey back to PARAM_NAME", r)
-    if isinstance(seen.names, dict) and "error" in seen.names:
+    if seen.loaded is not None and loaded is None:
+        pass  # the rank rekeyed back what it loaded: nothing was loaded
+    elif isinstance(seen.names, dict) and "error" in seen.names:
         checks.problems.append(f"rekey back to PARAM_NAME raised:\n{seen.names['error']}")
     elif why:
         checks.errors.append(why)
@@ -266,7 +269,7 @@ def p5_rekey(case: Case, *, to_plain: ToPlain | None = None,
     checks = _Checks()
     seen = []
     if to_plain is not None:
-        seen.append(f"FSDP -> plain: {_to_plain(to_plain, checks, exp)}")
+        seen.append(f"FSDP -> plain: {_to_plain(case, to_plain, checks, exp)}")
     if from_plain:
         _plain_to_fsdp(case, from_plain, checks)
         seen.append(f"plain -> FSDP on {len(from_plain)} rank(s)")

@@ -21,7 +21,7 @@ from .baseline import local_run
 from ..sut.registry import DCP_DIR, api_path
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..zoo import model_spec
-from .expectation import EXACT, Expectation
+from .expectation import EXACT, Evidence, Expectation
 from . import run_props as rp
 from .precision import judged_dtype, own_mp_of, with_precision
 from .training_state import TrainingSeen
@@ -131,8 +131,10 @@ def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[L
                         workdir: Path, *, exp: Expectation = EXACT) -> dict[str, Verdict]:
     """P0-P11 of a round-trip case from what the save and load ranks recorded (``workdir``:
     the case's files, for P8's DCP read-back), against ``exp`` with that evidence bound for
-    the effects that need it (``Expectation.observing``)."""
-    exp = exp.observing(save_obs=save_obs, workdir=workdir)
+    the effects that need it (``Expectation.observing``: held here while the case is
+    judged)."""
+    evidence = Evidence(save_obs=tuple(save_obs), workdir=workdir)
+    exp = exp.observing(evidence)
     api = case.api
     v: dict[str, Verdict] = {}
     ordered = case.groups == 1  # several groups: the optimizer's order is the groups' order
@@ -172,7 +174,8 @@ def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[L
             start=rp.save_point(layout, save_obs, gather, exp=exp)
             if dt == "bf16" and not why else None, unmatched=why, own_mp=mp,
             always_precise=False, exp=exp,
-            scheduler=None if training is None else "the scheduler after resuming as uninterrupted")
+            scheduler=None if training is None or why
+            else "the scheduler after resuming as uninterrupted")
         if load_error is None:
             pairs, summary = rp.resaved_pairs(api, full, load_obs, case.plan == case.dst_plan,
                                               dst.shard_groups(), exp=exp)

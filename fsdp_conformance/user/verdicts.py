@@ -7,7 +7,7 @@ Rules (custom save/load)
   the state in memory at the save, so never under a modelled bug's save),
   P3 (each rank's state after the load == ``reference.shard_full`` of the state at the save,
   bitwise; under a modelled torch bug, of that state as the bug's save would have written it:
-  ``expectation.saved``, since no saved dict of the user's is observed), P6 (resumed training == uninterrupted), P7 (the save leaves the optimizer
+  ``Expectation.saved``, since no saved dict of the user's is observed), P6 (resumed training == uninterrupted), P7 (the save leaves the optimizer
   unchanged, and load -> save -> load gives bitwise the state of the first load:
   properties/idempotent.py, given the state around each call), P10
   (partial state) and P11 (param groups). P1, P4, P5, P8 and P9 judge torch's own dicts and

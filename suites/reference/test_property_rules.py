@@ -388,3 +388,22 @@ def test_p9_reports_found_differences_and_unequal_pairs_in_order_and_a_problem_d
         is raised
     v = p9_flags(FlagsSeen(not_checked="sharded_optim_state_dict has no rank0_only flag"))
     assert v.status == "n/a" and "no rank0_only" in v.detail  # nothing checked is never a pass
+
+
+def test_p4_a_refusal_after_a_difference_elsewhere_is_still_the_references_error():
+    """Only what the reading of the dicts found (``read_problems``) turns the reference's
+    refusal into a failure; a value difference on an earlier rank does not (the run's P4 was
+    an error there, and still is)."""
+    layout, full, shards = _world()
+    pieces = _row_pieces(full, WS)
+    pieces[1]["state"]["u1.c.w"].pop("exp_avg")  # rows 3-4 of u1.c.w: only rank 1 needs them
+    ranks = [ShardedRank(rank=0, sharded=pieces[0], flat=_nudged(shards[0])),
+             ShardedRank(rank=1, sharded=pieces[1], flat=shards[1])]
+    v = p4_flatten(FSDP1, layout, ranks)
+    assert v.status == "error" and "rank 1" in v.detail and "u1.c.w" in v.detail, v.detail
+    read = [ranks[0], ShardedRank(rank=1, sharded=pieces[1], flat=shards[1],
+                                  read_problems=("u1.c.w.exp_avg: not where torch says",))]
+    v = p4_flatten(FSDP1, layout, read)
+    assert v.status == "fail" and v.detail.startswith("rank 1: u1.c.w.exp_avg: not where"), \
+        v.detail
+    assert "rank 0: flat local state differs" in v.detail and "rejected" in v.detail
