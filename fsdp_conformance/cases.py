@@ -344,13 +344,14 @@ class Case(Axes):
     """Test-only slowdown or extra copy planted into a bounds case (``INJECTIONS``)."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        # the kind's own values first: an axis's error may name the kind (``_kind_note``)
         if self.fault not in FAULTS:
             raise ValueError(f"fault must be one of {FAULTS[1:]} (or empty), got {self.fault!r}")
         if self.golden and (self.golden.count("/") != 1 or self.fault
                             or not all(self.golden.split("/"))):
             raise ValueError(f"golden must be '<torch version>/<fixture name>' (and fault empty), "
                              f"got golden={self.golden!r}, fault={self.fault!r}")
+        super().__post_init__()
         if self.inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
         if self.inject and not self.bounds:

@@ -13,9 +13,9 @@ DEFAULT_TIMEOUT_S = 120.0
 ``--fsdp-timeout``, ``timeout=``)."""
 
 DEFAULT_FAULT_TIMEOUT_S = 30.0
-"""Seconds a fault case's load may take at least (``fault_timeout_for``): a bad input must
-raise on some rank well before a healthy call's timeout, and the ranks it leaves waiting are
-the finding (P15)."""
+"""The least seconds a fault case's load may take, unless the run's own timeout is shorter
+(``fault_timeout_for``): a bad input must raise on some rank well before a healthy call's
+timeout, and the ranks it leaves waiting are the finding (P15)."""
 
 
 def fault_timeout_for(timeout: float) -> float:

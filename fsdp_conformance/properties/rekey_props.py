@@ -11,8 +11,8 @@ FSDP -> plain (``ToPlain``: rank 0's full dict and what torch made of it there)
     modelled bug, ``Expectation.rekeyed`` of it); the plain optimizer loads it, and its
     ``state_dict()`` == reference.rekey_to_ids(full) as a load leaves it
     (``Expectation.optim_loaded``), loaded on the rank where the observer recorded it, else
-    here (a load the rank recorded that raised is an error, and nothing after it is
-    compared); rekeying back to PARAM_NAME gives ``full`` again (torch raising there is a
+    here (a load the rank recorded that raised is an error, and the rekey back of what it
+    loaded is not compared); rekeying back to PARAM_NAME gives ``full`` again (torch raising there is a
     failure). Param groups' ``params`` are compared as sets there (their order follows the
     units); where the rank recorded the loaded dict, torch's rekey of it back to PARAM_NAME
     also == reference.rekey_to_names of it, order included (torch sorts each group's

@@ -39,8 +39,8 @@ def reproducer(case: Case, user: UserModel | None = None,
     if custom is not None:
         args.append(f"custom={custom!r}")
     body = ",\n              ".join(args)
-    return ("from fsdp_conformance.cases import Case\n"
-            "from fsdp_conformance.user import CustomPath, Ref, UserModel, reproduce\n\n"
+    return ("from fsdp_conformance import Case\n"
+            "from fsdp_conformance.roundtrip import CustomPath, Ref, UserModel, reproduce\n\n"
             "if __name__ == \"__main__\":  # the ranks re-import this file\n"
             f"    raise SystemExit(reproduce({body}))\n")
 

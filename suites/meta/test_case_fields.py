@@ -51,3 +51,14 @@ def test_a_case_is_its_axes_and_its_kind():
     c = Case(api="fsdp1.full", world_size=2, load_world_size=3, bounds=False, fault="shape")
     assert type(c.axes) is Axes and c.axes.load_world_size == 3
     assert Case(**dataclasses.asdict(c.axes), fault="shape") == c
+
+
+def test_the_kinds_values_are_checked_before_the_axes():
+    """A bad golden or fault value is named first, before an axis's error that would name the
+    kind (the order users saw before the split)."""
+    import pytest
+
+    with pytest.raises(ValueError, match="golden must be"):
+        Case(golden="2.5/x", fault="shape", api="fsdp2.full", nonstrict=True)
+    with pytest.raises(ValueError, match="fault must be one of"):
+        Case(fault="bogus", world_size=0)

@@ -47,3 +47,19 @@ def test_every_public_module_imports_and_its_all_names_what_it_has():
         assert names, f"{name} has no __all__"
         missing = [n for n in names if not hasattr(mod, n)]
         assert not missing, f"{name}.__all__ names what it does not have: {missing}"
+
+
+def test_the_reproducer_scripts_import_only_the_public_face():
+    """What a failure hands the user to run (``user.failures.reproducer``) imports only the
+    names this page calls public."""
+    from fsdp_conformance.cases import Case
+    from fsdp_conformance.user.failures import reproducer
+
+    script = reproducer(Case(api="fsdp1.full"))
+    imports = [ln for ln in script.splitlines() if ln.startswith(("from ", "import "))]
+    assert imports == ["from fsdp_conformance import Case",
+                       "from fsdp_conformance.roundtrip import CustomPath, Ref, UserModel, "
+                       "reproduce"], imports
+    _, modules = _sections()
+    assert "fsdp_conformance.roundtrip" in _first_cells(modules)
+    compile(script, "reproducer.py", "exec")
