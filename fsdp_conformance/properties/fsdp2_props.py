@@ -248,13 +248,13 @@ def dtensor_ranks(observations: Sequence[dict]) -> list[ShardedRank]:
     the reference's reading of each DTensor must agree with torch's offsets. A dict that
     holds no DTensor where the optimizer has state fails: the DTensor path was not
     exercised."""
-    recs, problems = [], []
+    recs, reads = [], []
     for obs in observations:
         rec, v = path_value(obs, "sharded")
         if v is not None:
             return [ShardedRank(rank=obs["rank"], problem=v)]
         recs.append(rec)
-        problems.append(tuple(
+        reads.append(tuple(
             x for fqn, st in rec["state"].items() for n, val in st.items()
             if isinstance(val, dict) and val.get("dtensor")
             for x in _pieces_problems(fqn, n, val)))
@@ -269,7 +269,7 @@ def dtensor_ranks(observations: Sequence[dict]) -> list[ShardedRank]:
     except ValueError as exc:
         return [ShardedRank(rank=0, problem=error(str(exc)))]
     out = []
-    for obs, rec, read in zip(observations, neutral, problems):
+    for obs, rec, read in zip(observations, neutral, reads):
         got, tv = path_value(obs, "to_load")
         out.append(ShardedRank(rank=obs["rank"], sharded=rec, flat=obs["local"], torch_flat=got,
                                torch_problem=tv, torch_label="optim_state_dict_to_load",

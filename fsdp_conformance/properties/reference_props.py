@@ -181,15 +181,22 @@ def flat_ranks(observations: Sequence[dict], exp: Expectation = EXACT) -> list[S
         if v is not None:
             out.append(ShardedRank(rank=r, problem=v))
             continue
-        try:
-            pieces = sharded_to_flat_offsets(sharded["state"])
-        except ValueError as exc:
-            out.append(ShardedRank(rank=r, problem=error(
-                f"rank {r}'s sharded dict has an unexpected form: {exc}")))
-            continue
         got, tv = path_value(obs, "flatten_legacy")
-        out.append(ShardedRank(rank=r, sharded={"state": pieces,
-                                                "param_groups": sharded["param_groups"]},
-                               flat=exp.loaded(obs["local"]), torch_flat=got,
-                               torch_problem=tv, torch_label="flatten_sharded_optim_state_dict"))
+        out.append(sharded_rank(r, sharded, flat=exp.loaded(obs["local"]), torch_flat=got,
+                                torch_problem=tv,
+                                torch_label="flatten_sharded_optim_state_dict"))
     return out
+
+
+def sharded_rank(rank: int, sharded: dict, **seen) -> ShardedRank:
+    """What P4 judges of one rank's ShardedTensor-form sharded dict (``sharded``, as FSDP1's
+    sharded paths return it), in the reference's pieces form
+    (``sharded_to_flat_offsets``), with the rest the observer saw (``seen``: the rank's flat
+    state, torch's own flatten); a dict in another form is the rank's error."""
+    try:
+        pieces = sharded_to_flat_offsets(sharded["state"])
+    except ValueError as exc:
+        return ShardedRank(rank=rank, problem=error(
+            f"rank {rank}'s sharded dict has an unexpected form: {exc}"))
+    return ShardedRank(rank=rank, sharded={"state": pieces,
+                                           "param_groups": sharded["param_groups"]}, **seen)

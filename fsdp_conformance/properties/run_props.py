@@ -36,7 +36,7 @@ from .flatten import ShardedRank
 from .flags import FlagSeen, FlagsSeen
 from .idempotent import SameState
 from .rekey_props import ToPlain
-from .reference_props import (comparable, replica_first, rotated_note, sharded_to_flat_offsets)
+from .reference_props import comparable, replica_first, rotated_note, sharded_rank
 from .verdict import Verdict, error, fail, na, passed
 
 # bfloat16 (8 bits of mantissa) cannot be compared element by element with one tolerance:
@@ -240,15 +240,8 @@ def flat_ranks(load_obs: Sequence[LoadRecord]) -> list[ShardedRank]:
         e = error_of(o.resaved) or error_of(o.loaded)
         if e:
             out.append(ShardedRank(rank=o.rank, problem=error(f"torch raised on rank {o.rank}:\n{e}")))
-            continue
-        try:
-            pieces = sharded_to_flat_offsets(o.resaved["state"])
-        except ValueError as exc:
-            out.append(ShardedRank(rank=o.rank, problem=error(
-                f"rank {o.rank}'s sharded dict has an unexpected form: {exc}")))
-            continue
-        out.append(ShardedRank(rank=o.rank, flat=o.loaded, sharded={
-            "state": pieces, "param_groups": o.resaved["param_groups"]}))
+        else:
+            out.append(sharded_rank(o.rank, o.resaved, flat=o.loaded))
     return out
 
 
