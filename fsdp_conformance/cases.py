@@ -43,12 +43,38 @@ CPU_OFFLOAD = ("", "pinned", "unpinned")
 MIXED_PRECISION = ("", "bf16")
 KEEP = object()
 """A field's ``single_process`` value (``axis``) that the single-process baseline keeps."""
+FIXTURES_HIDDEN = ("the golden fixtures' root is where a run reads its fixtures, one root per "
+                   "run (--fixtures), not what a case is: ``golden`` names the fixture, and an "
+                   "id holds no machine path")
 
 
-def axis(default: Any, *, load_only: bool = False, single_process: Any = KEEP) -> Any:
-    """A ``Case`` field, with the two facts the harness needs about it, stated where the field
-    is (every field says both; suites/meta checks):
+@dataclass(frozen=True)
+class Part:
+    """An axis shown in the id inside a segment it shares with other axes (``ID_SEGMENTS``:
+    its renderer reads every axis that names it)."""
 
+    segment: str
+    """The shared segment's name (``SHARED_SEGMENTS``)."""
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """An axis left out of the id, and why (a value every case of one run shares)."""
+
+    why: str
+    """The reason, as the docs and the meta test read it."""
+
+
+def axis(default: Any, *, shown: "str | Part | Hidden", load_only: bool = False,
+         single_process: Any = KEEP) -> Any:
+    """A ``Case`` field, with the facts the harness needs about it, stated where the field
+    is (every field says each; suites/meta checks):
+
+    - ``shown``: how it appears in ``Case.id``: a template of its own segment (``"/seed{}"``:
+      ``{}`` is the value; a flag's template has none), shown only where the value is not
+      the default; a ``Part`` of a segment it shares with other axes; or ``Hidden`` with the
+      reason. Segments come in the order of ``ID_SEGMENTS``, so every axis that makes two
+      cases unequal makes their ids unequal (``suites/meta/test_case_ids.py``).
     - ``load_only``: only the load side reads it. A case with every load-only field at its
       default is what its save side sees, so cases that differ only in them share one save
       (``LOAD_ONLY``; run/saves.py, sut/trained.py).
@@ -60,7 +86,8 @@ def axis(default: Any, *, load_only: bool = False, single_process: Any = KEEP) -
     if load_only:
         single_process = default
     return field(default=default, metadata={"load_only": load_only,
-                                            "single_process": single_process})
+                                            "single_process": single_process,
+                                            "shown": shown})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,94 +99,96 @@ class Axes:
     ``load_plan`` describe where the saved state is loaded (default: where it was saved).
     A ``Case`` is its axes and its kind."""
 
-    model: str = axis("mlp")
+    model: str = axis("mlp", shown=Part("model"))
     """Zoo model name (``zoo.MODELS``), or a user model's name under the plugin."""
-    plan: str = axis("nested", single_process="root")
+    plan: str = axis("nested", shown=Part("model"), single_process="root")
     """Wrapping plan of the model on the save side (a zoo plan name)."""
-    optimizer: str = axis("adam")
+    optimizer: str = axis("adam", shown=Part("optim"))
     """Zoo optimizer name (``zoo.OPTIMIZERS``)."""
-    groups: int = axis(1)
+    groups: int = axis(1, shown=Part("optim"))
     """Number of param groups the optimizer is built with."""
-    use_orig_params: bool = axis(False, single_process=False)
-    """FSDP1's ``use_orig_params`` on both sides."""
-    strategy: str = axis("FULL_SHARD", single_process="FULL_SHARD")
+    use_orig_params: bool = axis(False, shown=Part("layout"), single_process=False)
+    """FSDP1's ``use_orig_params`` on both sides (under FSDP2, which has no flat parameters,
+    it is False whatever is passed)."""
+    strategy: str = axis("FULL_SHARD", shown=Part("layout"), single_process="FULL_SHARD")
     """Sharding strategy (``STRATEGIES``): FSDP1's ``ShardingStrategy``; under FSDP2 the
     mesh and ``reshard_after_forward`` that mean the same (HYBRID_SHARD and NO_SHARD: a 2-D
     mesh; sut/fsdp2.py)."""
-    world_size: int = axis(2, single_process=1)
+    world_size: int = axis(2, shown=Part("sizes"), single_process=1)
     """Ranks of the save side."""
-    load_world_size: int | None = axis(None, load_only=True)
+    load_world_size: int | None = axis(None, shown=Part("sizes"), load_only=True)
     """Ranks of the load side (None: the save's)."""
-    load_plan: str | None = axis(None, load_only=True)
+    load_plan: str | None = axis(None, shown=Part("sizes"), load_only=True)
     """Wrapping plan of the load side (None: the save's)."""
-    api: str = axis("fsdp1")
+    api: str = axis("fsdp1", shown=Part("api"))
     """The API path (``sut.registry``), a differential observer ("fsdp1", "fsdp2") or a
     user's own path."""
-    steps: int = axis(2)
+    steps: int = axis(2, shown=Part("steps"))
     """Optimizer steps trained before the save."""
-    batch: int = axis(12)
+    batch: int = axis(12, shown="/batch{}")
     """Batch size of every training step."""
-    seed: int = axis(0)
+    seed: int = axis(0, shown="/seed{}")
     """Seed of the model, data and every random choice of the case."""
-    dtype: str = axis("fp64")
+    dtype: str = axis("fp64", shown=Part("dtype"))
     """Param and state dtype ("fp64", "fp32", "bf16")."""
-    resume_steps: int = axis(2)
+    resume_steps: int = axis(2, shown=Part("steps"))
     """Optimizer steps trained after the load (P6)."""
-    scheduler: bool | str = axis(False)
+    scheduler: bool | str = axis(False, shown=Part("optim"))
     """The LR scheduler stepped after every optimizer step and checkpointed beside it: a zoo
     schedule name (``SCHEDULE_NAMES``; True is "exp"), "" = none (False)."""
-    impl: str = axis("default")
+    impl: str = axis("default", shown=Part("optim"))
     """Optimizer implementation: "default", "foreach" or "fused" (``zoo.FUSED``)."""
-    compiled: str = axis("", single_process="")
+    compiled: str = axis("", shown="/compiled:{}", single_process="")
     """Compiled-model case (COMPILED): the side(s) whose model is wrapped by torch.compile
     (backend "eager") for training and every torch.distributed.checkpoint call. "" = none."""
-    reshard_after_forward: int = axis(0, single_process=0)
+    reshard_after_forward: int = axis(0, shown=Part("layout"), single_process=0)
     """FSDP2 round trips only: ``fully_shard(reshard_after_forward=<int>)`` on both sides,
     the world size the params are resharded to after forward (a factor of each side's
     world size, at least 2; equal to it is torch's ``True``). 0 = the strategy's own
     choice."""
-    flatten_optimizer_state_dict: bool = axis(False, single_process=False)
+    flatten_optimizer_state_dict: bool = axis(False, shown="/flat_osd", single_process=False)
     """FSDP2 round trips only: both sides pass ``StateDictOptions(
     flatten_optimizer_state_dict=True)`` (torchtitan's checkpointer does): the saved dict
     is ``{"state.<fqn>.<name>": v, "param_groups.<fqn>.<key>": v}``."""
-    cpu_offload: str = axis("", single_process="")
+    cpu_offload: str = axis("", shown="/offload:{}", single_process="")
     """FSDP2 round trips only (CPU_OFFLOAD): ``fully_shard(offload_policy=CPUOffloadPolicy(
     pin_memory=...))`` on both sides, "pinned" (torch's default) or "unpinned". "" = none."""
-    scheduler_after_load: bool = axis(False, load_only=True)
+    scheduler_after_load: bool = axis(False, shown=Part("optim"), load_only=True)
     """With ``scheduler``: the load side builds its LR scheduler after the optimizer state is
     loaded (then loads the scheduler's state), as a trainer that restores the optimizer
     first does; ``initial_lr`` must then come from the checkpoint (pytorch#140900 class)."""
-    mixed_precision: str = axis("")
+    mixed_precision: str = axis("", shown="/mp:{}")
     """FSDP2 round trips only, float32 params: ``fully_shard(mp_policy=MixedPrecisionPolicy(
     param_dtype=bfloat16, reduce_dtype=float32))`` on both sides: compute in bfloat16,
     params and optimizer state stay float32 (MIXED_PRECISION). "" = none."""
-    async_save: bool = axis(False, single_process=False)
+    async_save: bool = axis(False, shown="/async_save", single_process=False)
     """fsdp2.sharded only: the save writes with ``dcp.async_save`` (torch's default thread
     executor) and the save side takes one more optimizer step on the live model and
     optimizer before it waits on the returned Future (a trainer goes on training while the
     checkpoint is written); the checkpoint must hold the state at the save."""
-    app_state: bool = axis(False, single_process=False)
+    app_state: bool = axis(False, shown="/app_state", single_process=False)
     """fsdp2.sharded only: the checkpoint is a DCP ``Stateful`` app state (model, optimizer,
     LR scheduler, step; sut/app_state.py) saved and loaded under one key, as trainers do:
     ``get_state_dict`` / ``set_state_dict`` of model and optimizer together, the scheduler
     restored from the checkpoint."""
-    nonstrict: bool = axis(False, load_only=True)
+    nonstrict: bool = axis(False, shown="/nonstrict", load_only=True)
     """FSDP2 round trips only: the load passes ``StateDictOptions(strict=False)`` (a trainer
     loading a checkpoint whose params do not all have state, e.g. ones that never had a
     gradient); the save is unchanged."""
-    no_broadcast: bool = axis(False, load_only=True)
+    no_broadcast: bool = axis(False, shown="/no_broadcast", load_only=True)
     """fsdp2.full only: the load without ``broadcast_from_rank0``: every rank loads the full
     dict it read itself (``set_optimizer_state_dict(full_state_dict=True)``)."""
-    ignore_frozen_params: bool = axis(False, single_process=False)
+    ignore_frozen_params: bool = axis(False, shown="/ignore_frozen",
+                                      single_process=False)
     """FSDP2 round trips only: every state-dict call of both sides passes
     ``StateDictOptions(ignore_frozen_params=True)`` (the model's frozen params are left
     out of its state dict; the optimizer's dict is documented as unchanged)."""
-    tensor_parallel: int = axis(0, single_process=0)
+    tensor_parallel: int = axis(0, shown=Part("layout"), single_process=0)
     """FSDP2 round trips only: tensor parallelism under ``fully_shard`` on the save side: a
     ``(world_size // tensor_parallel, tensor_parallel)`` mesh named ("dp", "tp"), the zoo
     model's ``tp_plan`` applied by ``parallelize_module`` on "tp", then ``fully_shard`` on
     "dp" (torchtitan's order). 0 = no tensor parallelism."""
-    load_tensor_parallel: int | None = axis(None, load_only=True)
+    load_tensor_parallel: int | None = axis(None, shown=Part("layout"), load_only=True)
     """The load side's tensor-parallel degree (0: none); None = the save side's."""
 
     def __post_init__(self) -> None:
@@ -172,6 +201,10 @@ class Axes:
         if self.api not in APIS and custom_family(self.api) is None:
             raise ValueError(f"api must be one of {APIS}, 'custom:<name>' or "
                              f"'fsdp2.custom:<name>', got {self.api!r}")
+        if self.use_orig_params and self.family == "fsdp2":
+            # FSDP2 keeps per-parameter DTensors: the flag means nothing there, so a case
+            # that sets it is the case that does not (one configuration, one id)
+            object.__setattr__(self, "use_orig_params", False)
         if self.impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {self.impl!r}")
         if self.strategy not in STRATEGIES:
@@ -328,19 +361,19 @@ class Case(Axes):
     ``golden``, ``fault``; none: a round trip), and ``inject`` / ``fixtures`` parametrize
     it. Frozen, picklable, hashable, with a stable readable ``id``."""
 
-    fault: str = axis("", single_process="")
+    fault: str = axis("", shown="/fault:{}", single_process="")
     """A bad input planted into the load (``FAULTS``; P15 only). "" = none."""
-    golden: str = axis("")
+    golden: str = axis("", shown="/golden:{}")
     """Golden-fixture case (P12 only): "<torch version>/<fixture name>" of a checkpoint
     stored under ``fixtures``, loaded through ``api`` at ``dst_world_size``. "" = a normal
     case."""
-    fixtures: str = axis("")
+    fixtures: str = axis("", shown=Hidden(FIXTURES_HIDDEN))
     """Golden fixtures root of a golden case ("" = the fixtures the package ships)."""
-    bounds: bool = axis(False)
+    bounds: bool = axis(False, shown="/bounds")
     """Bounds case (P13/P14 only): measure the path's save and load (time against its floor,
     peak memory per rank) at ``world_size`` instead of the round trip; ``inject`` plants a
     slowdown or an extra copy (INJECTIONS; the self-tests of suites/bounds only)."""
-    inject: str = axis("")
+    inject: str = axis("", shown="/inject:{}")
     """Test-only slowdown or extra copy planted into a bounds case (``INJECTIONS``)."""
 
     def __post_init__(self) -> None:
@@ -383,46 +416,78 @@ class Case(Axes):
 
     @property
     def id(self) -> str:
-        orig = "orig" if self.use_orig_params else "flat"
-        if self.family == "fsdp2":
-            orig = "dtensor"  # FSDP2 keeps per-parameter DTensors: no flat/orig choice
-        ws = f"ws{self.world_size}"
-        if self.dst_world_size != self.world_size or self.dst_plan != self.plan:
-            ws += f"->{self.dst_world_size}"
-            if self.dst_plan != self.plan:
-                ws += f":{self.dst_plan}"
-        opt = self.optimizer + (f"x{self.groups}g" if self.groups > 1 else "")
-        if self.impl != "default":
-            opt += f".{self.impl}"
-        if self.scheduler:
-            opt += "+sched" + ("" if self.scheduler == "exp" else f":{self.scheduler}") + (
-                "@load" if self.scheduler_after_load else "")
-        strat = "" if self.strategy == "FULL_SHARD" else f"/{self.strategy.lower()}"
-        if self.reshard_after_forward:
-            strat += f"/raf{self.reshard_after_forward}"
-        if self.tensor_parallel or self.dst_tensor_parallel:
-            strat += f"/tp{self.tensor_parallel}" + (
-                f"->{self.dst_tensor_parallel}"
-                if self.dst_tensor_parallel != self.tensor_parallel else "")
-        steps = "" if (self.steps, self.resume_steps) == (2, 2) else f"/steps{self.steps}+{self.resume_steps}"
-        return (f"{self.api}/{opt}/{self.model}.{self.plan}/{orig}{strat}/{ws}/{self.dtype}"
-                + steps + (f"/seed{self.seed}" if self.seed else "")
-                + (f"/fault:{self.fault}" if self.fault else "")
-                + (f"/golden:{self.golden}" if self.golden else "")
-                + ("/bounds" if self.bounds else "")
-                + (f"/inject:{self.inject}" if self.inject else "")
-                + (f"/compiled:{self.compiled}" if self.compiled else "")
-                + ("/flat_osd" if self.flatten_optimizer_state_dict else "")
-                + (f"/offload:{self.cpu_offload}" if self.cpu_offload else "")
-                + (f"/mp:{self.mixed_precision}" if self.mixed_precision else "")
-                + ("/async_save" if self.async_save else "")
-                + ("/app_state" if self.app_state else "")
-                + ("/nonstrict" if self.nonstrict else "")
-                + ("/no_broadcast" if self.no_broadcast else "")
-                + ("/ignore_frozen" if self.ignore_frozen_params else ""))
+        """The case's stable readable id: every segment of ``ID_SEGMENTS`` in order, each
+        rendered from the axes that declare it (``axis(shown=...)``)."""
+        return "".join(_segment(self, name) for name in ID_SEGMENTS)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _optim_part(c: Case) -> str:
+    opt = c.optimizer + (f"x{c.groups}g" if c.groups > 1 else "")
+    if c.impl != "default":
+        opt += f".{c.impl}"
+    if c.scheduler:
+        opt += "+sched" + ("" if c.scheduler == "exp" else f":{c.scheduler}") + (
+            "@load" if c.scheduler_after_load else "")
+    return "/" + opt
+
+
+def _layout_part(c: Case) -> str:
+    # FSDP2 keeps per-parameter DTensors: no flat/orig choice
+    out = "/" + ("dtensor" if c.family == "fsdp2" else "orig" if c.use_orig_params else "flat")
+    if c.strategy != "FULL_SHARD":
+        out += f"/{c.strategy.lower()}"
+    if c.reshard_after_forward:
+        out += f"/raf{c.reshard_after_forward}"
+    if c.tensor_parallel or c.dst_tensor_parallel:
+        out += f"/tp{c.tensor_parallel}" + (
+            f"->{c.dst_tensor_parallel}" if c.dst_tensor_parallel != c.tensor_parallel else "")
+    return out
+
+
+def _sizes_part(c: Case) -> str:
+    ws = f"/ws{c.world_size}"
+    if c.dst_world_size != c.world_size or c.dst_plan != c.plan:
+        ws += f"->{c.dst_world_size}"
+        if c.dst_plan != c.plan:
+            ws += f":{c.dst_plan}"
+    return ws
+
+
+SHARED_SEGMENTS = {
+    "api": lambda c: c.api,
+    "optim": _optim_part,
+    "model": lambda c: f"/{c.model}.{c.plan}",
+    "layout": _layout_part,
+    "sizes": _sizes_part,
+    "dtype": lambda c: f"/{c.dtype}",
+    "steps": lambda c: ("" if (c.steps, c.resume_steps) == (2, 2)
+                        else f"/steps{c.steps}+{c.resume_steps}"),
+}
+"""The segments several axes share (``Part``), each rendered from the axes that name it."""
+
+ID_SEGMENTS: tuple[str, ...] = (
+    "api", "optim", "model", "layout", "sizes", "dtype", "steps", "seed", "fault", "golden",
+    "bounds", "inject", "compiled", "flatten_optimizer_state_dict", "cpu_offload",
+    "mixed_precision", "async_save", "app_state", "nonstrict", "no_broadcast",
+    "ignore_frozen_params", "batch")
+"""The order of the id's segments: a shared one by its name (``SHARED_SEGMENTS``), an axis
+with a segment of its own by the axis's name. A new axis is appended, so that every earlier
+id stays as it was."""
+
+_FIELDS = {f.name: f for f in fields(Case)}
+
+
+def _segment(case: Case, name: str) -> str:
+    """One segment of ``case.id``: a shared one's renderer, or the axis's own template where
+    its value is not the default."""
+    if name in SHARED_SEGMENTS:
+        return SHARED_SEGMENTS[name](case)
+    f = _FIELDS[name]
+    value = getattr(case, name)
+    return "" if value == f.default else f.metadata["shown"].format(value)
 
 
 KIND_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Case)
@@ -434,6 +499,17 @@ LOAD_ONLY: dict[str, Any] = {f.name: f.default for f in fields(Case) if f.metada
 SINGLE_PROCESS: dict[str, Any] = {f.name: f.metadata["single_process"] for f in fields(Case)
                                   if f.metadata["single_process"] is not KEEP}
 """What the single-process baseline trains with, per field it resets (``axis``)."""
+
+
+def shard_group_size(case: Case, world_size: int) -> int:
+    """Ranks per shard group at ``world_size``: HYBRID_SHARD 2 (the whole world when odd),
+    NO_SHARD 1 (a ``(ws, 1)`` mesh: every param replicated, FSDP2's way to not shard),
+    otherwise the world size."""
+    if case.strategy == "HYBRID_SHARD":
+        return 2 if world_size % 2 == 0 else world_size
+    if case.strategy == "NO_SHARD":
+        return 1
+    return world_size
 
 
 def torch_dtypes() -> dict[str, Any]:

@@ -11,7 +11,7 @@ from fsdp_conformance.cases import KEEP, LOAD_ONLY, SINGLE_PROCESS, Case
 
 def test_every_field_is_declared_with_axis():
     undeclared = [f.name for f in dataclasses.fields(Case)
-                  if set(f.metadata) != {"load_only", "single_process"}]
+                  if set(f.metadata) != {"load_only", "single_process", "shown"}]
     assert not undeclared, f"Case fields not declared with cases.axis(...): {undeclared}"
 
 
@@ -35,7 +35,8 @@ def test_a_case_with_only_load_fields_changed_shares_its_save_and_baseline():
     assert SINGLE_PROCESS["world_size"] == 1 and SINGLE_PROCESS["plan"] == "root"
     assert all(v is not KEEP for v in SINGLE_PROCESS.values())
     assert "steps" not in SINGLE_PROCESS and "optimizer" not in SINGLE_PROCESS
-    assert cases.axis(5, load_only=True).metadata == {"load_only": True, "single_process": 5}
+    assert cases.axis(5, shown="/x{}", load_only=True).metadata == {
+        "load_only": True, "single_process": 5, "shown": "/x{}"}
 
 
 def test_a_case_is_its_axes_and_its_kind():
