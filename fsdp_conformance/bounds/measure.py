@@ -55,7 +55,7 @@ PEAK_REPEATS = 3
 
 def _sut(api: str):
     """The module of ``api``'s round trip (sut/registry.py ``ApiPath.round_trip``): its
-    ``_build``, ``save_path``, ``write_saved``, ``load_path``."""
+    ``build``, ``save_call``, ``write``, ``read_saved``, ``load_call``."""
     from ..sut.registry import api_path
 
     return api_path(api).round_trip()
@@ -171,7 +171,7 @@ def measure_side(ctx, case: Case, workdir: str, repeats: int) -> dict:
     sut = _sut(case.api)
     workdir_p = Path(workdir)
     group = ctx.group
-    model, optim, _, _ = sut._build(ctx, case, load_side=False)
+    model, optim, _, _ = sut.build(ctx, case, load_side=False)
     from ..sut.fsdp1 import train
 
     train(ctx, case, model, optim, case.steps)
@@ -179,7 +179,7 @@ def measure_side(ctx, case: Case, workdir: str, repeats: int) -> dict:
     holder: list[Any] = [None]
 
     def save() -> None:
-        holder[0] = sut.save_path(case, model, optim)
+        holder[0] = sut.save_call(case, model, optim)
 
     def drop() -> None:
         holder[0] = None
@@ -189,13 +189,15 @@ def measure_side(ctx, case: Case, workdir: str, repeats: int) -> dict:
     save_call = _injected(case.inject, save, lambda: holder[0])
     out["save"] = _phase(group, save_call, repeats, case.api, "save", state_bytes, ctx.world_size,
                          reset=drop)
-    sut.write_saved(ctx, case, model, holder[0], workdir_p)
+    sut.write(ctx, case, sut.Live(model=model, optim=optim, step=case.steps), holder[0],
+              workdir_p)
     holder[0] = None
     del model, optim
-    model, optim, _, _ = sut._build(ctx, case, load_side=True)
+    model, optim, _, _ = sut.build(ctx, case, load_side=True)
     saved, _ = sut.read_saved(ctx, case, workdir_p)
     load = _injected(case.inject,
-                     lambda: sut.load_path(ctx, case, model, optim, saved, workdir_p),
+                     lambda: sut.load_call(ctx, case, sut.Live(model=model, optim=optim),
+                                           saved, workdir_p),
                      lambda: optim.state)
     out["load"] = _phase(group, load, repeats, case.api, "load", state_bytes, ctx.world_size)
     return out

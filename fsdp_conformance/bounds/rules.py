@@ -83,7 +83,7 @@ Rules
 - P14 memory, per rank and phase: pass when ``peak_bytes[r] <= factor * base_r + fixed``,
   ``peak_bytes[r]`` the smallest of the rank's peaks over ``measure.PEAK_REPEATS`` calls.
   ``base_r`` is the docs/design.md bound: a rank that ends up holding the full dict (rank 0 of a
-  full-dict save: ``sut.paths.is_full_path``; the run's saves are all rank0_only) holds full
+  full-dict save: ``sut.registry.is_full_path``; the run's saves are all rank0_only) holds full
   state + one unit; every other rank (and every rank of a load: its input is already
   resident, it builds its own shard) holds its shard (state / world size) + one unit, "one
   unit" being ``unit_bytes`` (the largest unit's state, unsharded). Calibration, per
@@ -399,7 +399,7 @@ def negligible(peak_ratio: float) -> bool:
 
 def holds_full(api: str, phase: str, rank: int) -> bool:
     """Whether ``rank`` ends the call holding the full dict (rank 0 of a full-dict save)."""
-    from ..sut.paths import is_full_path
+    from ..sut.registry import is_full_path
 
     return phase == "save" and rank == 0 and is_full_path(api)
 

@@ -254,7 +254,7 @@ def stateless_rekey_is_a_noop(d: dict, exp: Any) -> dict:
     if d.get("state"):
         return d
     from ..reference.rekey import rekey_to_names
-    from ..sut.rekey import plain_model, plain_optimizer
+    from ..zoo.plain import plain_model, plain_optimizer
 
     model = plain_model(case)
     return rekey_to_names(d, model, optim=plain_optimizer(case, model))

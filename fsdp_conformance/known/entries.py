@@ -80,7 +80,7 @@ def _fsdp1(c: Case) -> bool:
     return c.api == "fsdp1" or (c.api in PATH_NAMES and api_path(c.api).family == "fsdp1")
 
 
-# FSDP2 API paths of the conformance run (sut/fsdp2_paths.py); "fsdp2" is the differential
+# FSDP2 API paths of the conformance run (sut/fsdp2_paths/); "fsdp2" is the differential
 # observer (sut/fsdp2.py), whose properties name a path ("P3:set_full").
 _FSDP2_RUN = paths_of("fsdp2")
 # Run paths that go through torch.distributed.checkpoint.state_dict (DSD), on either FSDP:
@@ -568,7 +568,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      "the schedule's step-0 value, as building the schedule on the loaded "
                      "optimizer sets it",
                      load=lr_set_by_scheduler_built_after)),
-    # --- found by the conformance run, FSDP2 paths (sut/fsdp2_paths.py) -------------------
+    # --- found by the conformance run, FSDP2 paths (sut/fsdp2_paths/) ---------------------
     KnownLimitation(
         "dtensor-no-fused-sgd-adagrad", ALL_PROPS,
         lambda c: c.api in ("fsdp2",) + _FSDP2_RUN and c.impl == "fused"
@@ -771,7 +771,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "file nor the damage, and DCP files carry no checksum to say so.",
         model=Outcome(headline=NAMES_NEITHER,
                  raises=(Raises(exc="UnicodeDecodeError", message=r"^'utf-8' codec can't decode byte"),))),
-    # --- found by the conformance run (sut/paths.py round trips) -------------------------
+    # --- found by the conformance run (FSDP1 paths, sut/fsdp1_paths/) ------------------------
     # --- files written by a newer torch, loaded by this one (golden fixtures, P12) ---------
     KnownLimitation(
         "dcp-metadata-strides-unreadable-by-older-torch", ("P12",),

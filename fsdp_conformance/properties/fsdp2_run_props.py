@@ -41,16 +41,16 @@ def flags_seen(full: dict, save_obs: Sequence[SaveRecord]) -> FlagsSeen:
     on_device = any(o.device != "cpu" for o in save_obs)
     seen = []
     for o in save_obs:
-        e = error_of(o.offloaded)
+        e = error_of(o.flipped)
         if e:
             seen.append(FlagSeen(problem=error(f"cpu_offload=True raised on rank {o.rank}:\n{e}")))
             break
-        devs = [d for d in o.offloaded_devices or [] if d != "cpu"]
+        devs = [d for d in o.flipped_devices or [] if d != "cpu"]
         if devs:
             seen.append(FlagSeen(found=f"rank {o.rank}: cpu_offload=True left tensors on {devs}"))
     if not any(s.problem for s in seen):
         try:
-            off = assemble_sharded([o.offloaded for o in save_obs])
+            off = assemble_sharded([o.flipped for o in save_obs])
             seen.append(FlagSeen(what="cpu_offload=True gives another dict than cpu_offload=False",
                                  want=full, got=off))
         except ValueError as exc:

@@ -26,7 +26,7 @@ def fsdp2_reference_layout(case: Case, load_side: bool = False, *,
     """``Fsdp2Layout`` of the case under ``fully_shard`` (save side, or its load world size
     and tensor-parallel degree), of the case it runs as under ``exp``. The wrapping plan
     does not change FSDP2's layout: every param is sharded on its own."""
-    from ..sut.fsdp2 import shard_group_size
+    from ..cases import shard_group_size
 
     case = exp.runs_as(case)
     spec = model_spec(case.model)

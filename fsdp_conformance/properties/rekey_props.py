@@ -42,7 +42,7 @@ from .. import reference as ref
 from ..cases import Case
 from .expectation import EXACT, Expectation
 from .statediff import diff_state_dicts, format_diff
-from ..sut.rekey import (plain_model, plain_optimizer, plain_optimizer_for,
+from ..zoo.plain import (plain_model, plain_optimizer, plain_optimizer_for,
                          uses_model_order)
 from .groups import canon_groups
 from .layouts import reference_layout

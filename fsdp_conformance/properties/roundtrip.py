@@ -109,7 +109,7 @@ def _read_dcp(path: Path, app_state: bool = False) -> dict | None:
     out = path.parent / "dcp_full.pt"
     try:
         dcp_to_torch_save(str(path), str(out))
-        from ..sut.app_state import APP_KEY
+        from ..sut.registry import APP_KEY
 
         d = torch.load(out, weights_only=False)
         return d[APP_KEY]["optim"] if app_state else d["optim"]
@@ -189,8 +189,8 @@ def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[L
         v["P8"] = rp.p8_serialise(api, save_obs, load_obs, full, dcp_full, exp=exp)
         from . import fsdp2_run_props as f2
 
-        rec = api_path(api)
-        v["P9"] = p9_flags(f2.flags_seen(full, save_obs) if rec.family == "fsdp2" and not rec.full
+        # the path's declared flip says what P9 judges (sut/roundtrip.py Flip)
+        v["P9"] = p9_flags(f2.flags_seen(full, save_obs) if save_obs[0].flip == "offloaded"
                            else rp.flags_seen(layout, api, save_obs, exp=exp))
         v["P10"] = p10_partial(case, layout=layout, dst=dst, full=full,
                                loaded=loaded_dicts(load_obs), local=local, gather=gather,

@@ -1,4 +1,4 @@
-"""Properties of one round trip of the conformance run (``sut.paths`` save side at N ->
+"""Properties of one round trip of the conformance run (``sut.roundtrip`` save side at N ->
 load side at M) that are not written in a module of their own: P2 and P6 against the
 single-process run, and P8 (P0, P1, P3, P4, P5, P7, P9, P10, P11: sharding.py, saved.py,
 loaded.py, flatten.py, rekey_props.py, idempotent.py, flags.py, partial.py, groups.py; what
@@ -28,7 +28,7 @@ from .statediff import STEP_KEY, diff_state_dicts, format_diff
 from .baseline import LocalRun, continue_from
 from ..sut.registry import PATH_NAMES, api_path, family_of, sharded_paths
 from ..sut.records import LoadRecord, SaveRecord, error_of
-from ..sut.rekey import plain_model, plain_optimizer
+from ..zoo.plain import plain_model, plain_optimizer
 from .groups import canon_groups
 from .precision import TOLERANCES, with_precision
 from .training_state import resumed_problems, with_problems
@@ -498,34 +498,33 @@ def flags_seen(layout, api: str, save_obs: Sequence[SaveRecord], *,
         checked.append("offload_to_cpu: every tensor on CPU")
         seen += [FlagSeen(found=f"rank {o.rank}: offload_to_cpu saved tensors on {devs}")
                  for o in save_obs if (devs := [d for d in o.saved_devices if d != "cpu"])]
-    if save_obs[0].all_ranks is not None:
+    if save_obs[0].flip == "all_ranks":
         checked.insert(0, "rank0_only as documented")
         seen += [FlagSeen(found=f"rank {o.rank}: rank0_only=True returned a non-empty dict "
                                 f"({len(o.saved.get('state', {}))} params)")
                  for o in save_obs[1:] if o.saved != {}]
         seen += [FlagSeen(problem=error(f"rank0_only=False raised on rank {o.rank}:\n{e}"))
-                 for o in save_obs if (e := error_of(o.all_ranks))]
+                 for o in save_obs if (e := error_of(o.flipped))]
         if not any(s.problem for s in seen):
             # rank0_only=True saves what rank0_only=False returns (a modelled bug: its effect)
             seen.append(FlagSeen(what="rank 0: rank0_only=True differs from rank0_only=False",
-                                 want=exp.saved(save_obs[0].all_ranks), got=save_obs[0].saved))
+                                 want=exp.saved(save_obs[0].flipped), got=save_obs[0].saved))
             for o in save_obs[1:]:
-                mine, theirs = comparable(save_obs[0].all_ranks, o.all_ranks, layout, o.rank)
+                mine, theirs = comparable(save_obs[0].flipped, o.flipped, layout, o.rank)
                 seen.append(FlagSeen(what=f"rank {o.rank}: rank0_only=False differs from rank 0's",
                                      want=mine, got=theirs))
-    for flipped, on in (("unoffloaded", False), ("offloaded", True)):
-        if getattr(save_obs[0], flipped) is None:
-            continue
+    on = {"unoffloaded": False, "offloaded": True}.get(save_obs[0].flip)
+    if on is not None:
         checked.append("offload_to_cpu changes nothing but devices")
         for o in save_obs:
-            e = error_of(getattr(o, flipped))
+            e = error_of(o.flipped)
             if e:
                 seen.append(FlagSeen(problem=error(f"offload_to_cpu={on} raised on rank "
                                                    f"{o.rank}:\n{e}")))
                 break
             seen.append(FlagSeen(  # records are CPU clones
                 what=f"rank {o.rank}: offload_to_cpu={on} gives another sharded dict than "
-                     f"{not on}", want=getattr(o, flipped), got=o.saved))
+                     f"{not on}", want=o.flipped, got=o.saved))
     return FlagsSeen(seen=tuple(seen), checked=tuple(checked), note="" if on_device else ON_CPU,
                      not_checked=f"nothing to observe: {api} has no rank0_only flag, and "
                                  f"{ON_CPU}")

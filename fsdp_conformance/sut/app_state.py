@@ -15,9 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-APP_KEY = "app"
-"""The one key the app state is saved under (the DCP keys are ``app.optim.state....``)."""
-
 
 class AppState:
     """A DCP ``Stateful`` of one rank's training state (module rules)."""

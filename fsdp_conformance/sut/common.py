@@ -1,4 +1,4 @@
-"""What the API paths of both APIs (``sut.paths``, FSDP1; ``sut.fsdp2_paths``, FSDP2) share:
+"""What the one round trip (``sut.roundtrip``) and the observers share:
 how a path's call is timed, and how a call that raised is recorded.
 
 Rules

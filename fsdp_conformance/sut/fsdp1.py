@@ -170,6 +170,52 @@ def flat_sharded_to_neutral(sharded: dict) -> dict:
     return {"state": out, "param_groups": to_cpu(sharded.get("param_groups", []))}
 
 
+def grouping_name(name: str, param) -> str:
+    """The name ``zoo.build_optimizer`` sorts a param into a group by: its clean FQN, or for
+    a FlatParameter the FQNs it holds joined by "|" (so a unit lands in the group its
+    original params are in, as in the single-process run)."""
+    fqns = getattr(param, "_fqns", None)
+    if fqns is None:
+        return clean_name(name)
+    prefix = clean_name(name)[: -len("_flat_param")]
+    return "|".join(prefix + f for f in fqns)
+
+
+def full_params(model) -> dict[str, torch.Tensor]:
+    """Every param of the model, unsharded, by clean FQN (tied params once)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    with FSDP.summon_full_params(model, writeback=False):
+        return {clean_name(n): p.detach().to("cpu", copy=True)
+                for n, p in model.named_parameters()}
+
+
+def load_params(ctx, model, params: dict[str, torch.Tensor]) -> None:
+    """The saved params into the load side's FSDP1 model (not under test): every rank
+    copies the whole of them in under ``summon_full_params``."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    with FSDP.summon_full_params(model, writeback=True), torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(params[clean_name(n)])
+
+
+def full_optim(model, optim, rank0_only: bool) -> Any:
+    """FSDP1's legacy ``full_optim_state_dict`` (the legacy full, scatter and rekey saves)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    return FSDP.full_optim_state_dict(model, optim, rank0_only=rank0_only)
+
+
+def model_sharded_sd(model) -> dict:
+    """The FSDP1 model's SHARDED_STATE_DICT (what a DCP checkpoint holds beside the optim)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import StateDictType
+
+    with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+        return model.state_dict()
+
+
 def observe(ctx, case: Case) -> dict:
     """Save side: train ``case.steps`` steps, then every FSDP1 path's output on this rank."""
     from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig

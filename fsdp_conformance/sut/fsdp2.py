@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from .. import reference as ref
-from ..cases import Case
+from ..cases import Case, shard_group_size
 from ..zoo import build_model, build_optimizer, model_spec
 from .common import guard
 from .fsdp1 import named_local, optimizer_keys, train
@@ -110,17 +110,6 @@ def sharded_record(sharded: dict) -> dict:
     state = {k: {n: dtensor_record(v) if is_dtensor(v) else local_to_cpu(v) for n, v in st.items()}
              for k, st in sharded.get("state", {}).items()}
     return {"state": state, "param_groups": local_to_cpu(sharded.get("param_groups", []))}
-
-
-def shard_group_size(case: Case, world_size: int) -> int:
-    """Ranks per shard group at ``world_size``: HYBRID_SHARD 2 (the whole world when odd),
-    NO_SHARD 1 (a ``(ws, 1)`` mesh: every param replicated, FSDP2's way to not shard),
-    otherwise the world size."""
-    if case.strategy == "HYBRID_SHARD":
-        return 2 if world_size % 2 == 0 else world_size
-    if case.strategy == "NO_SHARD":
-        return 1
-    return world_size
 
 
 def _mesh(ctx, case: Case, tensor_parallel: int = 0):
@@ -400,6 +389,71 @@ def load_full(ctx, case: Case, full: dict, nonstrict: bool = True) -> dict:
                            "meta": param_layout(model)}
     out.update(load_paths(ctx, case, case.dst_plan, full, strict_off=nonstrict))
     return out
+
+
+def full_params(model) -> dict[str, torch.Tensor]:
+    """Every param of the model, unsharded (``full_tensor()``: a collective), by FQN."""
+    out = {}
+    for n, p in model.named_parameters():
+        t = p.full_tensor() if is_dtensor(p) else p
+        out[n] = t.detach().to("cpu", copy=True)
+    return out
+
+
+def load_params(ctx, model, params: dict[str, torch.Tensor]) -> None:
+    """The saved params into the load side's model (not under test; every rank holds
+    ``params``): each rank copies its own piece of every param the file has, at torch's
+    offset and shape of that piece (``torch_piece``, which P0 checks against the
+    reference); plain (ignored) params whole. No state-dict API: torch
+    2.13 and 2.15 raise a bare AssertionError loading a full model state dict on every
+    rank into FSDP2 over tensor parallelism with uneven dp rows, and 2.8 fails the same
+    load with ``broadcast_from_rank0`` (notes/repro/tp_uneven_full_load.py)."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n not in params:
+                continue
+            full = params[n]
+            if is_dtensor(p):
+                shape, off = torch_piece(p)
+                full = full[tuple(slice(o, o + d) for o, d in zip(off, shape))]
+                p = p.to_local()
+            p.copy_(full)
+
+
+def sharded_to_neutral(sharded: dict) -> dict:
+    """DTensor values -> ``{"global_shape", "local", "offsets"}`` (torch's global offset of
+    the local piece); everything else CPU clones."""
+    state = {}
+    for fqn, st in sharded.get("state", {}).items():
+        conv = {}
+        for n, v in st.items():
+            if is_dtensor(v):
+                conv[n] = {"global_shape": tuple(v.shape), "dtensor": True,
+                           "local": local_to_cpu(v.to_local()), "offsets": torch_piece(v)[1]}
+            else:
+                conv[n] = local_to_cpu(v)
+        state[fqn] = conv
+    return {"state": state, "param_groups": local_to_cpu(sharded.get("param_groups", []))}
+
+
+def state_dict_options(case: Case | None = None, **kw):
+    """``StateDictOptions(**kw)``, flattened and without the model's frozen params where the
+    case says (``Case.flatten_optimizer_state_dict``, ``Case.ignore_frozen_params``)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    if case is not None and case.flatten_optimizer_state_dict:
+        kw["flatten_optimizer_state_dict"] = True
+    if case is not None and case.ignore_frozen_params:
+        kw["ignore_frozen_params"] = True
+    return StateDictOptions(**kw)
+
+
+def load_options(case: Case, **kw):
+    """``state_dict_options`` of a load: ``strict=False`` where the case says
+    (``Case.nonstrict``)."""
+    if case.nonstrict:
+        kw["strict"] = False
+    return state_dict_options(case, **kw)
 
 
 def own_mixed_precision(model: nn.Module) -> str:

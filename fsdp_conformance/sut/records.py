@@ -1,5 +1,5 @@
 """What the ranks of a conformance round trip send back: typed records in place of string-keyed
-dicts. ``SaveRecord`` is one rank's save side (``save_side`` of ``sut.paths`` / ``sut.fsdp2_paths``),
+dicts. ``SaveRecord`` is one rank's save side (``sut.roundtrip.save_side``),
 ``LoadRecord`` one rank's load side (``load_side``), ``RecordedError`` what a guarded call that
 raised records in place of its value (``sut.common.guarded``).
 
@@ -93,24 +93,21 @@ class SaveRecord:
     saved_ids: Any = None
     """fsdp1.rekey, rank 0: the PARAM_ID dict written to the file (or a ``RecordedError`` if
     rekeying raised). P8. None elsewhere."""
-    all_ranks: Any = None
-    """P9 of the full paths: the same save with ``rank0_only=False`` / no offload (FSDP1)
-    or ``cpu_offload=False`` (fsdp2.full), neutral form, or a ``RecordedError``. None on
-    paths without those flags."""
-    offloaded: Any = None
-    """P9 of fsdp2.sharded: the save with ``cpu_offload=True``, neutral form, or a
-    ``RecordedError``. None elsewhere."""
-    unoffloaded: Any = None
-    """P9 of fsdp1.sharded: the same sharded save with ``offload_to_cpu=False`` (the path
-    saves with ``True``), neutral form, or a ``RecordedError``: offloading must change
-    nothing but the devices. None elsewhere."""
+    flip: str = ""
+    """P9: what the path's declared flip is (``sut.roundtrip.Flip.name``): ``"all_ranks"``
+    (rank0_only off and no offload / fsdp2.full's ``cpu_offload=False``: every rank gets
+    the full dict), ``"unoffloaded"`` (a save that offloads, without offloading),
+    ``"offloaded"`` (a save that does not offload, with ``cpu_offload=True``); "" for a
+    path without flags to flip."""
+    flipped: Any = None
+    """P9: what the flipped save returned, neutral form, or a ``RecordedError``. None where
+    ``flip`` is ""."""
+    flipped_devices: list[str] | None = None
+    """P9: the devices of the flipped save's tensors, sorted. None where ``flip`` is ""."""
     device: str = "cpu"
     """The rank's compute device (``"cpu"``, ``"cuda:0"``). P9: where it is the CPU, every
     tensor is on the CPU whether ``offload_to_cpu`` works or not, so the offload check
     cannot observe anything there."""
-    offloaded_devices: list[str] | None = None
-    """P9 of fsdp2.sharded: the devices of the ``cpu_offload=True`` save's tensors, sorted.
-    None elsewhere."""
     after_save: dict | None = None
     """Custom path: the rank's ``optim.state_dict()`` right after the user's save (P7: a save
     must not change it). None for the built-in paths."""

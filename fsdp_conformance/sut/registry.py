@@ -1,10 +1,10 @@
 """The registry of API paths: every save/load path the conformance run drives, found by name.
 
 Rules
-- A path is one ``ApiPath`` record here and one module that holds its rank functions
-  ``save_side(ctx, case, workdir) -> SaveRecord`` and ``load_side(ctx, case, workdir) ->
-  LoadRecord`` (the ``PathSides`` protocol; ``sut.records``). Adding a path is one module
-  and one line in ``PATHS``.
+- A path is one ``ApiPath`` record here and one module that holds its own steps (save,
+  write, load and its P9 flip: the ``PathSteps`` protocol of ``sut/roundtrip.py``), which
+  the one round trip (``sut.roundtrip.save_side`` / ``load_side``, the rank functions the
+  pools run: ``PathSides``) runs. Adding a path is one module and one line in ``PATHS``.
 - Code that must treat paths differently asks the record (``family``, ``writes``,
   ``rekeys``, ``resizable``), never the path's name: no ``api.startswith("fsdp2")``.
 - This module imports neither torch nor the path modules: ``ApiPath.sides()`` imports the
@@ -36,6 +36,9 @@ SCHED_FILE = "sched.pt"
 """The LR scheduler's state (rank 0), when the case has one."""
 DCP_DIR = "dcp"
 """The DCP directory a "dcp" path writes."""
+APP_KEY = "app"
+"""The one key a DCP app state (sut/app_state.py) is saved under (the DCP keys are
+``app.optim.state....``)."""
 
 
 def rank_file(r: int) -> str:
@@ -80,8 +83,8 @@ class ApiPath:
     ``"fsdp2"`` (``fully_shard``, per-parameter DTensors). Decides the model wrapping, the
     reference layout and the property family that judge the path."""
     module: str
-    """Module (relative to ``fsdp_conformance.sut``) holding ``save_side`` / ``load_side``
-    and, for an FSDP1 path, its own steps (one module per path: sut/fsdp1_paths/)."""
+    """Module (relative to ``fsdp_conformance.sut``) holding the path's own steps (one
+    module per path: sut/fsdp1_paths/, sut/fsdp2_paths/)."""
     writes: str
     """What the save writes: ``"full"`` (one torch.save'd full dict), ``"per_rank"`` (one
     torch.save'd file per rank) or ``"dcp"`` (a DCP directory)."""
@@ -114,7 +117,7 @@ class ApiPath:
     (run/removal.py)."""
 
     def sides(self) -> ModuleType:
-        """The path's module (``PathSides``), imported on first use."""
+        """The path's module (``sut.roundtrip.PathSteps``), imported on first use."""
         return importlib.import_module(f"fsdp_conformance.sut.{self.module}")
 
     @property
@@ -144,19 +147,20 @@ class ApiPath:
             return ((self.full_load, "full"), ("copy", "shard"))
         return (("copy", "shard"),)
 
-    def round_trip(self) -> ModuleType:
-        """The module of the round trip the path's sides run in (``sut.paths`` for an FSDP1
-        path, ``sut.fsdp2_paths`` for an FSDP2 one): its build, save, write and load, which
-        the bounds measurement times call by call."""
-        return importlib.import_module(self.sides().save_side.__module__)
+    @staticmethod
+    def round_trip() -> ModuleType:
+        """The module of the one round trip every path's sides run in (``sut.roundtrip``):
+        its build, save, write, read and load, which the bounds measurement times call by
+        call."""
+        return importlib.import_module("fsdp_conformance.sut.roundtrip")
 
     @property
     def save_side(self) -> Callable[..., "SaveRecord"]:
-        return self.sides().save_side
+        return self.round_trip().save_side
 
     @property
     def load_side(self) -> Callable[..., "LoadRecord"]:
-        return self.sides().load_side
+        return self.round_trip().load_side
 
 
 _FSDP1_NEW = ("optim_state_dict", "optim_state_dict_to_load", "state_dict_type")
@@ -189,9 +193,9 @@ PATHS: tuple[ApiPath, ...] = (
             fixtures=False, bench=False, calls=_DSD),  # its save is dsd_full's
     ApiPath(name="fsdp1.dsd_sharded", family="fsdp1", module="fsdp1_paths.dsd_sharded",
             writes="dcp", fixtures=False, bench=False, calls=_DSD),
-    ApiPath(name="fsdp2.full", family="fsdp2", module="fsdp2_paths", writes="full",
+    ApiPath(name="fsdp2.full", family="fsdp2", module="fsdp2_paths.full", writes="full",
             full_load="broadcast", axes=("no_broadcast",), primary=True, calls=_DSD),
-    ApiPath(name="fsdp2.sharded", family="fsdp2", module="fsdp2_paths", writes="dcp",
+    ApiPath(name="fsdp2.sharded", family="fsdp2", module="fsdp2_paths.sharded", writes="dcp",
             axes=("async_save", "app_state"), primary=True, calls=_DSD),
 )
 PATH_NAMES: tuple[str, ...] = tuple(p.name for p in PATHS)

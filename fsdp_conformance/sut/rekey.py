@@ -27,64 +27,16 @@ Rules (as in ``sut.fsdp1``)
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..cases import Case
-from ..zoo import OPTIMIZERS, build_model, build_optimizer, make_batch, train_step
+from ..zoo import build_optimizer, make_batch, train_step
+from ..zoo.plain import plain_model, plain_optimizer, plain_optimizer_for, uses_model_order
 from .common import guard
 from .fsdp1 import to_cpu, clean_name, named_local, optimizer_keys, train, wrap_fsdp1
-
-
-def plain_model(case: Case) -> nn.Module:
-    """The case's zoo model, unwrapped, with the case's initial parameters."""
-    return build_model(case.model, case.seed, case.torch_dtype)
-
-
-def plain_optimizer(case: Case, model: nn.Module,
-                    group_fqns: Sequence[Sequence[str]] | None = None) -> torch.optim.Optimizer:
-    """An optimizer of the case's kind on ``model``.
-
-    ``group_fqns=None``: the zoo's grouping (``build_optimizer``). Otherwise one group per
-    entry, holding the params named there, in ``model.named_parameters()`` order (the
-    hyperparameters are the optimizer's defaults: loading a state dict sets them). Params
-    named nowhere are left out; a name the model does not have raises ``KeyError``.
-    """
-    if group_fqns is None:
-        return build_optimizer(case.optimizer, model.named_parameters(), case.groups)
-    cls, kw = OPTIMIZERS[case.optimizer]
-    order = {n: i for i, (n, _) in enumerate(model.named_parameters())}
-    params = dict(model.named_parameters())
-    groups = []
-    for names in group_fqns:
-        unknown = [n for n in names if n not in params]
-        if unknown:
-            raise KeyError(f"param group names {unknown} are not params of the plain "
-                           f"{type(model).__name__} (its params: {list(params)})")
-        groups.append({"params": [params[n] for n in sorted(names, key=order.__getitem__)]})
-    return cls(groups, **kw)
-
-
-def plain_optimizer_for(case: Case, model: nn.Module,
-                        full: dict) -> tuple[torch.optim.Optimizer, str]:
-    """The plain optimizer that should load ``full``: mirroring its param groups, or, when
-    ``full`` names params the plain model does not have, the zoo's grouping (then loading
-    is expected to fail, and that is what gets observed). Returns (optimizer, how)."""
-    try:
-        groups = [list(g["params"]) for g in full["param_groups"]]
-        return plain_optimizer(case, model, groups), "mirror"
-    except KeyError as exc:
-        return plain_optimizer(case, model), f"zoo grouping ({exc})"
-
-
-def uses_model_order(model: nn.Module, optim: torch.optim.Optimizer) -> bool:
-    """True when the optimizer's params are exactly ``model.parameters()`` in that order
-    (what the ``optim_input=None`` path of ``rekey_optim_state_dict`` assumes)."""
-    mine = [p for g in optim.param_groups for p in g["params"]]
-    return len(mine) == len(list(model.parameters())) and all(
-        a is b for a, b in zip(mine, model.parameters()))
 
 
 def train_plain(case: Case, model: nn.Module, optim: torch.optim.Optimizer) -> list[float]:
@@ -103,6 +55,23 @@ def rekey_osd(osd: dict, to: str, model: nn.Module, optim: torch.optim.Optimizer
 
     kind = OptimStateKeyType.PARAM_ID if to == "id" else OptimStateKeyType.PARAM_NAME
     return FSDP.rekey_optim_state_dict(osd, kind, model, optim=optim)
+
+
+def _plain_pair(case: Case):
+    """The unwrapped zoo model and the optimizer a plain trainer builds for it (the zoo's
+    grouping): the ids of a PARAM_ID dict are positions in that optimizer's groups."""
+    model = plain_model(case)
+    return model, plain_optimizer(case, model)
+
+
+def to_param_ids(case: Case, full: dict) -> dict:
+    """A full FQN-keyed dict rekeyed to PARAM_ID for the unwrapped model (rekey path)."""
+    return rekey_osd(full, "id", *_plain_pair(case))
+
+
+def to_param_names(case: Case, ids: dict) -> dict:
+    """A PARAM_ID dict of the unwrapped model rekeyed back to FQNs (rekey path)."""
+    return rekey_osd(ids, "name", *_plain_pair(case))
 
 
 def _fsdp_to_plain(case: Case, full: dict) -> dict[str, Any]:

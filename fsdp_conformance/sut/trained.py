@@ -5,8 +5,8 @@ imports no torch (the controller reads ``training_key``).
 
 Rules
 - ``training_key(case)``: what the save side's build and training read: the path's family
-  (``sut.registry``: every path of a family builds and trains in the family's round trip,
-  sut/paths.py or sut/fsdp2_paths.py) and every case
+  (``sut.registry``: every path runs the one round trip, sut/roundtrip.py, which builds and
+  trains by the family alone) and every case
   field except the path and the fields only the load side reads (``cases.LOAD_ONLY``).
   None (the case trains alone) outside the run's own paths and where the save side does
   more to the trained state than save it: golden, bounds and fault cases, an async save
@@ -45,8 +45,8 @@ def training_key(case: Case) -> tuple | None:
             or case.app_state or case.compiled):
         return None
     skip = {"api", *LOAD_ONLY}
-    # every path of a family builds and trains in its family's round trip (sut/paths.py,
-    # sut/fsdp2_paths.py): the family, not the path's own module, is what trains alike
+    # the one round trip builds and trains by the family (sut/roundtrip.py build,
+    # train_for_save): the family, not the path's own module, is what trains alike
     return (api_path(case.api).family,) + tuple(
         (f.name, getattr(case, f.name)) for f in dataclasses.fields(Case) if f.name not in skip)
 

@@ -10,7 +10,7 @@ without pytest too::
 Rules
 - Everything the ranks need crosses as an import reference (``refs.Ref``); the user model is
   checked and named in the controller (``model.user_model``).
-- Built-in API paths (``sut.paths``): every property of ``runner.evaluate``. The user's own
+- Built-in API paths (``sut.roundtrip``): every property of ``runner.evaluate``. The user's own
   save/load (``model.CustomPath``): see ``verdicts``.
 - Verdicts go through ``known/entries.py``, then through the limitations the caller declares
   (``limitations.Limitation``); a failing property, or a strict declared limitation that

@@ -3,8 +3,11 @@ for a user model (``rank_save`` / ``rank_load``), and the stages of the user's o
 code (``rank_custom``): train, save, load, resume, again (P7). Every function here is sent
 to the ranks by reference, so each is module-level.
 
-- A custom round trip runs under the case's family (``Family``: FSDP1's wrapping, or
-  ``fully_shard`` on the case's mesh). The user's functions get the ``TrainState`` (model,
+- A custom round trip runs under the case's family (``sut.family.RankFamily``: FSDP1's
+  wrapping, or ``fully_shard`` on the case's mesh) and builds, trains and freezes as the
+  run's round trip does (``sut.roundtrip``: ``build``, ``train_for_save``, ``wrap_side``):
+  a model that freezes params at the save is frozen after training and loaded frozen, as
+  the single-process baseline has it. The user's functions get the ``TrainState`` (model,
   optimizer, scheduler, step) or ``(model, optimizer, directory)``, as their signature says
   (``CustomPath.app_state``); the load side resumes at the ``state.step`` the load restored.
 - A checkpoint write still running in ``torch.distributed.checkpoint`` when the user's save
@@ -28,21 +31,18 @@ import sys
 import threading
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..cases import Case
+from ..sut import fsdp1, roundtrip
+from ..sut.family import rank_family
 from ..sut.records import LoadRecord, SaveRecord
-from ..sut.registry import api_path
-from ..sut import fsdp1, fsdp2, fsdp2_paths
-from ..sut.fsdp1 import named_local
-from ..sut.fsdp2 import local_to_cpu
-from ..sut.paths import MODEL_FILE, full_params, grouping_name, load_params
-from ..zoo import build_optimizer, build_scheduler, scheduler_state
+from ..sut.registry import MODEL_FILE, api_path
+from ..zoo import scheduler_state
 from .app_state import TrainState
 from .diagnosis import after_load
 from .model import CustomPath, UserModel
@@ -54,54 +54,22 @@ CKPT_AGAIN_DIR = "ckpt-again"
 PENDING_WAIT_S = 60.0
 
 
-@dataclass(frozen=True, kw_only=True)
-class Family:
-    """How a custom round trip builds and observes a model under one FSDP API."""
-
-    wrap: Callable
-    """``wrap(ctx, case, plan) -> model``."""
-    grouping: Callable
-    """``grouping(name, param) -> name`` the zoo sorts params into groups by."""
-    meta: Callable
-    """``meta(model) -> list[dict]``: the layout P0 compares."""
-    full_params: Callable
-    """``full_params(model) -> {fqn: tensor}`` (a collective)."""
-    load_params: Callable
-    """``load_params(ctx, model, params)``: every rank holds ``params``."""
-    mesh_shape: Callable
-    """``mesh_shape(ctx, case) -> tuple | None``: the device mesh's shape (None: FSDP1)."""
-
-
-def _family(case: Case) -> Family:
-    if case.family == "fsdp2":
-        return Family(wrap=fsdp2.wrap_fsdp2, grouping=lambda n, p: n, meta=fsdp2.param_layout,
-                      full_params=fsdp2_paths.full_params, load_params=fsdp2_paths.load_params,
-                      mesh_shape=fsdp2.mesh_shape)
-    return Family(wrap=lambda ctx, c, plan: fsdp1.wrap_fsdp1(ctx, c, plan=plan),
-                  grouping=grouping_name, meta=fsdp1.flat_metadata, full_params=full_params,
-                  load_params=load_params, mesh_shape=lambda ctx, c: None)
-
-
 def _build(ctx, case: Case, load_side: bool):
-    """A fresh ``TrainState`` (step 0) at this side's plan and the optimizer's keys."""
-    model = _family(case).wrap(ctx, case, case.dst_plan if load_side else case.plan)
-    return _equip(case, model)
+    """A fresh ``TrainState`` (step 0) at this side's plan, built as the run's round trip
+    builds it (``sut.roundtrip.build``: the load side frozen as at the save), and the
+    optimizer's keys."""
+    model, optim, sched, keys = roundtrip.build(ctx, case, load_side)
+    return TrainState(model=model, optimizer=optim, scheduler=sched), keys
 
 
 def _equip(case: Case, model):
     """A ``TrainState`` of ``model`` with a fresh optimizer (and scheduler) built on the
-    parameters it holds now, and the optimizer's keys."""
-    fam = _family(case)
-    named = [(fam.grouping(n, p), p) for n, p in model.named_parameters()]
-    optim = build_optimizer(case.optimizer, named, case.groups, impl=case.impl)
-    sched = build_scheduler(optim, case.model, case.scheduler) if case.scheduler else None
-    return TrainState(model=model, optimizer=optim, scheduler=sched), \
-        fsdp1.optimizer_keys(model, optim)
+    parameters it holds now (``sut.roundtrip.equip``), and the optimizer's keys."""
+    optim, sched, keys = roundtrip.equip(case, model, load_side=True)
+    return TrainState(model=model, optimizer=optim, scheduler=sched), keys
 
 
-def _local(optim, keys) -> dict:
-    """The rank's optimizer state, FQN-keyed, DTensors as their local tensors, on CPU."""
-    return local_to_cpu(named_local(optim.state_dict(), keys))
+_local = roundtrip.local_state
 
 
 def _call(fn, custom: CustomPath, state: TrainState, directory) -> None:
@@ -155,7 +123,7 @@ def _wait_writes() -> None:
 
 
 def _save_model_params(ctx, case: Case, model, workdir: Path):
-    params = _family(case).full_params(model)
+    params = rank_family(case).full_params(model)
     if ctx.rank == 0:
         tmp = workdir / f".{MODEL_FILE}.tmp{os.getpid()}"
         torch.save(params, tmp)
@@ -183,9 +151,8 @@ def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
     load: with ``custom.load_model``, that first (on the model alone), then the optimizer
     built on the parameters the model holds after it, then ``custom.load``; else the
     optimizer built first, then ``custom.load`` (the order docs/reference/plugin.md documents)."""
-    fam = _family(case)
-    model = fam.wrap(ctx, case, case.dst_plan)
-    fam.load_params(ctx, model, params)
+    model = roundtrip.wrap_side(ctx, case, load_side=True)  # frozen as at the save
+    rank_family(case).load_params(ctx, model, params)
     if custom.load_model is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -199,17 +166,18 @@ def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
 def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     """Save side, 1: build, train ``case.steps`` steps, record; keep the state."""
     state, keys = _build(ctx, case, load_side=False)
-    losses = fsdp1.train(ctx, case, state.model, state.optimizer, case.steps,
-                         sched=state.scheduler)
+    # trained, then frozen where the model freezes at the save, as the run's round trip does
+    _, losses = roundtrip.train_for_save(ctx, case, state.model, state.optimizer,
+                                         state.scheduler)
     state.step = case.steps
-    fam = _family(case)
+    fam = rank_family(case)
     out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
-                           "meta": fam.meta(state.model), "mesh_shape": fam.mesh_shape(ctx, case),
+                           "meta": fam.meta(state.model),
+                           "mesh_shape": fam.mesh_shape(ctx, case, False),
                            "local": _local(state.optimizer, keys),
                            "sched": scheduler_state(state.scheduler),
                            "step": state.step if custom.app_state else None,
-                           "own_mixed_precision": (fsdp2.own_mixed_precision(state.model)
-                                                   if case.family == "fsdp2" else "")}
+                           "own_mixed_precision": fam.own_mixed_precision(state.model)}
     params = _save_model_params(ctx, case, state.model, workdir)
     if ctx.rank == 0:
         out["params"] = params
@@ -237,9 +205,10 @@ def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     params = torch.load(workdir / MODEL_FILE, weights_only=True)
     t0 = time.perf_counter()
     state, keys = _fresh_loaded(ctx, custom, case, params, workdir / CKPT_DIR)
-    fam = _family(case)
+    fam = rank_family(case)
     out = {"rank": ctx.rank, "keys": keys, "meta": fam.meta(state.model),
-           "mesh_shape": fam.mesh_shape(ctx, case), "timings": {"load": time.perf_counter() - t0},
+           "mesh_shape": fam.mesh_shape(ctx, case, True),
+           "timings": {"load": time.perf_counter() - t0},
            "loaded": _local(state.optimizer, keys),
            "sched_loaded": scheduler_state(state.scheduler),
            "step_loaded": state.step if custom.app_state else None,
@@ -262,7 +231,7 @@ def _stage_resume(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
                              start_step=start, sched=state.scheduler)
     out = {"losses": losses, "final_local": _local(state.optimizer, keys),
            "sched_final": scheduler_state(state.scheduler)}
-    final = _family(case).full_params(state.model)
+    final = rank_family(case).full_params(state.model)
     if ctx.rank == 0:
         out["final_params"] = final
     return out
@@ -307,7 +276,7 @@ def rank_custom(ctx, user: UserModel | None, custom: CustomPath, case: Case, wor
 def rank_save(ctx, user: UserModel | None, custom: CustomPath | None, case: Case,
               workdir: str) -> SaveRecord:
     """Save side of a built-in path on a rank: register the user model, then
-    ``sut.paths.save_side`` (or the FSDP2 adapter's)."""
+    ``sut.roundtrip.save_side``."""
     if user is not None:
         user.register()
     return api_path(case.api).save_side(ctx, case, workdir)

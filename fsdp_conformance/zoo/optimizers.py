@@ -85,7 +85,7 @@ def register_optimizer(name: str, factory: Callable) -> None:
     """Make ``name`` buildable in this process: ``factory(named_params) -> Optimizer``, with
     ``named_params`` a list of ``(name, param)``. Under FSDP1 with ``use_orig_params=False``
     a param is a unit's flat parameter and its name is the unit's FQNs joined by "|" (see
-    ``sut.paths.grouping_name``). The same name again with the same factory is a no-op."""
+    ``sut.fsdp1.grouping_name``). The same name again with the same factory is a no-op."""
     if name in OPTIMIZERS or name in STATE_DTYPE_OPTIMIZERS:
         raise ValueError(f"{name!r} is a zoo optimizer; pick another name")
     old = REGISTERED.get(name)

@@ -13,12 +13,12 @@ from fsdp_conformance.properties.roundtrip import round_trip_verdicts
 from fsdp_conformance.properties.run_props import _norm_diffs
 from fsdp_conformance.properties.statediff import diff_state_dicts
 from fsdp_conformance.run.faults import apply_fault
-from fsdp_conformance.sut import paths
+from fsdp_conformance.sut import registry, roundtrip
 
 
 def _obs(rank_pool, case, tmp_path):
-    save = rank_pool(case.world_size).run(paths.save_side, case, str(tmp_path), seed=case.seed)
-    load = rank_pool(case.dst_world_size).run(paths.load_side, case, str(tmp_path),
+    save = rank_pool(case.world_size).run(roundtrip.save_side, case, str(tmp_path), seed=case.seed)
+    load = rank_pool(case.dst_world_size).run(roundtrip.load_side, case, str(tmp_path),
                                               seed=case.seed)
     return save, load
 
@@ -62,13 +62,14 @@ def test_p9_sharded_compares_offloaded_and_not(rank_pool, tmp_path):
     save, load = _obs(rank_pool, case, tmp_path)
     v = round_trip_verdicts(case, save, load, tmp_path)["P9"]
     assert v.status == "pass" and "offload_to_cpu changes nothing but devices" in v.detail
-    nudged = {**save[1].unoffloaded, "param_groups": [{"lr": 123.0}]}
-    save2 = [save[0], dataclasses.replace(save[1], unoffloaded=nudged)]
+    assert {o.flip for o in save} == {"unoffloaded"}  # the path's declared flip (Flip)
+    nudged = {**save[1].flipped, "param_groups": [{"lr": 123.0}]}
+    save2 = [save[0], dataclasses.replace(save[1], flipped=nudged)]
     v = round_trip_verdicts(case, save2, load, tmp_path)["P9"]
     assert v.status == "fail" and ("rank 1: offload_to_cpu=False gives another sharded dict "
                                    "than True") in v.detail  # the flipped save differs
     # nothing observable at all on CPU: n/a with the reason
-    none = [dataclasses.replace(o, unoffloaded=None) for o in save]
+    none = [dataclasses.replace(o, flip="", flipped=None) for o in save]
     v = round_trip_verdicts(case, none, load, tmp_path)["P9"]
     assert v.status == "n/a" and "not observable on CPU" in v.detail
 
@@ -100,7 +101,7 @@ def test_wrong_model_fault_names_only_the_other_models_params(tmp_path):
 
     case = Case(api="fsdp1.full", optimizer="adam", fault="wrong_model")
     torch.save({"state": {"inp.weight": {"exp_avg": torch.ones(2, 2)}},
-                "param_groups": [{"lr": 0.1, "params": ["inp.weight"]}]}, tmp_path / paths.FULL_FILE)
+                "param_groups": [{"lr": 0.1, "params": ["inp.weight"]}]}, tmp_path / registry.FULL_FILE)
     what = apply_fault(case, tmp_path)
     mine = {n for n, _ in build_model("mlp", 0, torch.float64).named_parameters()}
     assert what["names"] and not set(what["names"]) & mine, what["names"]
@@ -112,13 +113,13 @@ BF16 = Case(api="fsdp1.full", optimizer="adam", dtype="bf16", world_size=2, load
 
 
 def _bf16_obs(rank_pool, tmp_path, lr_factor: float = 1.0):
-    save = rank_pool(BF16.world_size).run(paths.save_side, BF16, str(tmp_path), seed=BF16.seed)
+    save = rank_pool(BF16.world_size).run(roundtrip.save_side, BF16, str(tmp_path), seed=BF16.seed)
     if lr_factor != 1.0:  # the checkpoint's lr off by lr_factor: the resume trains with it
-        sd = torch.load(tmp_path / paths.FULL_FILE, weights_only=True)
+        sd = torch.load(tmp_path / registry.FULL_FILE, weights_only=True)
         for g in sd["param_groups"]:
             g["lr"] *= lr_factor
-        torch.save(sd, tmp_path / paths.FULL_FILE)
-    load = rank_pool(BF16.dst_world_size).run(paths.load_side, BF16, str(tmp_path),
+        torch.save(sd, tmp_path / registry.FULL_FILE)
+    load = rank_pool(BF16.dst_world_size).run(roundtrip.load_side, BF16, str(tmp_path),
                                               seed=BF16.seed)
     return save, load
 

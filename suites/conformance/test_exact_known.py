@@ -26,7 +26,7 @@ from fsdp_conformance.properties.verdict import na
 from fsdp_conformance.report.diff_runs import compare_runs
 from fsdp_conformance.report.run_report import build_report
 from fsdp_conformance.report.result import CaseResult
-from fsdp_conformance.sut import fsdp2_paths, paths
+from fsdp_conformance.sut import registry
 from fsdp_conformance.sut.registry import api_path
 
 OBSERVED = json.loads((Path(__file__).parent / "known_observations.json").read_text())
@@ -42,7 +42,7 @@ def _live(rank_pool, case: Case, tmp_path, mutate=None):
     path = api_path(case.api)
     save = rank_pool(case.world_size).run(path.save_side, case, str(tmp_path), seed=case.seed)
     if mutate is not None:
-        f = tmp_path / (fsdp2_paths.FULL_FILE if case.family == "fsdp2" else paths.FULL_FILE)
+        f = tmp_path / (registry.FULL_FILE if case.family == "fsdp2" else registry.FULL_FILE)
         sd = torch.load(f, weights_only=True)
         mutate(sd)
         torch.save(sd, f)
@@ -294,7 +294,7 @@ def test_a_rekey_effect_explains_exactly_torchs_stateless_rekey():
     from fsdp_conformance.properties.rekey_props import p5_rekey
     from fsdp_conformance.properties.run_props import rekey_seen
     from fsdp_conformance.reference.rekey import rekey_to_names
-    from fsdp_conformance.sut.rekey import plain_model, plain_optimizer
+    from fsdp_conformance.zoo.plain import plain_model, plain_optimizer
 
     case = Case(api="fsdp1.rekey", optimizer="sgd", world_size=2)
     [entry] = [e for e in known_all(case, "P5") if e.key == "rekey-empty-state-is-a-noop"]
@@ -532,7 +532,7 @@ def test_a_second_bug_behind_the_nonstrict_dummy_state_in_the_run_fails(rank_poo
     The same load with strict=True refuses the checkpoint instead (the option reaches
     set_optimizer_state_dict). A dummy state with step 2 is not that effect: P3 fails naming
     the rank, the param and the entry."""
-    from fsdp_conformance.sut.fsdp2_paths import _load_options
+    from fsdp_conformance.sut.fsdp2 import load_options as _load_options
 
     assert _load_options(Case(api="fsdp2.full", nonstrict=True)).strict is False
     assert _load_options(Case(api="fsdp2.full")).strict is True

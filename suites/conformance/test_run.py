@@ -17,7 +17,7 @@ from fsdp_conformance.cases import SCHEDULE_NAMES, Case
 from fsdp_conformance.zoo.optimizers import STATE_DTYPE_OPTIMIZERS
 from fsdp_conformance.properties.roundtrip import round_trip_verdicts as evaluate
 from fsdp_conformance.run.execute import run_cases
-from fsdp_conformance.sut import fsdp2_paths, paths
+from fsdp_conformance.sut import registry, roundtrip
 from fsdp_conformance.zoo import OPTIMIZERS
 
 from suites.conftest import PYTHON, ROOT, env_for_subprocess
@@ -34,7 +34,7 @@ def test_quick_tier_covers_every_path_optimizer_and_world_size_pair():
         assert {c.optimizer for c in mine} == set(OPTIMIZERS) | set(STATE_DTYPE_OPTIMIZERS), api
         pairs = {(c.world_size, c.dst_world_size) for c in mine}
         want = set(itertools.product((1, 2, 3, 4), repeat=2))
-        if not paths.resizable(api):
+        if not registry.resizable(api):
             want = {(n, m) for n, m in want if n == m} - {(1, 1)} | {(n, n) for n in (2, 3)}
         assert want <= pairs, (api, sorted(want - pairs))
         if api.startswith("fsdp1"):  # FSDP2 has no flat/orig choice
@@ -67,7 +67,7 @@ def test_compiled_models_are_in_both_tiers_and_compile_the_named_side():
     import torch
     from torch import nn
 
-    from fsdp_conformance.sut.fsdp2_paths import compiled_for
+    from fsdp_conformance.sut.roundtrip import compiled_for
 
     full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
     for api in ("fsdp2.full", "fsdp2.sharded"):
@@ -183,7 +183,8 @@ def test_async_save_writes_the_state_at_the_save_while_training_goes_on(rank_poo
     step later (so P8's read-back comparison can tell them apart); in both tiers."""
     from fsdp_conformance.properties.baseline import local_run
     from fsdp_conformance.properties.roundtrip import _read_dcp
-    from fsdp_conformance.sut.fsdp2_paths import DCP_DIR, save_side
+    from fsdp_conformance.sut.registry import DCP_DIR
+    from fsdp_conformance.sut.roundtrip import save_side
 
     full = matrix.full(["fsdp2.sharded"])
     assert [(c.optimizer, c.app_state) for c in QUICK if c.async_save] == [
@@ -210,7 +211,8 @@ def test_an_app_state_checkpoint_holds_model_optimizer_scheduler_and_step(rank_p
     state and the step, each as at the save; in both tiers, with dcp.save and with
     dcp.async_save. A load that restores another step than the save's is an error."""
     from fsdp_conformance.properties.baseline import local_run
-    from fsdp_conformance.sut.fsdp2_paths import DCP_DIR, save_side
+    from fsdp_conformance.sut.registry import DCP_DIR
+    from fsdp_conformance.sut.roundtrip import save_side
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     full = matrix.full(["fsdp2.sharded"])
@@ -253,7 +255,8 @@ def test_ignore_frozen_params_is_in_both_tiers_and_leaves_frozen_params_out(rank
     then has no frozen param, the optimizer part still has their state."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    from fsdp_conformance.sut.fsdp2_paths import DCP_DIR, save_side
+    from fsdp_conformance.sut.registry import DCP_DIR
+    from fsdp_conformance.sut.roundtrip import save_side
 
     full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
     want = {("fsdp2.full", "late_frozen", False, False)} | {
@@ -351,12 +354,12 @@ def test_fsdp2_over_tensor_parallel_is_in_both_tiers_and_shards_by_the_plan(rank
     assert placements["layers.0.fc2.weight"] == [("shard", 0), ("shard", 1)]
     assert placements["layers.0.fc2.bias"] == [("shard", 0), ("replicate",)]
     assert placements["head.weight"] == placements["layers.1.norm.bias"] == [("shard", 0)]
-    save = rank_pool(4).run(fsdp2_paths.save_side, case, str(tmp_path), seed=0)
-    f = tmp_path / fsdp2_paths.FULL_FILE
+    save = rank_pool(4).run(roundtrip.save_side, case, str(tmp_path), seed=0)
+    f = tmp_path / registry.FULL_FILE
     sd = torch.load(f, weights_only=True)
     _nudge_row_wise_state(sd)
     torch.save(sd, f)
-    load = rank_pool(4).run(fsdp2_paths.load_side, case, str(tmp_path), seed=0)
+    load = rank_pool(4).run(roundtrip.load_side, case, str(tmp_path), seed=0)
     p3 = evaluate(case, save, load, tmp_path)["P3"]
     assert p3.status == "fail", p3.detail
     assert "rank 1 after loading differs" in p3.detail, p3.detail
@@ -378,7 +381,8 @@ def test_flattened_optimizer_state_dicts_are_in_both_tiers_and_are_what_is_writt
     (``optim.param_groups.<fqn>.lr``), and the rank records the nested form."""
     from torch.distributed.checkpoint import FileSystemReader
 
-    from fsdp_conformance.sut.fsdp2_paths import DCP_DIR, save_side
+    from fsdp_conformance.sut.registry import DCP_DIR
+    from fsdp_conformance.sut.roundtrip import save_side
 
     full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
     for api in ("fsdp2.full", "fsdp2.sharded"):
@@ -460,13 +464,13 @@ def test_quick_slice_conforms(case):
 
 def _roundtrip(rank_pool, case, tmp_path, mutate=None):
     """Save, optionally damage the saved full dict on disk, load; the case's verdicts."""
-    save = rank_pool(case.world_size).run(paths.save_side, case, str(tmp_path), seed=case.seed)
+    save = rank_pool(case.world_size).run(roundtrip.save_side, case, str(tmp_path), seed=case.seed)
     if mutate is not None:
-        f = tmp_path / paths.FULL_FILE
+        f = tmp_path / registry.FULL_FILE
         sd = torch.load(f, weights_only=True)
         mutate(sd)
         torch.save(sd, f)
-    load = rank_pool(case.dst_world_size).run(paths.load_side, case, str(tmp_path), seed=case.seed)
+    load = rank_pool(case.dst_world_size).run(roundtrip.load_side, case, str(tmp_path), seed=case.seed)
     return evaluate(case, save, load, tmp_path)
 
 
@@ -513,13 +517,13 @@ PLANTED_FSDP2 = dataclasses.replace(PLANTED, api="fsdp2.full")
 ], ids=["clean", "lr+1%", "momentum-dropped"])
 def test_planted_bugs_are_caught_fsdp2(rank_pool, tmp_path, mutate, caught):
     """The FSDP2 full path (broadcast_from_rank0) through the same properties."""
-    save = rank_pool(2).run(fsdp2_paths.save_side, PLANTED_FSDP2, str(tmp_path), seed=0)
+    save = rank_pool(2).run(roundtrip.save_side, PLANTED_FSDP2, str(tmp_path), seed=0)
     if mutate is not None:
-        f = tmp_path / fsdp2_paths.FULL_FILE
+        f = tmp_path / registry.FULL_FILE
         sd = torch.load(f, weights_only=True)
         mutate(sd)
         torch.save(sd, f)
-    load = rank_pool(3).run(fsdp2_paths.load_side, PLANTED_FSDP2, str(tmp_path), seed=0)
+    load = rank_pool(3).run(roundtrip.load_side, PLANTED_FSDP2, str(tmp_path), seed=0)
     v = evaluate(PLANTED_FSDP2, save, load, tmp_path)
     if mutate is None:
         for p in ("P0", "P1", "P2", "P3", "P6", "P7", "P8", "P9", "P11"):
@@ -530,8 +534,8 @@ def test_planted_bugs_are_caught_fsdp2(rank_pool, tmp_path, mutate, caught):
 
 def test_extra_step_is_caught_by_p2(rank_pool, tmp_path):
     case = dataclasses.replace(PLANTED, optimizer="adam", load_world_size=None)
-    save = rank_pool(2).run(paths.save_side, case, str(tmp_path), seed=0)
-    load = rank_pool(2).run(paths.load_side, case, str(tmp_path), seed=0)
+    save = rank_pool(2).run(roundtrip.save_side, case, str(tmp_path), seed=0)
+    load = rank_pool(2).run(roundtrip.load_side, case, str(tmp_path), seed=0)
     for st in save[0].saved["state"].values():
         st["step"] = st["step"] + 1
     v = evaluate(case, save, load, tmp_path)

@@ -95,18 +95,18 @@ def test_training_keys_leave_out_what_only_the_path_or_the_load_reads():
 def kept_after(ctx, change: bool) -> tuple[bool, bool]:
     """Rank function: train a case through sut/trained.py, change one element of the
     optimizer state or not, keep it; then ask for the same training again. (kept, reused)."""
-    from fsdp_conformance.sut import paths, trained
+    from fsdp_conformance.sut import roundtrip, trained
     from fsdp_conformance.sut.fsdp1 import train
 
     case = Case(api="fsdp1.full", optimizer="adam", world_size=ctx.world_size)
     trained.drop()
-    tr = trained.trained(ctx, case, lambda: paths._build(ctx, case, load_side=False),
+    tr = trained.trained(ctx, case, lambda: roundtrip.build(ctx, case, load_side=False),
                          lambda m, o, s: train(ctx, case, m, o, case.steps, sched=s))
     if change:
         st = next(iter(tr.optim.state.values()))
         st["exp_avg"].view(-1)[0] += 1e-3
     kept = trained.keep(tr)
-    again = trained.trained(ctx, case, lambda: paths._build(ctx, case, load_side=False),
+    again = trained.trained(ctx, case, lambda: roundtrip.build(ctx, case, load_side=False),
                             lambda m, o, s: train(ctx, case, m, o, case.steps, sched=s))
     trained.drop()
     return kept, again.reused

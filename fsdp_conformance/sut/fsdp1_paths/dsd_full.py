@@ -4,9 +4,10 @@ dict, the others ``{}``) -> torch.save on rank 0 -> every rank loads ->
 ``set_optimizer_state_dict(full_state_dict=True)`` (which loads the optimizer itself)."""
 from __future__ import annotations
 
-from ..paths import ALL_RANKS_FLIP, load_side, save_side, write_full  # noqa: F401
+from ..files import write_full
+from ..roundtrip import ALL_RANKS
 
-P9_FLIP = ALL_RANKS_FLIP
+FLIP = ALL_RANKS
 
 
 def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
@@ -17,12 +18,12 @@ def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
         full_state_dict=True, cpu_offload=rank0_only and offload))
 
 
-def write(ctx, case, model, saved, out) -> None:
+def write(ctx, case, live, saved, out) -> None:
     write_full(ctx, saved, out)
 
 
-def load(ctx, case, model, optim, saved, workdir):
+def load(ctx, case, live, saved, workdir):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    set_optimizer_state_dict(model, optim, saved, options=StateDictOptions(full_state_dict=True))
+    set_optimizer_state_dict(live.model, live.optim, saved, options=StateDictOptions(full_state_dict=True))
     return None

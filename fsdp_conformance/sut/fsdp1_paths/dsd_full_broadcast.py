@@ -9,14 +9,13 @@ their state with ``_optim_utils._broadcast_processed_state``, not DSD's
 ``_broadcast_state_dict``, which fsdp2.full goes through."""
 from __future__ import annotations
 
-from ..paths import load_side, save_side  # noqa: F401
-from .dsd_full import P9_FLIP, save, write  # noqa: F401  (dsd_full's save and file)
+from .dsd_full import FLIP, save, write  # noqa: F401  (dsd_full's save and file)
 
 
-def load(ctx, case, model, optim, saved, workdir):
+def load(ctx, case, live, saved, workdir):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    set_optimizer_state_dict(model, optim, saved if ctx.rank == 0 else {},
+    set_optimizer_state_dict(live.model, live.optim, saved if ctx.rank == 0 else {},
                              options=StateDictOptions(full_state_dict=True,
                                                       broadcast_from_rank0=True))
     return None

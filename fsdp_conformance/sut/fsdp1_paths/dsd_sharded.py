@@ -4,11 +4,13 @@
 ``dcp.load({"optim": template})``, then ``set_optimizer_state_dict``."""
 from __future__ import annotations
 
-from ..paths import DCP_DIR, load_side, save_side, write_dcp  # noqa: F401
+from ..files import write_dcp
+from ..registry import DCP_DIR
+from ..roundtrip import Flip
 
 # saved with cpu_offload=True (what P9 checks on a device: every saved tensor on CPU); the
 # flip saves without it, which must give the same sharded dict
-P9_FLIP = ("unoffloaded", {"offload": False})
+FLIP = Flip(name="unoffloaded", flags={"offload": False})
 
 
 def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
@@ -18,18 +20,18 @@ def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
         full_state_dict=False, cpu_offload=offload))
 
 
-def write(ctx, case, model, saved, out) -> None:
+def write(ctx, case, live, saved, out) -> None:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    write_dcp(ctx, get_model_state_dict(model), saved, out)
+    write_dcp(ctx, get_model_state_dict(live.model), saved, out)
 
 
-def load(ctx, case, model, optim, saved, workdir):
+def load(ctx, case, live, saved, workdir):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
                                                          set_optimizer_state_dict)
 
-    template = get_optimizer_state_dict(model, optim)
+    template = get_optimizer_state_dict(live.model, live.optim)
     dcp.load({"optim": template}, checkpoint_id=str(workdir / DCP_DIR), process_group=ctx.group)
-    set_optimizer_state_dict(model, optim, template)
+    set_optimizer_state_dict(live.model, live.optim, template)
     return None

@@ -2,9 +2,10 @@
 torch.save on rank 0 -> every rank loads -> ``optim_state_dict_to_load``."""
 from __future__ import annotations
 
-from ..paths import ALL_RANKS_FLIP, load_side, save_side, write_full  # noqa: F401
+from ..files import write_full
+from ..roundtrip import ALL_RANKS
 
-P9_FLIP = ALL_RANKS_FLIP
+FLIP = ALL_RANKS
 
 
 def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
@@ -19,13 +20,13 @@ def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
         return FSDP.optim_state_dict(model, optim)
 
 
-def write(ctx, case, model, saved, out) -> None:
+def write(ctx, case, live, saved, out) -> None:
     write_full(ctx, saved, out)
 
 
-def load(ctx, case, model, optim, saved, workdir):
+def load(ctx, case, live, saved, workdir):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import StateDictType
 
-    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
-        return FSDP.optim_state_dict_to_load(model, optim, saved)
+    with FSDP.state_dict_type(live.model, StateDictType.FULL_STATE_DICT):
+        return FSDP.optim_state_dict_to_load(live.model, live.optim, saved)

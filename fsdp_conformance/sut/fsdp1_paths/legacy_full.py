@@ -2,20 +2,22 @@
 rank ``torch.load(weights_only=True)`` -> ``shard_full_optim_state_dict``."""
 from __future__ import annotations
 
-from ..paths import ALL_RANKS_FLIP, full_optim, load_side, save_side, write_full  # noqa: F401
+from ..files import write_full
+from ..fsdp1 import full_optim
+from ..roundtrip import ALL_RANKS
 
-P9_FLIP = ALL_RANKS_FLIP
+FLIP = ALL_RANKS
 
 
 def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
     return full_optim(model, optim, rank0_only)
 
 
-def write(ctx, case, model, saved, out) -> None:
+def write(ctx, case, live, saved, out) -> None:
     write_full(ctx, saved, out)
 
 
-def load(ctx, case, model, optim, saved, workdir):
+def load(ctx, case, live, saved, workdir):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    return FSDP.shard_full_optim_state_dict(saved, model)
+    return FSDP.shard_full_optim_state_dict(saved, live.model)

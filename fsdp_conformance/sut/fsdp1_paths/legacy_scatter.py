@@ -5,11 +5,10 @@ from __future__ import annotations
 
 # its save and its file are legacy_full's (one function, one file format); only the load
 # differs: rank 0 reads the file and scatters it
-from ..paths import load_side, save_side  # noqa: F401
-from .legacy_full import P9_FLIP, save, write  # noqa: F401
+from .legacy_full import FLIP, save, write  # noqa: F401
 
 
-def load(ctx, case, model, optim, saved, workdir):
+def load(ctx, case, live, saved, workdir):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    return FSDP.scatter_full_optim_state_dict(saved if ctx.rank == 0 else None, model)
+    return FSDP.scatter_full_optim_state_dict(saved if ctx.rank == 0 else None, live.model)

@@ -2,9 +2,10 @@
 ``flatten_sharded_optim_state_dict`` (same world size and wrapping only)."""
 from __future__ import annotations
 
-from ..paths import atomic_save, load_side, rank_file, save_side  # noqa: F401
+from ..files import atomic_save
+from ..registry import rank_file
 
-P9_FLIP = None  # sharded_optim_state_dict has no rank0_only / offload_to_cpu flags
+FLIP = None  # sharded_optim_state_dict has no rank0_only / offload_to_cpu flags
 
 
 def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
@@ -13,11 +14,11 @@ def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
     return FSDP.sharded_optim_state_dict(model, optim)
 
 
-def write(ctx, case, model, saved, out) -> None:
+def write(ctx, case, live, saved, out) -> None:
     atomic_save(saved, out / rank_file(ctx.rank))
 
 
-def load(ctx, case, model, optim, saved, workdir):
+def load(ctx, case, live, saved, workdir):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    return FSDP.flatten_sharded_optim_state_dict(saved, model, optim)
+    return FSDP.flatten_sharded_optim_state_dict(saved, live.model, live.optim)

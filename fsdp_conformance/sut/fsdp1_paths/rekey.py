@@ -3,17 +3,18 @@ unwrapped model (a checkpoint a plain model can load) -> torch.save -> every ran
 back to PARAM_NAME with the unwrapped model -> ``shard_full_optim_state_dict``."""
 from __future__ import annotations
 
-from ..paths import (FULL_FILE, atomic_save, load_side, save_side,  # noqa: F401
-                     to_param_ids, to_param_names)
-from .legacy_full import P9_FLIP, save  # noqa: F401 (legacy full_optim_state_dict)
+from ..files import atomic_save
+from ..registry import FULL_FILE
+from ..rekey import to_param_ids, to_param_names
+from .legacy_full import FLIP, save  # noqa: F401 (legacy full_optim_state_dict)
 
 
-def write(ctx, case, model, saved, out) -> None:
+def write(ctx, case, live, saved, out) -> None:
     if ctx.rank == 0:
         atomic_save(to_param_ids(case, saved), out / FULL_FILE)
 
 
-def load(ctx, case, model, optim, saved, workdir):
+def load(ctx, case, live, saved, workdir):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    return FSDP.shard_full_optim_state_dict(to_param_names(case, saved), model)
+    return FSDP.shard_full_optim_state_dict(to_param_names(case, saved), live.model)

@@ -2,9 +2,12 @@
 at N -> ``load_sharded_optimizer_state_dict`` at M -> ``optim_state_dict_to_load``."""
 from __future__ import annotations
 
-from ..paths import DCP_DIR, load_side, model_sharded_sd, save_side, write_dcp  # noqa: F401
+from ..files import write_dcp
+from ..fsdp1 import model_sharded_sd
+from ..registry import DCP_DIR
+from ..roundtrip import Flip
 
-P9_FLIP = ("unoffloaded", {"offload": False})
+FLIP = Flip(name="unoffloaded", flags={"offload": False})
 
 
 def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
@@ -18,18 +21,18 @@ def save(case, model, optim, *, rank0_only: bool = True, offload: bool = True):
         return FSDP.optim_state_dict(model, optim)
 
 
-def write(ctx, case, model, saved, out) -> None:
-    write_dcp(ctx, model_sharded_sd(model), saved, out)
+def write(ctx, case, live, saved, out) -> None:
+    write_dcp(ctx, model_sharded_sd(live.model), saved, out)
 
 
-def load(ctx, case, model, optim, saved, workdir):
+def load(ctx, case, live, saved, workdir):
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import StateDictType
 
     loaded = load_sharded_optimizer_state_dict(
-        model_state_dict=model_sharded_sd(model), optimizer_key="optim",
+        model_state_dict=model_sharded_sd(live.model), optimizer_key="optim",
         storage_reader=FileSystemReader(str(workdir / DCP_DIR)))
-    with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
-        return FSDP.optim_state_dict_to_load(model, optim, loaded["optim"])
+    with FSDP.state_dict_type(live.model, StateDictType.SHARDED_STATE_DICT):
+        return FSDP.optim_state_dict_to_load(live.model, live.optim, loaded["optim"])
