@@ -53,14 +53,6 @@ PHASES = ("save", "load")
 PEAK_REPEATS = 3
 
 
-def _sut(api: str):
-    """The module of ``api``'s round trip (sut/registry.py ``ApiPath.round_trip``): its
-    ``build``, ``save_call``, ``write``, ``read_saved``, ``load_call``."""
-    from ..sut.registry import api_path
-
-    return api_path(api).round_trip()
-
-
 def _local_state_bytes(optim: torch.optim.Optimizer) -> int:
     """This rank's bytes of per-element (positive-dim) tensor state, DTensors as local."""
     total = 0
@@ -167,8 +159,9 @@ def _injected(kind: str, fn, output):
 
 def measure_side(ctx, case: Case, workdir: str, repeats: int) -> dict:
     """On every rank: build, train, then measure the path's save and load (module rules)."""
+    from ..sut import roundtrip as sut  # the one round trip's calls, timed one by one
+
     pin_malloc()
-    sut = _sut(case.api)
     workdir_p = Path(workdir)
     group = ctx.group
     model, optim, _, _ = sut.build(ctx, case, load_side=False)

@@ -74,7 +74,7 @@ _mp_context = None
 
 RANK_PRELOAD = ("torch.distributed.fsdp", "torch.distributed.checkpoint",
                 "torch.distributed.checkpoint.state_dict", "torch._dynamo",
-                "fsdp_conformance.sut.roundtrip", "fsdp_conformance.sut.family")
+                "fsdp_conformance.sut.roundtrip")
 """Modules the forkserver imports once, so that no rank pays for them: the FSDP and DCP
 packages, ``torch._dynamo`` (imported lazily by the first optimizer step or DTensor op:
 1.2 s of CPU per rank) and the suite's rank-side paths (with the zoo and the reference).

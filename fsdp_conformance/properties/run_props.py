@@ -513,8 +513,8 @@ def flags_seen(layout, api: str, save_obs: Sequence[SaveRecord], *,
                 mine, theirs = comparable(save_obs[0].flipped, o.flipped, layout, o.rank)
                 seen.append(FlagSeen(what=f"rank {o.rank}: rank0_only=False differs from rank 0's",
                                      want=mine, got=theirs))
-    on = {"unoffloaded": False, "offloaded": True}.get(save_obs[0].flip)
-    if on is not None:
+    if save_obs[0].flip == "unoffloaded":  # saved with offload_to_cpu, flipped without
+        on = False
         checked.append("offload_to_cpu changes nothing but devices")
         for o in save_obs:
             e = error_of(o.flipped)

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from .records import LoadRecord, SaveRecord
 
 FAMILIES = ("fsdp1", "fsdp2")
+ROUND_TRIP = "fsdp_conformance.sut.roundtrip"
+"""The module of the one round trip every path runs (its ``save_side`` / ``load_side``)."""
 
 # Where a round trip's save writes, under the case's work directory (``ApiPath.writes``):
 FULL_FILE = "optim.pt"
@@ -63,7 +65,8 @@ def custom_family(api: str) -> str | None:
 
 
 class PathSides(Protocol):
-    """What a path module holds: the rank functions the pools run."""
+    """What the one round trip (``ROUND_TRIP``) holds for every path: the rank functions the
+    pools run (a path module holds its steps: ``sut.roundtrip.PathSteps``)."""
 
     def save_side(self, ctx: Any, case: Any, workdir: str) -> "SaveRecord":
         """Train, save through the path, write the files; record what was saved."""
@@ -147,20 +150,16 @@ class ApiPath:
             return ((self.full_load, "full"), ("copy", "shard"))
         return (("copy", "shard"),)
 
-    @staticmethod
-    def round_trip() -> ModuleType:
-        """The module of the one round trip every path's sides run in (``sut.roundtrip``):
-        its build, save, write, read and load, which the bounds measurement times call by
-        call."""
-        return importlib.import_module("fsdp_conformance.sut.roundtrip")
-
     @property
     def save_side(self) -> Callable[..., "SaveRecord"]:
-        return self.round_trip().save_side
+        """The one round trip's save side (``sut.roundtrip.save_side``), the same for
+        every path: its steps are ``sides()``."""
+        return importlib.import_module(ROUND_TRIP).save_side
 
     @property
     def load_side(self) -> Callable[..., "LoadRecord"]:
-        return self.round_trip().load_side
+        """The one round trip's load side (``sut.roundtrip.load_side``)."""
+        return importlib.import_module(ROUND_TRIP).load_side
 
 
 _FSDP1_NEW = ("optim_state_dict", "optim_state_dict_to_load", "state_dict_type")

@@ -40,6 +40,7 @@ import torch.distributed as dist
 from ..cases import Case
 from ..sut import fsdp1, roundtrip
 from ..sut.family import rank_family
+from ..sut.files import atomic_save
 from ..sut.records import LoadRecord, SaveRecord
 from ..sut.registry import MODEL_FILE, api_path
 from ..zoo import scheduler_state
@@ -125,9 +126,7 @@ def _wait_writes() -> None:
 def _save_model_params(ctx, case: Case, model, workdir: Path):
     params = rank_family(case).full_params(model)
     if ctx.rank == 0:
-        tmp = workdir / f".{MODEL_FILE}.tmp{os.getpid()}"
-        torch.save(params, tmp)
-        os.replace(tmp, workdir / MODEL_FILE)
+        atomic_save(params, workdir / MODEL_FILE)
     return params
 
 

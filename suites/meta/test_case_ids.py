@@ -23,7 +23,7 @@ TRY = {
     "scheduler_after_load": [True], "mixed_precision": ["bf16"], "async_save": [True],
     "app_state": [True], "nonstrict": [True], "no_broadcast": [True],
     "ignore_frozen_params": [True], "tensor_parallel": [2], "load_tensor_parallel": [2],
-    "fault": ["shape"], "golden": ["2.13.0/some-fixture"], "fixtures": ["/elsewhere"],
+    "fault": ["shape"], "golden": ["2.13.0/some-fixture"],
     "bounds": [True], "inject": ["slow"],
 }
 BASES = [Case(api="fsdp1.full", world_size=2),
@@ -114,9 +114,9 @@ def test_no_two_unequal_plugin_cases_share_an_id():
     user = user_model(GatedNet, batch, plan={GatedBlock}, optimizer=make_optimizer)
     got = []
     for version, tier in itertools.product((1, 2), ("quick", "full")):
-        for batch, steps in ((12, 2), (8, 2), (12, 3)):
+        for size, steps in ((12, 2), (8, 2), (12, 3)):
             got += user_cases(user, world_sizes=DEFAULT_PAIRS[tier], tier=tier,
-                              fsdp_version=version, batch=batch, steps=steps,
+                              fsdp_version=version, batch=size, steps=steps,
                               use_orig_params=version == 1)
     assert len(got) > 20
     _no_shared_ids(got)

@@ -25,18 +25,3 @@ def test_a_custom_dsd_full_round_trip_of_late_frozen_resumes_as_uninterrupted():
         assert not bad, (r.case.id, bad)
         assert r.properties["P6"].status in ("pass", "known"), r.case.id
 
-
-def test_the_user_stages_freeze_where_the_run_freezes():
-    """The user's rank side trains through the run's ``train_for_save`` (which freezes at the
-    save) and loads into ``wrap_side`` (frozen as at the save): one definition of each."""
-    import inspect
-
-    from fsdp_conformance.sut import roundtrip
-    from fsdp_conformance.user import rank_side
-
-    train_src = inspect.getsource(rank_side._stage_train)
-    load_src = inspect.getsource(rank_side._fresh_loaded)
-    assert "roundtrip.train_for_save(" in train_src and "freeze_at_save" not in train_src
-    assert "roundtrip.wrap_side(" in load_src
-    assert "freeze_at_save(model, case.model)" in inspect.getsource(roundtrip.train_for_save)
-    assert "freeze_at_save(model, case.model)" in inspect.getsource(roundtrip.wrap_side)
