@@ -2,7 +2,7 @@
 of states that idempotence says are one, each named by how a difference reads: the
 conformance run's paths, what a path saves again right after loading against what it
 saved (``run_props.resaved_pairs``); a user's own save/load functions, whose files are
-theirs, the optimizer's state around each call (``user/verdicts.py``).
+theirs, the optimizer's state around each call (``user/own_code.py``).
 
 Rules
 - Every pair is compared bitwise (``statediff``); every difference of every pair is

@@ -4,7 +4,7 @@ trainers hold it (no torch at import).
 A user's ``save_fn(state, directory)`` writes what it wants of ``state`` (typically through a
 DCP ``Stateful`` app state and ``dcp.save`` / ``dcp.async_save``); ``load_fn(state,
 directory)`` restores it in place: the optimizer's state and param groups, the scheduler's
-state and ``state.step``. The round trip then judges all of it (user/verdicts.py).
+state and ``state.step``. The round trip then judges all of it (user/own_code.py).
 """
 from __future__ import annotations
 

@@ -33,8 +33,8 @@ from .limitations import known_view
 from .model import CustomPath, UserModel
 from .spec import DEFAULT_PATHS
 from .rank_side import rank_custom, rank_load, rank_save
-from .verdicts import CUSTOM_DECIDES, custom_undecided, evaluate_custom, evaluate_user, \
-    rank_error_text
+from .rank_errors import rank_error_text
+from .verdicts import CUSTOM_DECIDES, custom_undecided, evaluate_custom, evaluate_user
 
 
 def _death(exc: StepFailed) -> str:

@@ -182,7 +182,7 @@ def test_async_save_writes_the_state_at_the_save_while_training_goes_on(rank_poo
     record times it), and the checkpoint holds the state at the save, not the state one
     step later (so P8's read-back comparison can tell them apart); in both tiers."""
     from fsdp_conformance.properties.baseline import local_run
-    from fsdp_conformance.properties.roundtrip import _read_dcp
+    from fsdp_conformance.properties.torch_files import read_dcp
     from fsdp_conformance.sut.registry import DCP_DIR
     from fsdp_conformance.sut.roundtrip import save_side
 
@@ -194,7 +194,7 @@ def test_async_save_writes_the_state_at_the_save_while_training_goes_on(rank_poo
                 async_save=True)
     save = rank_pool(2).run(save_side, case, str(tmp_path), seed=case.seed)
     assert all(o.timings["race"] > 0 for o in save)
-    written = _read_dcp(tmp_path / DCP_DIR)["state"]
+    written = read_dcp(tmp_path / DCP_DIR)["state"]
     at_save = local_run(case).optim_at_save["state"]
     later = local_run(dataclasses.replace(case, resume_steps=1)).optim_at_end["state"]
     for fqn, st in written.items():
