@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .sut.registry import (FAMILIES, PATH_NAMES, custom_family, family_of, paths_of,
+from .api_paths import (FAMILIES, PATH_NAMES, custom_family, family_of, paths_of,
                            paths_with_axis)
 
 if TYPE_CHECKING:
@@ -18,10 +18,10 @@ DTYPE_NAMES = ("fp64", "fp32", "bf16")
 # The zoo's LR schedules (zoo/optimizers.py ``SCHEDULES``), named here without torch.
 SCHEDULE_NAMES = ("exp", "warmup_cosine", "onecycle", "sequential", "chained")
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
-# API paths of the conformance run (sut/registry.py: one save path and its load path each),
+# API paths of the conformance run (api_paths.py: one save path and its load path each),
 # plus "fsdp1" / "fsdp2": the differential observers that call every path of that API.
 # A user's own save/load functions (the plugin's CustomPath): ``api = "custom:<name>"`` under
-# FSDP1, ``"fsdp2.custom:<name>"`` under ``fully_shard`` (``sut.registry.custom_api``).
+# FSDP1, ``"fsdp2.custom:<name>"`` under ``fully_shard`` (``api_paths.custom_api``).
 PATHS = PATH_NAMES
 APIS = PATHS + FAMILIES
 IMPLS = ("default", "forloop", "foreach", "fused")
@@ -121,7 +121,7 @@ class Axes:
     load_plan: str | None = axis(None, shown=Part("sizes"), load_only=True)
     """Wrapping plan of the load side (None: the save's)."""
     api: str = axis("fsdp1", shown=Part("api"))
-    """The API path (``sut.registry``), a differential observer ("fsdp1", "fsdp2") or a
+    """The API path (``api_paths``), a differential observer ("fsdp1", "fsdp2") or a
     user's own path."""
     steps: int = axis(2, shown=Part("steps"))
     """Optimizer steps trained before the save."""
@@ -320,7 +320,7 @@ class Axes:
 
     @property
     def family(self) -> str:
-        """The FSDP API the case runs under (``sut.registry.family_of``)."""
+        """The FSDP API the case runs under (``api_paths.family_of``)."""
         return family_of(self.api)
 
     @property

@@ -14,12 +14,12 @@ import sys
 COMMANDS: dict[str, str] = {
     "run": "run.cli",
     "gate": "gate.upgrade",
-    "fixtures": "golden.cli",
+    "fixtures": "run.fixtures_cli",
     "report": "report.cli",
     "compare": "report.cli",
     "bench": "bench.cli",
     "inspect": "inspection.cli",
-    "bounds": "bounds.cli",
+    "bounds": "run.bounds_cli",
     "reshard": "reshard.cli",
     "scale": "scale.cli",
 }

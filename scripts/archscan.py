@@ -29,9 +29,9 @@ after; "package" there is a direct subdirectory of the scanned package, the file
 it being the pseudo-package ``<top>``:
 
 7. path-name literals (JSON ``path_name_literals``): string constants equal to a registered
-   API path name (``ApiPath(name=...)`` in ``sut/registry.py``, read by AST) or starting
+   API path name (``ApiPath(name=...)`` in ``api_paths.py``, read by AST) or starting
    with one followed by ``/``, per file, outside the path modules (their ``module=``),
-   ``sut/registry.py`` and ``known/entries.py``; the path modules' own count apart.
+   ``api_paths.py`` and ``known/entries.py``; the path modules' own count apart.
 8. package pairs importing each other (``package_mutual_imports``), imports at any depth,
    with one import site each way; pairs with ``<top>`` apart.
 9. figure 5's function-level imports of the package's own modules per importing package
@@ -414,7 +414,7 @@ def import_cost(root: Path) -> dict[str, Any]:
 
 TOP = "<top>"
 TOP_N = 10
-REGISTRY = "sut/registry.py"
+REGISTRY = "api_paths.py"
 KNOWN_ENTRIES = "known/entries.py"
 CATALOGUE = "properties/catalogue.py"
 CASES = "cases.py"
@@ -458,7 +458,7 @@ def _call_name(func: ast.expr) -> str | None:
 
 def api_paths(mods: dict[str, Module], root: Path) -> tuple[list[tuple[str, str | None]], str]:
     """The registered API paths as (name, module) from the ``ApiPath(name=..., module=...)``
-    calls (keyword string literals) in ``sut/registry.py``, in source order, duplicates
+    calls (keyword string literals) in ``api_paths.py``, in source order, duplicates
     dropped; and where they were read. If that file has none (or is missing), every
     ``ApiPath(name=...)`` call under ``sut/`` is read instead (a redesign may move the
     records next to their modules). Nothing is imported."""
@@ -509,7 +509,7 @@ def path_name_literals(mods: dict[str, Module], root: Path) -> dict[str, Any]:
     """Figure 7. String constants (``str_constants``: one per constant node) equal to a
     registered API path name or starting with one followed by ``/`` (``is_path_literal``;
     names from ``api_paths``). ``count`` and ``files`` cover every module except the path
-    modules (``path_module_files``), ``sut/registry.py`` and ``known/entries.py`` (the known
+    modules (``path_module_files``), ``api_paths.py`` and ``known/entries.py`` (the known
     entries' predicates may name paths); ``in_path_modules`` counts the path modules apart,
     and ``sut_paths_py`` is ``sut/paths.py``'s own count with whether it was excluded (today
     it is the FSDP1 path module)."""

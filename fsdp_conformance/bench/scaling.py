@@ -56,7 +56,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..sut.registry import PATHS as ALL_PATHS
+from ..api_paths import PATHS as ALL_PATHS
 from .summary import print_summary, size_label
 
 SCHEMA = "fsdp-conformance/bench/1"

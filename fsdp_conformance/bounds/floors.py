@@ -7,7 +7,7 @@ dict needs every rank's shard in one place; a scatter from rank 0 must send each
 share) and one local copy of what the rank ends up holding. Each entry is a sequence of
 ``(kind, basis)``: ``kind`` one of ``timing.FLOOR_KINDS``; ``basis`` "full" (the bytes of
 the whole optimizer tensor state) or "shard" (one rank's share of it: full / world size).
-Each path's floor is its record's (``sut.registry.ApiPath.floor``, from what it writes and
+Each path's floor is its record's (``api_paths.ApiPath.floor``, from what it writes and
 how its load spreads a full dict).
 For a collective the bytes are its total over ranks; for a copy, what one rank copies.
 Disk reads and writes are not in any floor: the timed call is the state-dict API itself
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..sut.registry import PATH_NAMES, api_path
+from ..api_paths import PATH_NAMES, api_path
 
 FULL, SHARD = "full", "shard"
 

@@ -83,7 +83,7 @@ Rules
 - P14 memory, per rank and phase: pass when ``peak_bytes[r] <= factor * base_r + fixed``,
   ``peak_bytes[r]`` the smallest of the rank's peaks over ``measure.PEAK_REPEATS`` calls.
   ``base_r`` is the docs/design.md bound: a rank that ends up holding the full dict (rank 0 of a
-  full-dict save: ``sut.registry.is_full_path``; the run's saves are all rank0_only) holds full
+  full-dict save: ``api_paths.is_full_path``; the run's saves are all rank0_only) holds full
   state + one unit; every other rank (and every rank of a load: its input is already
   resident, it builds its own shard) holds its shard (state / world size) + one unit, "one
   unit" being ``unit_bytes`` (the largest unit's state, unsharded). Calibration, per
@@ -301,7 +301,7 @@ def calibration_dir() -> Path:
 
 def machine_calibration() -> Path:
     """This machine's own calibration file: ``calibration_dir() / "<fingerprint>.json"``."""
-    from ..report.io import machine_fingerprint
+    from .machine import machine_fingerprint
 
     return calibration_dir() / f"{machine_fingerprint()}.json"
 
@@ -320,7 +320,7 @@ def find_calibration(path: str | os.PathLike | None = None) -> tuple[Path, str]:
 def calibration_facts(path: str | os.PathLike | None = None) -> dict:
     """What a report says of the calibration its bounds were judged by: the file, why it,
     the machine that fitted it, and whether that machine is this one (by fingerprint)."""
-    from ..report.io import machine_fingerprint
+    from .machine import machine_fingerprint
 
     p, why = find_calibration(path)
     here = machine_fingerprint()
@@ -399,7 +399,7 @@ def negligible(peak_ratio: float) -> bool:
 
 def holds_full(api: str, phase: str, rank: int) -> bool:
     """Whether ``rank`` ends the call holding the full dict (rank 0 of a full-dict save)."""
-    from ..sut.registry import is_full_path
+    from ..api_paths import is_full_path
 
     return phase == "save" and rank == 0 and is_full_path(api)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
-from ..sut.registry import DCP_DIR, PATH_NAMES, api_path
+from ..api_paths import DCP_DIR, PATH_NAMES, api_path
 
 
 def _state_map(d: dict, fn: Callable[[dict], dict | None],

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..cases import Case
 from ..properties.catalogue import PROPS
-from ..sut.registry import PATH_NAMES, PATHS, api_path, paths_of
+from ..api_paths import PATH_NAMES, PATHS, api_path, paths_of
 from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_states,
                       hybrid_rows_chunked_globally, ignored_state_of_dcp_writer, untie_tied_model,
                       drop_frozen_state, dummy_step_state, empty_state_for_every_param,
@@ -89,7 +89,7 @@ _DSD_RUN = tuple(p.name for p in PATHS if "set_optimizer_state_dict" in p.calls)
 
 
 def _record(c: Case):
-    """The run path's record (sut/registry.py), None for an observer or a user's path."""
+    """The run path's record (api_paths.py), None for an observer or a user's path."""
     return api_path(c.api) if c.api in PATH_NAMES else None
 
 

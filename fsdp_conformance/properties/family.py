@@ -16,7 +16,7 @@ class FamilyReference:
     """One FSDP family's reference, as the properties use it."""
 
     family: str
-    """``"fsdp1"`` or ``"fsdp2"`` (``sut.registry.FAMILIES``)."""
+    """``"fsdp1"`` or ``"fsdp2"`` (``api_paths.FAMILIES``)."""
     gather_name: str
     """How a verdict names the gather (``"reference.gather_full"``)."""
     shard_name: str

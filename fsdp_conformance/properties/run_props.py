@@ -26,7 +26,7 @@ from .. import reference as ref
 from .expectation import EXACT, Expectation
 from .statediff import STEP_KEY, diff_state_dicts, format_diff
 from .baseline import LocalRun, continue_from
-from ..sut.registry import PATH_NAMES, api_path, family_of, sharded_paths
+from ..api_paths import PATH_NAMES, api_path, family_of, sharded_paths
 from ..sut.records import LoadRecord, SaveRecord, error_of
 from ..zoo.plain import plain_model, plain_optimizer
 from .groups import canon_groups

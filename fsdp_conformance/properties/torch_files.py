@@ -23,7 +23,7 @@ from typing import Sequence
 from .. import reference as ref
 from ..cases import Case
 from ..sut.records import error_of
-from ..sut.registry import APP_KEY, DCP_DIR, api_path
+from ..api_paths import APP_KEY, DCP_DIR, api_path
 from . import run_props as rp
 from .catalogue import NO_REKEY
 from .expectation import Expectation

@@ -140,7 +140,7 @@ def summarize(cases: list[dict]) -> dict:
 def _unreadable_fixtures(cases: list[dict], removed: set[str]) -> list[str]:
     """The golden fixtures of ``cases`` whose format no load path outside ``removed`` reads
     (the registered paths that write a format read it: golden/formats.py)."""
-    from ..sut.registry import api_path, paths_writing
+    from ..api_paths import api_path, paths_writing
 
     return sorted({c["golden"] for c in cases if c.get("golden") and removed
                    and set(paths_writing(api_path(c["api"]).file_format)) <= removed})

@@ -15,7 +15,7 @@ from ..properties.catalogue import PROPS
 from ..properties.fault_props import p15_verdict
 from ..properties.verdict import Verdict, error, na, suite_error
 from ..sut.records import error_of
-from ..sut.registry import api_path
+from ..api_paths import api_path
 from .faults import apply_fault
 from .lifecycle import Outcome, StepFailed, Step
 

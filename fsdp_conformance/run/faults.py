@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from ..cases import Case
-from ..sut.registry import DCP_DIR, FULL_FILE, is_full_path, rank_file
-from ..sut.registry import api_path
+from ..api_paths import DCP_DIR, FULL_FILE, is_full_path, rank_file
+from ..api_paths import api_path
 
 BOGUS = "no_such.param"
 

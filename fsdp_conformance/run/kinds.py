@@ -1,5 +1,5 @@
 """Which kind of case a ``Case`` is (run/lifecycle.py ``CaseKind``): the kinds are
-registered, like the API paths (sut/registry.py).
+registered, like the API paths (api_paths.py).
 
 Rules
 - ``KINDS`` lists every kind once: its name, the ``Case`` flag that selects it and the class
@@ -43,9 +43,9 @@ class KindRecord:
 
 
 KINDS: tuple[KindRecord, ...] = (
-    KindRecord(name="bounds", flag="bounds", impl="fsdp_conformance.bounds.kind:BoundsKind",
+    KindRecord(name="bounds", flag="bounds", impl="fsdp_conformance.run.bounds_kind:BoundsKind",
                alone=True),
-    KindRecord(name="golden", flag="golden", impl="fsdp_conformance.golden.kind:GoldenKind"),
+    KindRecord(name="golden", flag="golden", impl="fsdp_conformance.run.golden_kind:GoldenKind"),
     KindRecord(name="fault", flag="fault", impl="fsdp_conformance.run.fault_kind:FaultKind"),
     KindRecord(name="round trip", flag="",
                impl="fsdp_conformance.run.roundtrip_kind:RoundTripKind"),

@@ -27,7 +27,7 @@ import itertools
 from typing import Iterable, Sequence
 
 from ..cases import FAULTS, SCHEDULE_NAMES, Case
-from ..sut.registry import PATHS, api_path, family_of, is_full_path, resizable
+from ..api_paths import PATHS, api_path, family_of, is_full_path, resizable
 from ..zoo import FUSED, MODELS, OPTIMIZERS, runs_on
 from ..zoo.optimizers import STATE_DTYPE_OPTIMIZERS
 

@@ -2,7 +2,7 @@
 longer has gets the status "removed", with torch's own message.
 
 Rules
-- A path names the torch functions it calls (``ApiPath.calls``, sut/registry.py). A failing
+- A path names the torch functions it calls (``ApiPath.calls``, api_paths.py). A failing
   verdict ("fail" or "error", never one of the suite's own) shows a removal when its detail
   holds a traceback whose exception says one of those functions is gone:
     ``AttributeError: ... has no attribute '<call>'`` or ``ImportError: cannot import name
@@ -83,7 +83,7 @@ def mark_removed(case: Case, verdicts: Mapping[str, Verdict]) -> dict[str, Verdi
     """``verdicts`` with every failing verdict that shows a removal of the case's path's
     calls turned "removed" (module rules). Paths outside the registry (a user's own code)
     are left as they are."""
-    from ..sut.registry import PATH_NAMES, api_path
+    from ..api_paths import PATH_NAMES, api_path
 
     if case.api not in PATH_NAMES:
         return dict(verdicts)

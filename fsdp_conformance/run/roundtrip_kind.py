@@ -2,7 +2,7 @@
 
 Rules
 - The save side runs on a pool of ``case.world_size`` ranks, the load side on one of
-  ``case.dst_world_size`` (the path's rank functions: sut/registry.py).
+  ``case.dst_world_size`` (the path's rank functions: api_paths.py).
 - A save call that raised on a rank (recorded, not raised) means nothing was written: every
   property the case decides is "error" naming the rank and torch's traceback, and the load
   is not attempted.
@@ -21,7 +21,7 @@ from ..properties.expectation import EXACT, Expectation
 from ..properties.roundtrip import ROUND_TRIP, round_trip_verdicts
 from ..properties.verdict import Verdict, error, na
 from ..sut.records import error_of
-from ..sut.registry import api_path
+from ..api_paths import api_path
 from .lifecycle import Outcome, Step, all_props
 from .saves import save_key
 

@@ -9,7 +9,7 @@ Rules
   neutral form of a sharded saved dict, and whether a load that raised on some ranks waits
   for the others (``strand_guard``). Everything else (training, freezing at the save,
   compiling a side, the scheduler, what is recorded) is the round trip's, written once.
-- ``rank_family(case)``: the family of ``case.family`` (``sut.registry.family_of``). This
+- ``rank_family(case)``: the family of ``case.family`` (``api_paths.family_of``). This
   module imports torch only inside the functions it names.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ class RankFamily:
     """One FSDP API as a round trip's ranks build and observe it (module rules)."""
 
     name: str
-    """``"fsdp1"`` or ``"fsdp2"`` (``sut.registry.FAMILIES``)."""
+    """``"fsdp1"`` or ``"fsdp2"`` (``api_paths.FAMILIES``)."""
     wrap: Callable[..., Any]
     """``wrap(ctx, case, plan, load_side) -> model``: the case's model wrapped at this
     side's plan (and, under FSDP2, this side's tensor-parallel degree)."""

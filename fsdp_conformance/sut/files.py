@@ -1,5 +1,5 @@
 """The files of a round trip, on a rank: what the path modules write and the load side reads
-back (names: ``sut.registry`` ``FULL_FILE``, ``MODEL_FILE``, ``SCHED_FILE``, ``DCP_DIR``,
+back (names: ``api_paths`` ``FULL_FILE``, ``MODEL_FILE``, ``SCHED_FILE``, ``DCP_DIR``,
 ``rank_file``).
 
 Rules
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .registry import DCP_DIR, FULL_FILE, api_path, rank_file
+from ..api_paths import DCP_DIR, FULL_FILE, api_path, rank_file
 
 
 def atomic_save(obj: Any, path: Path) -> None:

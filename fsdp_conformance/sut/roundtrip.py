@@ -8,7 +8,7 @@ the save what the model freezes there) and the family record.
 What varies is passed in, never branched on by path name:
 - the family (``sut.family.RankFamily``, from ``Case.family``): wrapping, the layout P0
   reads, the mesh, full params out and in, the neutral form of a sharded dict;
-- the path's steps (its module, named by its ``sut.registry.ApiPath`` record; the
+- the path's steps (its module, named by its ``api_paths.ApiPath`` record; the
   ``PathSteps`` protocol): ``save``, ``write``, ``load`` and the P9 flip it declares
   (``FLIP``: one ``Flip``: the flags flipped and what the flip is called);
 - what the record says of the path (``full``, ``writes``, ``rekeys``): the saved form, what
@@ -59,7 +59,7 @@ from .files import atomic_save, devices_of, read_saved
 from .fsdp1 import named_local, optimizer_keys, train
 from .fsdp2 import local_to_cpu
 from .records import LoadRecord, SaveRecord
-from .registry import MODEL_FILE, SCHED_FILE, api_path
+from ..api_paths import MODEL_FILE, SCHED_FILE, api_path
 from .rekey import to_param_ids, to_param_names
 from .trained import keep, trained
 
@@ -378,7 +378,7 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     loaded = local_state(optim, keys)
     head.update(sched_loaded=scheduler_state(sched),
                 step_loaded=live.step if case.app_state else None)
-    if case.golden:  # P12 reads the loaded state alone (golden/kind.py): no resave, no resume
+    if case.golden:  # P12 reads the loaded state alone (run/golden_kind.py): no resave, no resume
         return LoadRecord(**head, loaded=loaded)
     resaved, timings["resave"] = guarded(save_call, case, run, optim)
     resaved = neutral(case, resaved, optim, keys)

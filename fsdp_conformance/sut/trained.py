@@ -5,7 +5,7 @@ imports no torch (the controller reads ``training_key``).
 
 Rules
 - ``training_key(case)``: what the save side's build and training read: the path's family
-  (``sut.registry``: every path runs the one round trip, sut/roundtrip.py, which builds and
+  (``api_paths``: every path runs the one round trip, sut/roundtrip.py, which builds and
   trains by the family alone) and every case
   field except the path and the fields only the load side reads (``cases.LOAD_ONLY``).
   None (the case trains alone) outside the run's own paths and where the save side does
@@ -39,7 +39,7 @@ from ..cases import LOAD_ONLY, PATHS, Case
 def training_key(case: Case) -> tuple | None:
     """The case as its save side's build and training see it (module rules); None: it
     trains alone."""
-    from .registry import api_path
+    from ..api_paths import api_path
 
     if (case.api not in PATHS or case.golden or case.bounds or case.fault or case.async_save
             or case.app_state or case.compiled):

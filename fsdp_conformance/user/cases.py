@@ -8,7 +8,7 @@ from typing import Sequence
 
 from ..cases import DTYPE_NAMES, Case
 from ..properties.layouts import reference_layout
-from ..sut.registry import custom_family, family_of, paths_of, resizable
+from ..api_paths import custom_family, family_of, paths_of, resizable
 from ..zoo import build_model, build_optimizer
 from .model import CustomPath, UserModel
 from .refs import Ref
@@ -83,7 +83,7 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
                tier: str = "quick", fsdp_version: int = 2) -> list[Case]:
     """The cases of one round trip: each path (or the custom one) x each world-size spec
     (``spec.parse_sizes``: an HSDP spec runs as HYBRID_SHARD). Paths that cannot change
-    world size or wrapping (``sut.registry.resizable``) keep their same-size pairs only. The
+    world size or wrapping (``api_paths.resizable``) keep their same-size pairs only. The
     LR scheduler runs (``Case.scheduler``) when the user gave one, or when their own
     save/load takes the training state (then the zoo's, if they gave none). ``dtype``
     None: the model runs as it computes (``model_dtype``)."""

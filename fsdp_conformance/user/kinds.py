@@ -28,7 +28,7 @@ from ..properties.verdict import Verdict, fail
 from ..run.lifecycle import Outcome, Step, StepFailed, all_props
 from ..run.roundtrip_kind import RoundTripKind
 from ..sut.records import LoadRecord, SaveRecord
-from ..sut.registry import paths_of
+from ..api_paths import paths_of
 from .limitations import known_view
 from .model import CustomPath, UserModel
 from .spec import DEFAULT_PATHS

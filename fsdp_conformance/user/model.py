@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .. import zoo
-from ..sut.registry import CUSTOM_PREFIXES, custom_api
+from ..api_paths import CUSTOM_PREFIXES, custom_api
 from .refs import Ref
 
 

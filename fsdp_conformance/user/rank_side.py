@@ -42,7 +42,7 @@ from ..sut import fsdp1, roundtrip
 from ..sut.family import rank_family
 from ..sut.files import atomic_save
 from ..sut.records import LoadRecord, SaveRecord
-from ..sut.registry import MODEL_FILE, api_path
+from ..api_paths import MODEL_FILE, api_path
 from ..zoo import scheduler_state
 from .app_state import TrainState
 from .diagnosis import after_load

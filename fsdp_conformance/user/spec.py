@@ -6,7 +6,7 @@ Imported by the pytest plugin while it loads and collects: it must stay free of 
 """
 from __future__ import annotations
 from ..properties.catalogue import CATALOGUE
-from ..sut.registry import PATHS
+from ..api_paths import PATHS
 
 # Built-in paths fsdp_roundtrip runs by default, per FSDP version and tier: the quick tier
 # the family's primary paths (ApiPath.primary), the full tier every path of that version

@@ -18,7 +18,7 @@ Rules
   dtypes, steps. Combinations FSDP1 rejects by design are never drawn: flat units mixing
   param groups (``matrix.groups_fit_units``), flat units mixing frozen and trainable params, a
   fused implementation of an optimizer without one, HYBRID_SHARD off 2 or 4 ranks, and
-  paths that cannot reshard (``sut.registry.resizable``) get equal sizes and plans. The tied
+  paths that cannot reshard (``api_paths.resizable``) get equal sizes and plans. The tied
   model's plans that split the tied pair over units are left out (a known FSDP1 limitation).
 - ``module_trees`` / ``user_roundtrips``: generated models (``GeneratedNet``): a stack of
   blocks with awkward widths (1, 2, 3, 5, 7, 13: primes, widths below the world size),
@@ -45,7 +45,7 @@ from ..cases import Case
 from ..run.matrix import groups_fit_units
 from ..properties.layouts import reference_layout
 from ..reference import LayoutError
-from ..sut.registry import family_of, paths_of, resizable
+from ..api_paths import family_of, paths_of, resizable
 from ..zoo import FUSED, MODELS, OPTIMIZERS, model_spec, runs_on
 from .model import UserModel
 from .refs import Ref

@@ -10,7 +10,7 @@ from importlib import resources
 
 import pytest
 
-from fsdp_conformance.bounds import cli
+from fsdp_conformance.run import bounds_cli as cli
 from fsdp_conformance.run import matrix
 
 

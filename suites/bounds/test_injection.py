@@ -15,7 +15,7 @@ from fsdp_conformance.cases import Case
 from fsdp_conformance.report.diff import compare_runs
 from fsdp_conformance.report.html import render_html
 from fsdp_conformance.report.run_report import build_report, check_schema, render_markdown
-from fsdp_conformance.bounds.kind import REMEASURED
+from fsdp_conformance.run.bounds_kind import REMEASURED
 from fsdp_conformance.run.execute import run_cases
 
 CASE = Case(api="fsdp1.full", model=b.BOUNDS_MODEL, plan="nested", optimizer="adam",

@@ -5,7 +5,7 @@ of each path's largest-world-size case (``finish``)."""
 from __future__ import annotations
 
 from fsdp_conformance.bounds import rules
-from fsdp_conformance.bounds.kind import BoundsKind
+from fsdp_conformance.run.bounds_kind import BoundsKind
 from fsdp_conformance.cases import Case
 from fsdp_conformance.options import RunOptions
 from fsdp_conformance.properties.verdict import Verdict, fail, passed

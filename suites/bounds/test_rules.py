@@ -305,7 +305,7 @@ def test_calibration_file_is_package_data():
 
 
 def test_stability_summary_counts_passes_worst_ratios_and_detection():
-    from fsdp_conformance.bounds.cli import stability_markdown, stability_summary
+    from fsdp_conformance.run.bounds_cli import stability_markdown, stability_summary
     from fsdp_conformance.properties.verdict import Verdict
     from fsdp_conformance.report.run_report import CaseResult
 
@@ -348,7 +348,8 @@ def test_the_run_finds_this_machines_own_calibration_by_fingerprint(tmp_path, mo
     """Issue 32: a calibration is looked up by machine fingerprint in the calibration
     directory (never in the package), the packaged one is the fallback, and the report's
     facts say which was used and whether it was fitted on this machine."""
-    from fsdp_conformance.report.io import fingerprint, machine_info
+    from fsdp_conformance.bounds.machine import fingerprint
+    from fsdp_conformance.report.io import machine_info
 
     monkeypatch.setenv(b.CALIBRATION_DIR_ENV, str(tmp_path))
     assert b.find_calibration() == (b.DEFAULT_CALIBRATION, "the packaged one")

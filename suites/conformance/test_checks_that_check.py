@@ -13,7 +13,8 @@ from fsdp_conformance.properties.roundtrip import round_trip_verdicts
 from fsdp_conformance.properties.run_props import _norm_diffs
 from fsdp_conformance.properties.statediff import diff_state_dicts
 from fsdp_conformance.run.faults import apply_fault
-from fsdp_conformance.sut import registry, roundtrip
+from fsdp_conformance import api_paths
+from fsdp_conformance.sut import roundtrip
 
 
 def _obs(rank_pool, case, tmp_path):
@@ -101,7 +102,7 @@ def test_wrong_model_fault_names_only_the_other_models_params(tmp_path):
 
     case = Case(api="fsdp1.full", optimizer="adam", fault="wrong_model")
     torch.save({"state": {"inp.weight": {"exp_avg": torch.ones(2, 2)}},
-                "param_groups": [{"lr": 0.1, "params": ["inp.weight"]}]}, tmp_path / registry.FULL_FILE)
+                "param_groups": [{"lr": 0.1, "params": ["inp.weight"]}]}, tmp_path / api_paths.FULL_FILE)
     what = apply_fault(case, tmp_path)
     mine = {n for n, _ in build_model("mlp", 0, torch.float64).named_parameters()}
     assert what["names"] and not set(what["names"]) & mine, what["names"]
@@ -115,10 +116,10 @@ BF16 = Case(api="fsdp1.full", optimizer="adam", dtype="bf16", world_size=2, load
 def _bf16_obs(rank_pool, tmp_path, lr_factor: float = 1.0):
     save = rank_pool(BF16.world_size).run(roundtrip.save_side, BF16, str(tmp_path), seed=BF16.seed)
     if lr_factor != 1.0:  # the checkpoint's lr off by lr_factor: the resume trains with it
-        sd = torch.load(tmp_path / registry.FULL_FILE, weights_only=True)
+        sd = torch.load(tmp_path / api_paths.FULL_FILE, weights_only=True)
         for g in sd["param_groups"]:
             g["lr"] *= lr_factor
-        torch.save(sd, tmp_path / registry.FULL_FILE)
+        torch.save(sd, tmp_path / api_paths.FULL_FILE)
     load = rank_pool(BF16.dst_world_size).run(roundtrip.load_side, BF16, str(tmp_path),
                                               seed=BF16.seed)
     return save, load

@@ -26,8 +26,8 @@ from fsdp_conformance.properties.verdict import na
 from fsdp_conformance.report.diff_runs import compare_runs
 from fsdp_conformance.report.run_report import build_report
 from fsdp_conformance.report.result import CaseResult
-from fsdp_conformance.sut import registry
-from fsdp_conformance.sut.registry import api_path
+from fsdp_conformance import api_paths
+from fsdp_conformance.api_paths import api_path
 
 OBSERVED = json.loads((Path(__file__).parent / "known_observations.json").read_text())
 
@@ -42,7 +42,7 @@ def _live(rank_pool, case: Case, tmp_path, mutate=None):
     path = api_path(case.api)
     save = rank_pool(case.world_size).run(path.save_side, case, str(tmp_path), seed=case.seed)
     if mutate is not None:
-        f = tmp_path / (registry.FULL_FILE if case.family == "fsdp2" else registry.FULL_FILE)
+        f = tmp_path / (api_paths.FULL_FILE if case.family == "fsdp2" else api_paths.FULL_FILE)
         sd = torch.load(f, weights_only=True)
         mutate(sd)
         torch.save(sd, f)

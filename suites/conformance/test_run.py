@@ -17,7 +17,8 @@ from fsdp_conformance.cases import SCHEDULE_NAMES, Case
 from fsdp_conformance.zoo.optimizers import STATE_DTYPE_OPTIMIZERS
 from fsdp_conformance.properties.roundtrip import round_trip_verdicts as evaluate
 from fsdp_conformance.run.execute import run_cases
-from fsdp_conformance.sut import registry, roundtrip
+from fsdp_conformance import api_paths
+from fsdp_conformance.sut import roundtrip
 from fsdp_conformance.zoo import OPTIMIZERS
 
 from suites.conftest import PYTHON, ROOT, env_for_subprocess
@@ -34,7 +35,7 @@ def test_quick_tier_covers_every_path_optimizer_and_world_size_pair():
         assert {c.optimizer for c in mine} == set(OPTIMIZERS) | set(STATE_DTYPE_OPTIMIZERS), api
         pairs = {(c.world_size, c.dst_world_size) for c in mine}
         want = set(itertools.product((1, 2, 3, 4), repeat=2))
-        if not registry.resizable(api):
+        if not api_paths.resizable(api):
             want = {(n, m) for n, m in want if n == m} - {(1, 1)} | {(n, n) for n in (2, 3)}
         assert want <= pairs, (api, sorted(want - pairs))
         if api.startswith("fsdp1"):  # FSDP2 has no flat/orig choice
@@ -183,7 +184,7 @@ def test_async_save_writes_the_state_at_the_save_while_training_goes_on(rank_poo
     step later (so P8's read-back comparison can tell them apart); in both tiers."""
     from fsdp_conformance.properties.baseline import local_run
     from fsdp_conformance.properties.torch_files import read_dcp
-    from fsdp_conformance.sut.registry import DCP_DIR
+    from fsdp_conformance.api_paths import DCP_DIR
     from fsdp_conformance.sut.roundtrip import save_side
 
     full = matrix.full(["fsdp2.sharded"])
@@ -211,7 +212,7 @@ def test_an_app_state_checkpoint_holds_model_optimizer_scheduler_and_step(rank_p
     state and the step, each as at the save; in both tiers, with dcp.save and with
     dcp.async_save. A load that restores another step than the save's is an error."""
     from fsdp_conformance.properties.baseline import local_run
-    from fsdp_conformance.sut.registry import DCP_DIR
+    from fsdp_conformance.api_paths import DCP_DIR
     from fsdp_conformance.sut.roundtrip import save_side
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
@@ -255,7 +256,7 @@ def test_ignore_frozen_params_is_in_both_tiers_and_leaves_frozen_params_out(rank
     then has no frozen param, the optimizer part still has their state."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    from fsdp_conformance.sut.registry import DCP_DIR
+    from fsdp_conformance.api_paths import DCP_DIR
     from fsdp_conformance.sut.roundtrip import save_side
 
     full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
@@ -355,7 +356,7 @@ def test_fsdp2_over_tensor_parallel_is_in_both_tiers_and_shards_by_the_plan(rank
     assert placements["layers.0.fc2.bias"] == [("shard", 0), ("replicate",)]
     assert placements["head.weight"] == placements["layers.1.norm.bias"] == [("shard", 0)]
     save = rank_pool(4).run(roundtrip.save_side, case, str(tmp_path), seed=0)
-    f = tmp_path / registry.FULL_FILE
+    f = tmp_path / api_paths.FULL_FILE
     sd = torch.load(f, weights_only=True)
     _nudge_row_wise_state(sd)
     torch.save(sd, f)
@@ -381,7 +382,7 @@ def test_flattened_optimizer_state_dicts_are_in_both_tiers_and_are_what_is_writt
     (``optim.param_groups.<fqn>.lr``), and the rank records the nested form."""
     from torch.distributed.checkpoint import FileSystemReader
 
-    from fsdp_conformance.sut.registry import DCP_DIR
+    from fsdp_conformance.api_paths import DCP_DIR
     from fsdp_conformance.sut.roundtrip import save_side
 
     full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
@@ -466,7 +467,7 @@ def _roundtrip(rank_pool, case, tmp_path, mutate=None):
     """Save, optionally damage the saved full dict on disk, load; the case's verdicts."""
     save = rank_pool(case.world_size).run(roundtrip.save_side, case, str(tmp_path), seed=case.seed)
     if mutate is not None:
-        f = tmp_path / registry.FULL_FILE
+        f = tmp_path / api_paths.FULL_FILE
         sd = torch.load(f, weights_only=True)
         mutate(sd)
         torch.save(sd, f)
@@ -519,7 +520,7 @@ def test_planted_bugs_are_caught_fsdp2(rank_pool, tmp_path, mutate, caught):
     """The FSDP2 full path (broadcast_from_rank0) through the same properties."""
     save = rank_pool(2).run(roundtrip.save_side, PLANTED_FSDP2, str(tmp_path), seed=0)
     if mutate is not None:
-        f = tmp_path / registry.FULL_FILE
+        f = tmp_path / api_paths.FULL_FILE
         sd = torch.load(f, weights_only=True)
         mutate(sd)
         torch.save(sd, f)

@@ -236,7 +236,7 @@ def test_path_name_literals_outside_path_modules(tmp_path):
     root = make_tree(tmp_path, {
         "__init__.py": "",
         "sut/__init__.py": "",
-        "sut/registry.py": REGISTRY_SRC,
+        "api_paths.py": REGISTRY_SRC,
         "sut/one_paths.py": 'A = "fam.one"\nB = "fam.one/x"\n',   # path module: apart
         "sut/more/__init__.py": "",
         "sut/more/two.py": 'C = "fam.two"\n',                       # path module: apart
@@ -253,21 +253,21 @@ def test_path_name_literals_outside_path_modules(tmp_path):
     })
     pl = figures(root)["path_name_literals"]
     assert pl["path_names"] == ["fam.one", "fam.two"]
-    assert pl["path_names_from"] == "sut/registry.py"
+    assert pl["path_names_from"] == "api_paths.py"
     assert pl["count"] == 3
     assert pl["files"] == [{"path": "run.py", "count": 2}, {"path": "sut/paths.py", "count": 1}]
     assert pl["in_path_modules"] == 3
     assert pl["path_modules"] == [{"path": "sut/more/two.py", "count": 1},
                                   {"path": "sut/one_paths.py", "count": 2}]
     assert pl["sut_paths_py"] == {"count": 1, "excluded": False}
-    assert pl["excluded"] == ["known/entries.py", "sut/more/two.py", "sut/one_paths.py",
-                              "sut/registry.py"]
+    assert pl["excluded"] == ["api_paths.py", "known/entries.py", "sut/more/two.py",
+                              "sut/one_paths.py"]
 
 
 def test_path_name_literals_sut_paths_is_a_path_module_and_no_registry(tmp_path):
     root = make_tree(tmp_path, {
         "__init__.py": "", "sut/__init__.py": "",
-        "sut/registry.py": 'P = (ApiPath(name="x.a", module="paths"),)\n',
+        "api_paths.py": 'P = (ApiPath(name="x.a", module="paths"),)\n',
         "sut/paths.py": 'A = "x.a"\n', "m.py": 'B = "x.a"\n'})
     pl = figures(root)["path_name_literals"]
     assert (pl["count"], pl["in_path_modules"]) == (1, 1)
@@ -414,7 +414,7 @@ def test_property_numbers_outside_catalogue(tmp_path):
 def test_cli_prints_figures_7_to_12(tmp_path, capsys):
     root = make_tree(tmp_path, {
         "__init__.py": "", "sut/__init__.py": "",
-        "sut/registry.py": 'P = (ApiPath(name="x.a", module="paths"),)\n',
+        "api_paths.py": 'P = (ApiPath(name="x.a", module="paths"),)\n',
         "sut/paths.py": 'A = "x.a"\n', "m.py": 'B = "x.a/1"\n',
         "cases.py": "from dataclasses import dataclass\n@dataclass\nclass Case:\n    a: int\n",
         "p/__init__.py": "", "p/q.py": "def p2_a(): pass\ndef p2_b(): pass\n"})
@@ -437,8 +437,8 @@ def test_cli_prints_figures_7_to_12(tmp_path, capsys):
 def test_the_package_names_paths_only_in_their_records_modules_and_known_entries():
     """An API path's name is written in its registry record, its own module and the known
     limitations' predicates, nowhere else: every other place asks the record
-    (sut/registry.py). A literal anywhere else fails here with its file."""
+    (api_paths.py). A literal anywhere else fails here with its file."""
     package = SCRIPT.parents[1] / "fsdp_conformance"
     lit = figures(package)["path_name_literals"]
-    assert lit["path_names_from"] == "sut/registry.py" and len(lit["path_names"]) >= 10
+    assert lit["path_names_from"] == "api_paths.py" and len(lit["path_names"]) >= 10
     assert lit["count"] == 0, f"path names written outside the path modules: {lit['files']}"

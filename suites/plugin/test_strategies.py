@@ -10,7 +10,7 @@ from hypothesis import Phase, given, settings
 from fsdp_conformance.run import matrix
 from fsdp_conformance.cases import Case
 from fsdp_conformance.properties.layouts import reference_layout
-from fsdp_conformance.sut.registry import resizable
+from fsdp_conformance.api_paths import resizable
 from fsdp_conformance.user import CustomPath, RoundtripFailure, run_checked
 from fsdp_conformance.user import strategies as fst
 from fsdp_conformance.zoo import FUSED

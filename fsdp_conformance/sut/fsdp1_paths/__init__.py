@@ -1,4 +1,4 @@
-"""The FSDP1 API paths, one module each (``sut.registry.PATHS`` names the module of every
+"""The FSDP1 API paths, one module each (``api_paths.PATHS`` names the module of every
 path), run by the one round trip of ``sut/roundtrip.py``. A path module holds its own steps
 (the ``PathSteps`` protocol of ``sut.roundtrip``):
 
@@ -13,5 +13,5 @@ path), run by the one round trip of ``sut/roundtrip.py``. A path module holds it
   flip is), or None when the save has no flags to flip.
 
 Everything else a path is (what it writes, who reads a full dict, whether it reshards, the
-torch calls it depends on) is its record in ``sut/registry.py``.
+torch calls it depends on) is its record in ``api_paths.py``.
 """

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from ..files import write_dcp
-from ..registry import DCP_DIR
+from ...api_paths import DCP_DIR
 from ..roundtrip import Flip
 
 # saved with cpu_offload=True (what P9 checks on a device: every saved tensor on CPU); the

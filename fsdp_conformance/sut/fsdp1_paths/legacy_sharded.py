@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..files import atomic_save
-from ..registry import rank_file
+from ...api_paths import rank_file
 
 FLIP = None  # sharded_optim_state_dict has no rank0_only / offload_to_cpu flags
 

@@ -4,7 +4,7 @@ back to PARAM_NAME with the unwrapped model -> ``shard_full_optim_state_dict``."
 from __future__ import annotations
 
 from ..files import atomic_save
-from ..registry import FULL_FILE
+from ...api_paths import FULL_FILE
 from ..rekey import to_param_ids, to_param_names
 from .legacy_full import FLIP, save  # noqa: F401 (legacy full_optim_state_dict)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..files import write_dcp
 from ..fsdp1 import model_sharded_sd
-from ..registry import DCP_DIR
+from ...api_paths import DCP_DIR
 from ..roundtrip import Flip
 
 FLIP = Flip(name="unoffloaded", flags={"offload": False})

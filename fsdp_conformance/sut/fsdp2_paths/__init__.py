@@ -1,5 +1,5 @@
 """The FSDP2 API paths (``fully_shard`` + ``torch.distributed.checkpoint.state_dict``), one
-module each (``sut.registry.PATHS`` names the module of every path), run by the one round
+module each (``api_paths.PATHS`` names the module of every path), run by the one round
 trip of ``sut/roundtrip.py``. A path module holds its own steps (the ``PathSteps``
 protocol of ``sut.roundtrip``):
 
@@ -13,5 +13,5 @@ protocol of ``sut.roundtrip``):
 Every state-dict call passes the case's ``StateDictOptions`` (``sut.fsdp2.state_dict_options``:
 ``flatten_optimizer_state_dict`` and ``ignore_frozen_params`` where the case says;
 ``strict=False`` on a ``Case.nonstrict`` load). Everything else a path is (what it writes,
-who reads a full dict, the case axes only it takes) is its record in ``sut/registry.py``.
+who reads a full dict, the case axes only it takes) is its record in ``api_paths.py``.
 """

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..app_state import AppState
 from ..fsdp2 import load_options, state_dict_options
-from ..registry import APP_KEY, DCP_DIR
+from ...api_paths import APP_KEY, DCP_DIR
 from ..roundtrip import Flip
 
 # saved without offloading (the default options); the flip saves with cpu_offload=True,

@@ -15,11 +15,11 @@ from ..properties.catalogue import PROPS
 from ..properties.expectation import EXACT, Expectation
 from ..properties.golden_props import p12_verdict
 from ..properties.verdict import Verdict, error, na, suite_error
-from ..run.lifecycle import Outcome, Step
-from ..sut.registry import api_path
-from .case import copy_verified, find_fixture
-from .manifest import EXPECTED_FILE
-from .manifest import FixtureError
+from .lifecycle import Outcome, Step
+from ..api_paths import api_path
+from ..golden.case import copy_verified, find_fixture
+from ..golden.manifest import EXPECTED_FILE
+from ..golden.manifest import FixtureError
 
 ONLY_P12 = "golden-fixture case: only P12 (loading a stored checkpoint) is checked"
 

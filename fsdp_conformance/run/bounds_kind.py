@@ -23,7 +23,7 @@ import dataclasses
 from ..cases import Case
 from ..properties.catalogue import PROPS
 from ..properties.verdict import Verdict, error, na
-from ..run.lifecycle import Outcome, Step, StepFailed
+from .lifecycle import Outcome, Step, StepFailed
 
 BOUNDS_ONLY = "bounds case: only P13/P14"
 REMEASURED = "measured twice: the first measurement failed"
@@ -43,8 +43,8 @@ class BoundsKind:
     def run(self, step: Step) -> Outcome:
         from ..harness.errors import RankError
         from ..properties import bounds_props
-        from . import rules
-        from .measure import measure_case
+        from ..bounds import rules
+        from ..bounds.measure import measure_case
 
         case = step.case
         try:
@@ -79,7 +79,7 @@ class BoundsKind:
     def finish(self, results: list, options) -> tuple[list, dict]:
         """The run's results with each path's scaling fit folded into P13 of its
         largest-world-size bounds case, and the fit (module rules)."""
-        from . import rules
+        from ..bounds import rules
         from ..properties.bounds_props import scaling_verdict
 
         block = rules.scaling_of(results, options.calibration)

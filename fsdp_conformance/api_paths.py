@@ -20,10 +20,11 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol
 
-if TYPE_CHECKING:
-    from .records import LoadRecord, SaveRecord
+Record = Any
+"""A rank's record of one side (``sut.records.SaveRecord`` / ``LoadRecord``): named, not
+imported, since this registry sits below the rank side and imports nothing of it."""
 
 FAMILIES = ("fsdp1", "fsdp2")
 ROUND_TRIP = "fsdp_conformance.sut.roundtrip"
@@ -68,10 +69,10 @@ class PathSides(Protocol):
     """What the one round trip (``ROUND_TRIP``) holds for every path: the rank functions the
     pools run (a path module holds its steps: ``sut.roundtrip.PathSteps``)."""
 
-    def save_side(self, ctx: Any, case: Any, workdir: str) -> "SaveRecord":
+    def save_side(self, ctx: Any, case: Any, workdir: str) -> Record:
         """Train, save through the path, write the files; record what was saved."""
 
-    def load_side(self, ctx: Any, case: Any, workdir: str) -> "LoadRecord":
+    def load_side(self, ctx: Any, case: Any, workdir: str) -> Record:
         """Build fresh, load through the path, save again, resume; record it all."""
 
 
@@ -151,13 +152,13 @@ class ApiPath:
         return (("copy", "shard"),)
 
     @property
-    def save_side(self) -> Callable[..., "SaveRecord"]:
+    def save_side(self) -> Callable[..., Record]:
         """The one round trip's save side (``sut.roundtrip.save_side``), the same for
         every path: its steps are ``sides()``."""
         return importlib.import_module(ROUND_TRIP).save_side
 
     @property
-    def load_side(self) -> Callable[..., "LoadRecord"]:
+    def load_side(self) -> Callable[..., Record]:
         """The one round trip's load side (``sut.roundtrip.load_side``)."""
         return importlib.import_module(ROUND_TRIP).load_side
 

@@ -105,7 +105,7 @@ def add_parser(sub) -> None:
 
 
 def _cases(args) -> list:
-    from ..run import matrix
+    from . import matrix
 
     from ..usage import parse_world_sizes
 
@@ -146,7 +146,7 @@ def _existing_for_add(out: Path) -> dict:
     import json
 
     from ..report.io import machine_info
-    from .rules import CalibrationError, parse_calibration
+    from ..bounds.rules import CalibrationError, parse_calibration
 
     try:
         data = json.loads(out.read_text(encoding="utf-8"))
@@ -168,7 +168,7 @@ def add_to(base: dict, new: dict) -> dict:
     other entry of ``base`` is kept; the cases are the union, and ``added`` records the
     command, date and cases of every addition."""
     if base.get("rules") != new.get("rules"):
-        from .rules import CalibrationError
+        from ..bounds.rules import CalibrationError
 
         raise CalibrationError("the calibration file was fitted under other rules than this "
                                "version's: refit it first (bounds calibrate --refit)")
@@ -186,16 +186,16 @@ def add_to(base: dict, new: dict) -> dict:
 def calibrate(args) -> int:
     import tempfile
 
-    from .rules import BOUNDS_REPEATS, calibration_data, machine_calibration
+    from ..bounds.rules import BOUNDS_REPEATS, calibration_data, machine_calibration
     from ..harness import close_pools
-    from .measure import measure_case
+    from ..bounds.measure import measure_case
     from ..report.io import write_json_atomic
 
     out = Path(args.out) if args.out else machine_calibration()
     if args.refit:
         import json
 
-        from .rules import CalibrationError, refit
+        from ..bounds.rules import CalibrationError, refit
 
         try:
             data = json.loads(out.read_text(encoding="utf-8"))
@@ -252,7 +252,7 @@ def bound_failures(results) -> list[tuple]:
 
 def stability_summary(runs: list[list], calibration: str) -> dict:
     """The stability report from N runs' CaseResults (module docstring)."""
-    from .kind import REMEASURED
+    from .bounds_kind import REMEASURED
 
     per_run, worst = [], {}
     for i, results in enumerate(runs):
@@ -359,17 +359,17 @@ def _busy(n: int) -> list:
 def stability(args) -> int:
     import os
 
-    from .rules import find_calibration, load_calibration
+    from ..bounds.rules import find_calibration, load_calibration
     from ..harness import close_pools
     from ..report.io import write_json_atomic, write_text_atomic
-    from ..run.execute import run_cases
+    from .execute import run_cases
 
     cases = _cases(args)
     cal = str(find_calibration(args.calibration)[0])
     load_calibration(cal)
     if args.slow_python:
         from ..harness.worker import RANK_SETUP_ENV
-        from .slowdown import SETUP
+        from ..bounds.slowdown import SETUP
 
         os.environ[RANK_SETUP_ENV] = SETUP
     busy = _busy(args.load)
@@ -400,7 +400,7 @@ def stability(args) -> int:
 
 
 def main(args) -> int:
-    from .rules import CalibrationError
+    from ..bounds.rules import CalibrationError
 
     try:
         return calibrate(args) if args.bounds_command == "calibrate" else stability(args)
