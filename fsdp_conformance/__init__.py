@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # test your own model (fsdp_conformance.user)
     "check": ("fsdp_conformance.user.driver", "check"),
+    "CheckOptions": ("fsdp_conformance.user.check_options", "CheckOptions"),
     "check_zoo": ("fsdp_conformance.user.driver", "check_zoo"),
     "check_scale": ("fsdp_conformance.scale.check", "check_scale"),
     "TrainState": ("fsdp_conformance.user.app_state", "TrainState"),

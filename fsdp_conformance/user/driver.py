@@ -19,70 +19,50 @@ Rules
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Sequence
 
 from ..cases import Case
 from .cases import user_cases
+from .check_options import CheckOptions
 from .failures import RoundtripFailure, failing, failure_message
 from .limitations import Limitation
 from .model import CustomPath, UserModel, user_model
-from .protocols import (DataFn, LoadFn, LossFn, ModelFactory, OptimizerFactory, Rerun,
-                        ResultSink, SaveFn)
+from .protocols import DataFn, LoadFn, ModelFactory, Rerun, ResultSink, SaveFn
 from .run import run_user_case
 from ..options import DEFAULT_TIMEOUT_S, RunOptions
 
 
 def check(model: ModelFactory | str | None = None, data: DataFn | str | None = None, *,
-          plan=(), load_plan=None, optimizer: OptimizerFactory | str = "adam",
-          loss: LossFn | str | None = None, ignored: Iterable[str] = (),
-          name: str | None = None, paths=None, world_sizes=None,
-          use_orig_params: bool = False, fsdp_version: int = 2, shard_fn=None,
-          scheduler=None, save_fn: SaveFn | str | None = None,
-          load_fn: LoadFn | str | None = None,
-          custom_name: str | None = None, steps: int = 2, resume_steps: int = 2,
-          batch: int = 12, dtype: str | None = None, seed: int = 0,
-          groups: int | None = None,
-          tier: str = "quick", backend: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-          known: Sequence = (), only: Sequence[str] | None = None,
-          rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
+          options: CheckOptions | None = None, **fields: Any) -> list:
     """Round-trip a user's model through the chosen paths and world-size specs (or through
-    ``save_fn``/``load_fn``), judge every property and raise :class:`RoundtripFailure` if any
-    fails. Returns the CaseResults.
+    their own ``save_fn``/``load_fn``), judge every property and raise
+    :class:`RoundtripFailure` if any fails. Returns the CaseResults.
 
-    ``fsdp_version``: 2 (the default) shards with ``fully_shard`` on a DeviceMesh (the plan's
-    modules, or ``shard_fn(model, mesh)``; world sizes "2", "2->3", and HSDP meshes
-    "2x2->2"), its built-in paths are ``fsdp2.full`` / ``fsdp2.sharded``; 1: FSDP1
-    (``FullyShardedDataParallel``; ``use_orig_params`` is its option). ``save_fn(state,
-    directory)`` / ``load_fn(state, directory)`` checkpoint the whole training state
-    (``TrainState``: model, optimizer, ``scheduler``, step); ``(model, optimizer,
-    directory)`` functions the optimizer only. ``dtype``: the params' dtype ("fp64",
-    "fp32", "bf16"); None: "fp64", or the coarser dtype the model computes its loss in
-    (``cases.user_cases``). ``only``: run just the cases with these ids; ``known``:
-    declared limitations (:meth:`Limitation.of` arguments)."""
+    Everything besides the model and the data factories is a field of
+    :class:`CheckOptions` (user/check_options.py: one docstring per field), given as keyword
+    arguments (``check(make_model, batch, plan=["encoder"], world_sizes=["2->3"])``) or as
+    ``options=`` (keyword arguments then replace its fields). ``fsdp_version`` 2 (the
+    default) shards with ``fully_shard`` on a DeviceMesh, 1 with FSDP1;
+    ``save_fn(state, directory)`` / ``load_fn(state, directory)`` checkpoint the whole
+    training state (``TrainState``), ``(model, optimizer, directory)`` functions the
+    optimizer only."""
     if model is None or data is None:
         raise TypeError("check needs a model factory and a data factory")
-    if (save_fn is None) != (load_fn is None):
-        raise TypeError("pass both save_fn and load_fn (or neither)")
-    if shard_fn is not None and fsdp_version != 2:
-        raise ValueError("shard_fn= applies fully_shard: it needs fsdp_version=2")
-    if use_orig_params and fsdp_version != 1:
-        raise ValueError("use_orig_params= is an option of FSDP1 (FullyShardedDataParallel); "
-                         "fully_shard always keeps the original parameters: pass "
-                         "fsdp_version=1 to test FSDP1 with use_orig_params=True")
-    user = user_model(model, data, plan=plan, load_plan=load_plan, optimizer=optimizer,
-                      loss=loss, ignored=ignored, name=name, shard_fn=shard_fn,
-                      scheduler=scheduler)
-    custom = (CustomPath.of(save_fn, load_fn, custom_name, family=f"fsdp{fsdp_version}")
-              if save_fn is not None else None)
-    cases = user_cases(user, paths=paths, world_sizes=world_sizes,
-                       use_orig_params=use_orig_params, custom=custom, steps=steps,
-                       resume_steps=resume_steps, batch=batch, dtype=dtype, seed=seed,
-                       groups=groups, tier=tier, fsdp_version=fsdp_version)
-    if only:
-        cases = [c for c in cases if c.id in set(only)]
-    options = RunOptions.for_user(backend=backend, timeout=timeout)
-    return run_checked(cases, user, custom, options, known=known, rerun=rerun,
-                       on_result=on_result)
+    o = CheckOptions.of(options, **fields)
+    user = user_model(model, data, plan=o.plan, load_plan=o.load_plan, optimizer=o.optimizer,
+                      loss=o.loss, ignored=o.ignored, name=o.name, shard_fn=o.shard_fn,
+                      scheduler=o.scheduler)
+    custom = (CustomPath.of(o.save_fn, o.load_fn, o.custom_name, family=f"fsdp{o.fsdp_version}")
+              if o.save_fn is not None else None)
+    cases = user_cases(user, paths=o.paths, world_sizes=o.world_sizes,
+                       use_orig_params=o.use_orig_params, custom=custom, steps=o.steps,
+                       resume_steps=o.resume_steps, batch=o.batch, dtype=o.dtype, seed=o.seed,
+                       groups=o.groups, tier=o.tier, fsdp_version=o.fsdp_version)
+    if o.only:
+        cases = [c for c in cases if c.id in set(o.only)]
+    run_options = RunOptions.for_user(backend=o.backend, timeout=o.timeout)
+    return run_checked(cases, user, custom, run_options, known=o.known, rerun=o.rerun,
+                       on_result=o.on_result)
 
 
 ZOO_SWEEP = ("mlp", "tied", "frozen", "late_frozen", "unused", "buffers", "conv")

@@ -302,10 +302,14 @@ class Roundtrip:
         pytest.fail(message, pytrace=False)  # outside the except: no chained repeat
 
     def __call__(self, model, data, *, world_sizes=None, **kwargs) -> list:
-        """Round-trip ``model`` (see ``driver.check``); returns the CaseResults."""
+        """Round-trip ``model`` (see ``driver.check``: keyword arguments or ``options=``, a
+        ``CheckOptions``); the session's tier, backend, timeout, declared limitations and
+        case selection apply. Returns the CaseResults."""
         from .driver import check
 
         kwargs.setdefault("tier", self.tier)
+        if world_sizes is None and kwargs.get("options") is not None:
+            world_sizes = kwargs["options"].world_sizes
         results = self._fail_clean(
             check, model, data, world_sizes=self._pairs(world_sizes), backend=self.backend,
             timeout=self.timeout, known=self.known, only=self.only, rerun=self.rerun,

@@ -1,0 +1,110 @@
+"""What ``check`` is asked, besides the model and the data factories: one documented record
+(``CheckOptions``) in place of thirty keyword arguments, in the way torchtitan documents a job
+config: a frozen keyword-only dataclass, a docstring per field, grouped by what it decides.
+
+Rules
+- ``check(model, data, **fields)`` and ``check(model, data, options=CheckOptions(...))`` are
+  the same call; keyword arguments given beside ``options`` replace those fields of it; a
+  name that is no field is a TypeError that names it and the fields there are.
+- The record checks itself when built: ``save_fn`` and ``load_fn`` come together;
+  ``shard_fn`` needs ``fully_shard`` (``fsdp_version=2``); ``use_orig_params`` is FSDP1's.
+- Imports nothing heavy (no torch): the public face lists it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Iterable, Sequence
+
+from ..options import DEFAULT_TIMEOUT_S
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckOptions:
+    """Everything ``check`` takes besides the model and the data factories (module rules)."""
+
+    # -- the model around the optimizer ----------------------------------------------------
+    plan: Any = ()
+    """The modules FSDP wraps (FSDP1) or ``fully_shard`` shards (FSDP2), by FQN; the root is
+    always wrapped. A sequence of names or a preset name."""
+    load_plan: Any = None
+    """The load side's plan where it differs from ``plan`` (None: the same)."""
+    optimizer: Any = "adam"
+    """A zoo optimizer's name, or ``"module:function"`` / a callable ``f(model)`` that builds
+    the user's optimizer."""
+    loss: Any = None
+    """``f(model, batch) -> loss`` (None: the model's output's mean square)."""
+    ignored: Iterable[str] = ()
+    """Modules FSDP ignores (FQNs): trained per rank, not sharded."""
+    name: str | None = None
+    """The model's name in case ids (None: the factory's)."""
+    shard_fn: Callable | str | None = None
+    """``f(model, mesh)`` that applies ``fully_shard`` itself (FSDP2 only), in place of
+    ``plan``."""
+    scheduler: Any = None
+    """A zoo LR scheduler's name, or a factory ``f(optimizer)`` of the user's."""
+    # -- the checkpoint under test -----------------------------------------------------------
+    save_fn: Any = None
+    """The user's save: ``f(state, directory)`` for the whole training state (``TrainState``)
+    or ``f(model, optimizer, directory)`` for the optimizer only; None: the built-in paths."""
+    load_fn: Any = None
+    """The user's load, the same shape as ``save_fn`` (both or neither)."""
+    custom_name: str | None = None
+    """The name the user's save/load path has in case ids (None: ``save_fn``'s)."""
+    # -- which cases -------------------------------------------------------------------------
+    paths: Sequence[str] | None = None
+    """The built-in API paths (None: the tier's default paths of ``fsdp_version``)."""
+    world_sizes: Sequence | None = None
+    """World-size specs: ``"2"``, ``"2->3"``, HSDP ``"2x2->2"`` (None: the tier's)."""
+    use_orig_params: bool = False
+    """FSDP1's ``use_orig_params`` (FSDP1 only)."""
+    fsdp_version: int = 2
+    """2: ``fully_shard`` on a DeviceMesh; 1: ``FullyShardedDataParallel``."""
+    steps: int = 2
+    """Training steps before the save."""
+    resume_steps: int = 2
+    """Training steps after the load, compared with uninterrupted training."""
+    batch: int = 12
+    """Rows per step (split between the ranks)."""
+    dtype: str | None = None
+    """The params' dtype ("fp64", "fp32", "bf16"; None: "fp64", or the coarser dtype the
+    model computes its loss in)."""
+    seed: int = 0
+    """The seed of the model's init and the data."""
+    groups: int | None = None
+    """Param groups to split the params into (None: the optimizer's own)."""
+    tier: str = "quick"
+    """"quick" or "full": how many world-size specs and paths by default."""
+    only: Sequence[str] | None = None
+    """Run just the cases with these ids."""
+    # -- running and judging -------------------------------------------------------------------
+    backend: str | None = None
+    """"gloo" or "nccl" (None: nccl where there are GPUs, else gloo)."""
+    timeout: float = DEFAULT_TIMEOUT_S
+    """Seconds any one rank call may take before the ranks are stopped."""
+    known: Sequence = ()
+    """Declared known limitations (``Limitation.of`` arguments, or ``Limitation``s)."""
+    rerun: Any = None
+    """``f(case_id) -> str``: the command that reruns one case, printed in failures."""
+    on_result: Any = None
+    """``f(result)``, called with each case's result as it is decided."""
+
+    def __post_init__(self) -> None:
+        if (self.save_fn is None) != (self.load_fn is None):
+            raise TypeError("pass both save_fn and load_fn (or neither)")
+        if self.shard_fn is not None and self.fsdp_version != 2:
+            raise ValueError("shard_fn= applies fully_shard: it needs fsdp_version=2")
+        if self.use_orig_params and self.fsdp_version != 1:
+            raise ValueError("use_orig_params= is an option of FSDP1 (FullyShardedDataParallel); "
+                             "fully_shard always keeps the original parameters: pass "
+                             "fsdp_version=1 to test FSDP1 with use_orig_params=True")
+
+    @classmethod
+    def of(cls, options: "CheckOptions | None" = None, **given: Any) -> "CheckOptions":
+        """``options`` (default: the defaults) with the fields ``given`` replaced (module
+        rules)."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(given) - names)
+        if unknown:
+            raise TypeError(f"check() got unexpected keyword argument(s) {unknown}; its "
+                            f"options are {sorted(names)} (CheckOptions)")
+        return cls(**given) if options is None else replace(options, **given)
