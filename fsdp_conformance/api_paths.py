@@ -132,10 +132,15 @@ class ApiPath:
     @property
     def file_format(self) -> str:
         """The on-disk format golden fixtures of its saves have (golden/formats.py):
-        ``"full"``, ``"ids"`` (a rekeyed full dict), ``"rank_files"`` or ``"dcp"``."""
+        ``"full"``, ``"ids"`` (a rekeyed full dict), ``"dcp"``, or per-rank files, whose
+        form is the family's own: ``"rank_files"`` (FSDP1: ShardedTensors of flat
+        params) or ``"dtensor_rank_files"`` (FSDP2: per-parameter DTensors), so neither
+        family's load is handed the other's."""
         if self.rekeys:
             return "ids"
-        return {"full": "full", "per_rank": "rank_files", "dcp": "dcp"}[self.writes]
+        if self.writes == "per_rank":
+            return "rank_files" if self.family == "fsdp1" else "dtensor_rank_files"
+        return {"full": "full", "dcp": "dcp"}[self.writes]
 
     def floor(self, phase: str) -> tuple[tuple[str, str], ...]:
         """The work no implementation of the path can avoid in ``phase`` (bounds/floors.py's
