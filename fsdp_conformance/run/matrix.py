@@ -357,13 +357,21 @@ def faults(paths: Sequence[str]) -> list[Case]:
     return out
 
 
+RESIZING: tuple[str, ...] = ("load_world_size", "load_plan", "load_tensor_parallel")
+"""The load-side fields that change the layout a path loads into (``Case.loads_where_saved``)."""
+
+
 def _dedupe(cases: Iterable[Case]) -> list[Case]:
     """Unique cases in first-seen order; FSDP2 has no ``use_orig_params`` (it always keeps
-    the original params), so FSDP2 cases are normalised to False first."""
+    the original params), so FSDP2 cases are normalised to False first; a path that cannot
+    change world size or wrapping (``ApiPath.resizable``) takes every case at the saving
+    layout (its ``RESIZING`` fields dropped), whichever generator made it."""
     seen, out = set(), []
     for c in cases:
         if c.family == "fsdp2" and c.use_orig_params:
             c = dataclasses.replace(c, use_orig_params=False)
+        if not resizable(c.api) and not c.loads_where_saved:
+            c = dataclasses.replace(c, **{f: None for f in RESIZING})
         if c.id not in seen:
             seen.add(c.id)
             out.append(c)
