@@ -100,6 +100,28 @@ def _dsd_full_load(c: Case) -> bool:
     return r is not None and r.full and "set_optimizer_state_dict" in r.calls
 
 
+def _dsd_loads_its_dict(c: Case) -> bool:
+    """A run path that hands ``set_optimizer_state_dict`` the dict it saved, read back with
+    torch.load (a full file, or a rank's own file): no DCP template in between."""
+    r = _record(c)
+    return r is not None and r.writes != "dcp" and "set_optimizer_state_dict" in r.calls
+
+
+def _dsd_sharded_load_on_fsdp2(c: Case) -> bool:
+    """A run path that loads a sharded (DTensor) dict into ``fully_shard`` with
+    ``set_optimizer_state_dict(full_state_dict=False)``: through DCP or a rank's own file."""
+    r = _record(c)
+    return r is not None and r.family == "fsdp2" and not r.full \
+        and "set_optimizer_state_dict" in r.calls
+
+
+def _reads_own_dtensor_file(c: Case) -> bool:
+    """A run path each rank of which torch.loads a file of its own holding per-parameter
+    DTensors (golden format ``dtensor_rank_files``)."""
+    r = _record(c)
+    return r is not None and r.file_format == "dtensor_rank_files"
+
+
 def _dsd_load_on_fsdp1(c: Case) -> bool:
     """A run path that loads an FSDP1 model with ``set_optimizer_state_dict`` (which splits the
     dict, then hands it to ``FSDP.optim_state_dict_to_load``: state_dict.py:1094-1134)."""
@@ -369,13 +391,15 @@ KNOWN: tuple[KnownLimitation, ...] = (
                where=("_load_optim_state_dict",))),
     KnownLimitation(
         "dsd-strict-param-without-grad", ("P3:set_full", "P3:set_sharded", "P3"),
-        lambda c: (c.api == "fsdp2" or _dsd_full_load(c)) and c.model == "unused"
-        and c.optimizer not in ("sgd", "adagrad"),
+        lambda c: (c.api == "fsdp2" or _dsd_loads_its_dict(c)) and c.model == "unused"
+        and c.optimizer not in ("sgd", "adagrad") and not c.nonstrict,  # strict=False: no check
         "2.13",
         "A trainable param that never got a gradient has no state in get_optimizer_state_dict's "
         "output, and set_optimizer_state_dict with the default strict=True rejects exactly that "
         "dict ('Missing optimizer state for parameter', state_dict.py:1032-1040): a save -> load "
-        "round trip of the same model fails by default (full and sharded dicts alike). On the "
+        "round trip of the same model fails by default (full and sharded dicts alike: a full "
+        "file, or each rank's own file of its DTensor shards; DCP's template fails first, "
+        "dcp-template-dummy-state-missing-key). On the "
         "run's paths that load with broadcast_from_rank0 (fsdp2.full, fsdp1.dsd_full_broadcast) "
         "only rank 0 checks, so the other ranks are left waiting in the broadcast "
         "(dsd-broadcast-rank0-error-strands-others); either way the whole load side fails: "
@@ -718,7 +742,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      stored=ignored_state_of_dcp_writer, load=ignored_state_of_dcp_writer)),
     KnownLimitation(
         "dsd-sharded-load-drops-frozen-state", ("P3",),
-        lambda c: (c.api == "fsdp2.sharded" or _dsd_load_on_fsdp1(c))
+        lambda c: (_dsd_sharded_load_on_fsdp2(c) or _dsd_load_on_fsdp1(c))
         and c.optimizer != "sgd" and (
             c.model == "late_frozen" or (c.model == "frozen" and c.optimizer == "adagrad")),
         "2.13",
@@ -926,11 +950,13 @@ KNOWN: tuple[KnownLimitation, ...] = (
                where=("_convert_state_with_orig_params",))),
     KnownLimitation(
         "torch-load-skips-crc", ("P15",),
-        lambda c: c.fault == "corrupt_file" and c.api in _FULL_GATHER_APIS + ("fsdp2.full",),
+        lambda c: c.fault == "corrupt_file" and (
+            c.api in _FULL_GATHER_APIS + ("fsdp2.full",) or _reads_own_dtensor_file(c)),
         "2.13",
         "torch.save writes a CRC32 per record but torch.load does not check it (built with "
         "MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS), so flipped bytes inside tensor data load "
-        "silently as wrong values.",
+        "silently as wrong values (a full file, and a rank's own file of DTensor shards, "
+        "where the fault's bytes land in tensor data too).",
         "https://github.com/pytorch/pytorch/issues/126952",
         model=Outcome(headline=SILENT)),
     KnownLimitation(

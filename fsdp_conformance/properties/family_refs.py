@@ -58,12 +58,13 @@ class FamilyRefs:
         return p1_saved(self.family, self.layout, [o.local for o in save_obs],
                         [SavedDict(rank=0, label=api, got=full)], exp=self.exp)
 
-    def p3(self, full: dict, load_obs, own=None) -> Verdict:
+    def p3(self, full: dict, load_obs, own=None, per_rank: dict | None = None) -> Verdict:
         """P3 of a round trip's load side that loaded ``full`` (``own``: the save side's
-        records where the load is at the save's world size and plan)."""
+        records where the load is at the save's world size and plan; ``per_rank``: the dict
+        each rank's own files make, where the ranks read different files)."""
         return p3_loaded(self.family, self.dst,
                          run_states(self.family, self.dst, full, load_obs, own=own,
-                                    exp=self.exp), exp=self.exp)
+                                    exp=self.exp, per_rank=per_rank), exp=self.exp)
 
 
 def family_refs(case: Case, exp: Expectation = EXACT) -> FamilyRefs:

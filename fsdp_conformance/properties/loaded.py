@@ -111,10 +111,12 @@ def own_expected(family: FamilyReference, layout, own: Sequence, rank: int,
 
 
 def run_states(family: FamilyReference, layout, full: dict, load_obs: Sequence,
-               own: Sequence | None = None, exp: Expectation = EXACT) -> list[LoadedState]:
+               own: Sequence | None = None, exp: Expectation = EXACT,
+               per_rank: dict[int, dict] | None = None) -> list[LoadedState]:
     """The ``LoadedState`` of every rank of a round trip's load side (``load_obs``:
     ``sut.records.LoadRecord`` per rank) that loaded ``full``; ``own``: the save side's
-    records where the load is at the save's world size and plan."""
+    records where the load is at the save's world size and plan; ``per_rank``: where the
+    ranks read different files, the full dict each rank's files make (``Saved.per_rank``)."""
     out = []
     for o in load_obs:
         e = error_of(o.loaded)
@@ -125,5 +127,6 @@ def run_states(family: FamilyReference, layout, full: dict, load_obs: Sequence,
         mine = None
         if own is not None:
             mine = own_expected(family, layout, own, o.rank, exp)
-        out.append(LoadedState(rank=o.rank, got=o.loaded, source=full, own=mine))
+        source = full if per_rank is None else per_rank.get(o.rank, full)
+        out.append(LoadedState(rank=o.rank, got=o.loaded, source=source, own=mine))
     return out

@@ -82,7 +82,8 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
         v.update({p: stopped for p in LOAD_SIDE})
         return {p: v[p] for p in ROUND_TRIP}
     written = full if saved.by_torch else exp.saved(full)
-    v["P3"] = refs.p3(written, load_obs, own=save_obs if case.loads_where_saved else None)
+    v["P3"] = refs.p3(written, load_obs, own=save_obs if case.loads_where_saved else None,
+                      per_rank=saved.per_rank)
     training = view.training(case, save_obs, load_obs, local)
     v["P6"] = view.resume_raised() or rp.p6_resume(
         refs.dst, load_obs, local, dt, gather=refs.gather, resume_steps=case.resume_steps,

@@ -4,7 +4,8 @@ files are seen, so every property P0-P11 is decided.
 Rules
 - The state the save wrote is the full dict the path saved (rank 0's, or the ranks' shards
   assembled: ``run_props.to_full``); a save that raised on a rank is every property's one
-  verdict (one root cause).
+  verdict (one root cause). Where each rank writes and reads a file of its own, rank r's
+  load meets the ranks' shards with its own copy of what every rank holds (P3).
 - P1 judges that dict against the gather of the save side's local dicts, P4 the load side's
   flattened dicts (n/a where the path never flattens), P5 the rekeyed dict (n/a where the
   path does not rekey), P8 the files (a DCP directory read back without a process group),
@@ -62,6 +63,18 @@ def _nested(flat: dict, full: dict) -> dict:
         return flat
 
 
+def _own_copies(full: dict, saved: dict) -> dict:
+    """``full`` with one rank's own copy (``saved``: its neutral sharded dict) of every state
+    entry the rank holds whole rather than as a shard of a global tensor (what every rank
+    holds: a step, the state of an ignored module's params)."""
+    state = {fqn: dict(st) for fqn, st in full.get("state", {}).items()}
+    for fqn, st in saved.get("state", {}).items():
+        for name, v in st.items():
+            if not (isinstance(v, dict) and "global_shape" in v):
+                state.setdefault(fqn, {})[name] = v
+    return {**full, "state": state}
+
+
 def _load_error(load_obs: Sequence) -> str | None:
     return next((e for e in map(error_of, (o.loaded for o in load_obs)) if e), None)
 
@@ -80,7 +93,10 @@ class TorchFiles:
 
     def saved(self, case: Case, refs: FamilyRefs, save_obs: Sequence) -> Saved:
         full, bad = rp.to_full(case.api, save_obs)
-        return Saved(full=full, bad=bad)
+        if full is None or api_path(case.api).writes != "per_rank":
+            return Saved(full=full, bad=bad)
+        # each rank reads its own file: the entries every rank holds are its own copy
+        return Saved(full=full, per_rank={o.rank: _own_copies(full, o.saved) for o in save_obs})
 
     def stopped(self) -> Verdict | None:
         return None  # a save that raised never reaches the judge; a load's is recorded

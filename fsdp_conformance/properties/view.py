@@ -33,6 +33,10 @@ class Saved:
     """The full FQN-keyed optimizer state dict (None: it could not be had)."""
     bad: Verdict | None = None
     """Why there is none: the verdict every property that needs it carries."""
+    per_rank: dict[int, dict] | None = None
+    """Where each rank reads a file of its own (one file per rank), the full dict rank r's
+    load meets: the ranks' shards with rank r's own copy of the entries every rank holds
+    (params of ignored modules, trained per rank); None: every rank loads ``full``."""
     by_torch: bool = True
     """``full`` is the dict torch saved (judged against the modelled bug's expectation);
     False: the state in memory at the save, as a correct save writes it (the user's own
