@@ -1112,7 +1112,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      where=("load_state_dict", "_load_optim_state_dict"))),
     KnownLimitation(
         "dsd-flattened-load-empty-state-for-stateless", ("P3",),
-        lambda c: c.api == "fsdp2.sharded" and c.flatten_optimizer_state_dict
+        lambda c: _dsd_sharded_load_on_fsdp2(c) and c.flatten_optimizer_state_dict
         and c.optimizer == "sgd",
         "2.13",
         "A stateless optimizer (plain SGD) loaded from a flattened optimizer state dict "
@@ -1120,8 +1120,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "_unflatten_optim_state_dict sets state[fqn] = {} for every param that requires grad "
         "before it looks for 'state.<fqn>.*' keys (state_dict.py:862-868), and the saved "
         "dict (correctly) has none. The loaded optimizer's state is {param: {}} instead "
-        "of {} (P3, P10), and so is every later state (P6). Seen on fsdp2.sharded; the full "
-        "path with the option does not load at all (dsd-full-flattened-load-keyerror).",
+        "of {} (P3, P10), and so is every later state (P6). Seen on every sharded load into "
+        "fully_shard (through DCP, and from a rank's own file); the full path with the "
+        "option does not load at all (dsd-full-flattened-load-keyerror).",
         "https://github.com/pytorch/pytorch/issues/192225 (open)",
         also=("P6", "P10"),
         model=Effect(what="every param of a stateless optimizer gets state {} by the load",
