@@ -202,6 +202,8 @@ PATHS: tuple[ApiPath, ...] = (
             full_load="broadcast", axes=("no_broadcast",), primary=True, calls=_DSD),
     ApiPath(name="fsdp2.sharded", family="fsdp2", module="fsdp2_paths.sharded", writes="dcp",
             axes=("async_save", "app_state"), primary=True, calls=_DSD),
+    ApiPath(name="fsdp2.rank_files", family="fsdp2", module="fsdp2_paths.rank_files",
+            writes="per_rank", resizable=False, fixtures=False, bench=False, calls=_DSD),
 )
 PATH_NAMES: tuple[str, ...] = tuple(p.name for p in PATHS)
 _BY_NAME = {p.name: p for p in PATHS}

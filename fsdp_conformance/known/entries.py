@@ -998,6 +998,21 @@ KNOWN: tuple[KnownLimitation, ...] = (
                  raises=(Raises(exc="AttributeError",
                                message=r"^'int' object has no attribute 'unflat_param_names'$"),))),
     KnownLimitation(
+        "per-rank-file-error-others-load", ("P15",),
+        lambda c: c.fault == "truncated_file" and _reads_own_dtensor_file(c),
+        "2.13",
+        "With one torch.save'd file per rank holding the rank's DTensor shards, and a load "
+        "without collectives (set_optimizer_state_dict(full_state_dict=False) of the dict the "
+        "rank read), a damaged file fails on its own rank only, with 'OSError: [Errno 22] "
+        "Invalid argument' from the zip reader (torch._C.PyTorchFileReader, "
+        "serialization.py:807), which names neither the file nor the damage; the other ranks "
+        "load their intact files and go on. Nothing checks the checkpoint as a whole, so the "
+        "job is left half-loaded (DCP's directory is checked as one: its reader says "
+        "'archive is corrupted').",
+        model=Outcome(headline=r".*: rank\(s\) \[[\d, ]+\] raised but rank\(s\) \[[\d, ]+\] "
+                      r"loaded silently:",
+                 raises=(Raises(exc="OSError", message=r"^\[Errno 22\] Invalid argument$"),))),
+    KnownLimitation(
         "scatter-missing-param-typeerror", ("P15",),
         lambda c: c.fault == "missing_fqn" and _rank0_scatters(c),
         "2.13",
