@@ -16,8 +16,13 @@ from ..properties.fault_props import p15_verdict
 from ..properties.verdict import Verdict, error, na, suite_error
 from ..sut.records import error_of
 from ..api_paths import api_path
+from ..sut.asks import SideAsks
 from .faults import apply_fault
 from .lifecycle import Outcome, StepFailed, Step
+
+ASKS = SideAsks(load_raises=True, keeps_training=False)
+"""A fault case's load is let raise on every rank (P15 judges each rank's outcome), and its
+save side keeps no training (its files are damaged after the save)."""
 
 ONLY_P15 = "fault case: only P15 is checked"
 
@@ -37,7 +42,7 @@ class FaultKind:
         import traceback
 
         case, path = step.case, api_path(step.case.api)
-        save_obs = step.on_pool("save side", case.world_size, path.save_side)
+        save_obs = step.on_pool("save side", case.world_size, path.save_side, after=(ASKS,))
         step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
         failed = [o for o in save_obs if error_of(o.saved)]
         if failed:
@@ -51,7 +56,8 @@ class FaultKind:
                 "could not apply the fault:\n" + traceback.format_exc())})
         try:
             outcome: object = step.on_pool("load side", case.dst_world_size, path.load_side,
-                                           timeout=step.env.options.fault_timeout)
+                                           timeout=step.env.options.fault_timeout,
+                                           after=(ASKS,))
         except StepFailed as exc:
             outcome = exc.exc
         return Outcome(verdicts={"P15": p15_verdict(case, what, outcome)})

@@ -17,9 +17,13 @@ from ..properties.golden_props import p12_verdict
 from ..properties.verdict import Verdict, error, na, suite_error
 from .lifecycle import Outcome, Step
 from ..api_paths import api_path
+from ..sut.asks import SideAsks
 from ..golden.case import copy_verified, find_fixture
 from ..golden.manifest import EXPECTED_FILE
 from ..golden.manifest import FixtureError
+
+ASKS = SideAsks(load_only=True)
+"""A golden case's load side stops after the load (P12 judges the loaded state alone)."""
 
 ONLY_P12 = "golden-fixture case: only P12 (loading a stored checkpoint) is checked"
 
@@ -49,7 +53,8 @@ class GoldenKind:
                 "\n".join(problems) + "\n(the fixture is damaged: this is not a torch "
                                       "failure; restore it from version control)")})
         expected = torch.load(step.workdir / EXPECTED_FILE, weights_only=True)
-        obs = step.on_pool("load side", case.dst_world_size, api_path(case.api).load_side)
+        obs = step.on_pool("load side", case.dst_world_size, api_path(case.api).load_side,
+                           after=(ASKS,))
         step.timings["load"] = max(o.timings.get("load", 0.0) for o in obs)
         def judge(exp: Expectation) -> dict[str, Verdict]:
             return {"P12": p12_verdict(case, fx, expected, obs, exp=exp)}

@@ -35,6 +35,9 @@ class KindRecord:
     alone: bool = False
     """Its cases run one at a time after every other case, on lane 0 with the other lanes
     idle (run/execute.py): the bounds cases measure time and memory."""
+    shares: bool = False
+    """Its cases may share a save and a training with the cases that save alike
+    (run/saves.py): what its save side does is a plain save (the round trip)."""
 
     def load(self) -> CaseKind:
         """A new instance of the kind's class."""
@@ -47,7 +50,7 @@ KINDS: tuple[KindRecord, ...] = (
                alone=True),
     KindRecord(name="golden", flag="golden", impl="fsdp_conformance.run.golden_kind:GoldenKind"),
     KindRecord(name="fault", flag="fault", impl="fsdp_conformance.run.fault_kind:FaultKind"),
-    KindRecord(name="round trip", flag="",
+    KindRecord(name="round trip", flag="", shares=True,
                impl="fsdp_conformance.run.roundtrip_kind:RoundTripKind"),
 )
 

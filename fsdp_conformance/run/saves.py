@@ -28,14 +28,22 @@ from pathlib import Path
 from typing import Sequence
 
 from ..cases import LOAD_ONLY, PATHS, Case
-from ..sut.trained import training_key
+from ..sut import trained
+from .kinds import kind_record
 
 
 def save_key(case: Case) -> Case | None:
-    """The case as its save side sees it (module rules); None: it saves alone."""
-    if case.api not in PATHS or case.golden or case.bounds or case.fault:
+    """The case as its save side sees it (module rules); None: it saves alone (not a run
+    path's, or its kind shares no save: ``KindRecord.shares``)."""
+    if case.api not in PATHS or not kind_record(case).shares:
         return None
     return dataclasses.replace(case, **LOAD_ONLY)
+
+
+def training_key(case: Case) -> tuple | None:
+    """The case as its save side's training sees it (``sut.trained.training_key``); None:
+    it trains alone (also where its kind shares no training)."""
+    return trained.training_key(case) if kind_record(case).shares else None
 
 
 def by_save(cases: Sequence[tuple[int, Case]]) -> list[list[tuple[int, Case]]]:

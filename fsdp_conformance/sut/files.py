@@ -57,11 +57,12 @@ def devices_of(obj: Any) -> set[str]:
     return set()
 
 
-def read_saved(ctx, case, workdir: Path) -> tuple[Any, str]:
+def read_saved(ctx, case, workdir: Path, *, damage_raises: bool = False) -> tuple[Any, str]:
     """Read what the save side wrote, as a resuming trainer would: ``torch.load`` with
-    ``weights_only=True``; if that refuses the file, note why (P8) and read it without.
-    (None, "") where the path reads nothing itself (DCP: its load reads the directory; rank
-    != 0 of a path whose rank 0 scatters)."""
+    ``weights_only=True``; if that refuses the file, note why (P8) and read it without
+    (``damage_raises``: a refusal for damage, not for a type weights_only does not allow,
+    raises: what a fault case judges). (None, "") where the path reads nothing itself (DCP:
+    its load reads the directory; rank != 0 of a path whose rank 0 scatters)."""
     rec = api_path(case.api)
     if rec.full_load == "scatter" and ctx.rank != 0:
         return None, ""  # rank 0 alone reads the file and scatters it
@@ -74,7 +75,7 @@ def read_saved(ctx, case, workdir: Path) -> tuple[Any, str]:
     try:
         return torch.load(path, weights_only=True), ""
     except Exception as exc:  # noqa: BLE001
-        if case.fault and not _weights_only_refusal(exc):
+        if damage_raises and not _weights_only_refusal(exc):
             raise  # a damaged file: its own error is what P15 judges
         note = f"torch.load(weights_only=True) refused {path.name}: {type(exc).__name__}: {exc}"
         with warnings.catch_warnings():

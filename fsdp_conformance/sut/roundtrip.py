@@ -61,6 +61,7 @@ from .fsdp2 import local_to_cpu
 from .records import LoadRecord, SaveRecord
 from ..api_paths import MODEL_FILE, SCHED_FILE, api_path
 from .rekey import to_param_ids, to_param_names
+from .asks import ROUND_TRIP_ASKS, SideAsks
 from .trained import keep, trained
 
 # How long a rank whose load call raised waits for the other ranks to return from theirs
@@ -276,8 +277,9 @@ def load_guarded(ctx, case: Case, live: Live, saved: Any, workdir: Path) -> tupl
     return res, took
 
 
-def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
-    """Train, save through the path, write it; record everything the properties need."""
+def save_side(ctx, case: Case, workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -> SaveRecord:
+    """Train, save through the path, write it; record everything the properties need
+    (``asks``: what the case's kind asks beyond that)."""
     workdir = Path(workdir)
     fam, path, rec = rank_family(case), steps(case), api_path(case.api)
     runs = []  # what trained: the model, or its compiled wrapper, which then saves too
@@ -287,7 +289,8 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
         runs.append(run)
         return losses
 
-    tr = trained(ctx, case, lambda: build(ctx, case, load_side=False), train_fn)
+    tr = trained(ctx, case, lambda: build(ctx, case, load_side=False), train_fn,
+                 keeps=asks.keeps_training)
     model, optim, sched, keys, losses = tr.model, tr.optim, tr.sched, tr.keys, tr.losses
     sched_at_save = scheduler_state(sched)  # before an async write's racing step moves it
     run = runs[0] if runs else model  # a kept training is never a compiled one (sut/trained.py)
@@ -321,7 +324,8 @@ def save_side(ctx, case: Case, workdir: str) -> SaveRecord:
         atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
             atomic_save(sched.state_dict(), workdir / SCHED_FILE)
-    keep(tr)  # for the next path that trains alike (sut/trained.py)
+    if asks.keeps_training:
+        keep(tr)  # for the next path that trains alike (sut/trained.py)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
                       reused_training=tr.reused, mesh_shape=mesh, timings=timings,
                       saved=record, saved_devices=saved_devices,
@@ -349,8 +353,10 @@ def reread(ctx, case: Case, saved: Any, optim, keys: list[str]) -> tuple[Any, An
     return None, None
 
 
-def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
-    """Fresh model and optimizer at the load world size and plan; load, save again, resume."""
+def load_side(ctx, case: Case, workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -> LoadRecord:
+    """Fresh model and optimizer at the load world size and plan; load, save again, resume
+    (``asks``: what the case's kind asks beyond that: the load let raise, or no more than
+    the load)."""
     workdir = Path(workdir)
     fam = rank_family(case)
     model, optim, sched, keys = build(ctx, case, load_side=True)
@@ -360,12 +366,12 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
                 meta=fam.meta(model))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    saved, note = read_saved(ctx, case, workdir)
+    saved, note = read_saved(ctx, case, workdir, damage_raises=asks.load_raises)
     timings["read"] = time.perf_counter() - t0
     again, again_ids = reread(ctx, case, saved, optim, keys)
     head.update(timings=timings, weights_only_refused=note, reread=again, reread_ids=again_ids)
     live = Live(model=run, optim=optim, sched=sched)
-    if case.fault:  # P15: let it raise, so the pool shows every rank's outcome
+    if asks.load_raises:  # P15: let it raise, so the pool shows every rank's outcome
         _, timings["load"] = timed(load_call, ctx, case, live, saved, workdir)
         return LoadRecord(**head, loaded=local_state(optim, keys))
     res, timings["load"] = load_guarded(ctx, case, live, saved, workdir)
@@ -378,7 +384,7 @@ def load_side(ctx, case: Case, workdir: str) -> LoadRecord:
     loaded = local_state(optim, keys)
     head.update(sched_loaded=scheduler_state(sched),
                 step_loaded=live.step if case.app_state else None)
-    if case.golden:  # P12 reads the loaded state alone (run/golden_kind.py): no resave, no resume
+    if asks.load_only:  # P12 reads the loaded state alone (run/golden_kind.py)
         return LoadRecord(**head, loaded=loaded)
     resaved, timings["resave"] = guarded(save_call, case, run, optim)
     resaved = neutral(case, resaved, optim, keys)

@@ -9,8 +9,10 @@ Rules
   trains by the family alone) and every case
   field except the path and the fields only the load side reads (``cases.LOAD_ONLY``).
   None (the case trains alone) outside the run's own paths and where the save side does
-  more to the trained state than save it: golden, bounds and fault cases, an async save
-  (the trainer's racing step trains on), an app state, a compiled side.
+  more to the trained state than save it: an async save (the trainer's racing step trains
+  on), an app state, a compiled side. Whether a kind of case shares trainings at all is
+  its own to say (``run/kinds.py`` ``KindRecord.shares``; on the ranks, the round trip's
+  ``SideAsks.keeps_training`` passed to ``trained``).
 - A fresh training with a key is snapshotted right after it (the train callable includes
   the freeze at the save, which changes no value): CPU clones of the rank's local params,
   their ``requires_grad``, the optimizer's state and hyperparameters, the scheduler's
@@ -41,8 +43,7 @@ def training_key(case: Case) -> tuple | None:
     trains alone."""
     from ..api_paths import api_path
 
-    if (case.api not in PATHS or case.golden or case.bounds or case.fault or case.async_save
-            or case.app_state or case.compiled):
+    if case.api not in PATHS or case.async_save or case.app_state or case.compiled:
         return None
     skip = {"api", *LOAD_ONLY}
     # the one round trip builds and trains by the family (sut/roundtrip.py build,
@@ -115,12 +116,12 @@ def _all_agree(ok: bool, group) -> bool:
     return bool(flag.item())
 
 
-def trained(ctx, case: Case, build: Callable[[], tuple], train: Callable[..., list[float]]
-            ) -> Trained:
+def trained(ctx, case: Case, build: Callable[[], tuple], train: Callable[..., list[float]],
+            *, keeps: bool = True) -> Trained:
     """The case's trained model and optimizer: the kept one where the module rules allow,
     else ``build()`` -> (model, optim, sched, keys), then ``train(model, optim, sched)`` ->
-    losses, then the snapshot."""
-    key = training_key(case)
+    losses, then the snapshot (``keeps`` False: the case's kind shares no training)."""
+    key = training_key(case) if keeps else None
     kept = _KEPT.pop() if _KEPT else None
     if key is not None and _all_agree(kept is not None and kept[0] == key, ctx.group):
         return dataclasses.replace(kept[1], reused=True)

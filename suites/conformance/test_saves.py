@@ -75,7 +75,7 @@ def test_paths_that_train_alike_share_the_training_and_are_decided_as_each_alone
 
 
 def test_training_keys_leave_out_what_only_the_path_or_the_load_reads():
-    from fsdp_conformance.sut.trained import training_key
+    from fsdp_conformance.run.saves import training_key
 
     base = Case(api="fsdp1.full", optimizer="adam", world_size=2)
     for same in (dataclasses.replace(base, api="fsdp1.legacy_scatter"),
