@@ -1009,8 +1009,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "load their intact files and go on. Nothing checks the checkpoint as a whole, so the "
         "job is left half-loaded (DCP's directory is checked as one: its reader says "
         "'archive is corrupted').",
-        model=Outcome(headline=r".*: rank\(s\) \[[\d, ]+\] raised but rank\(s\) \[[\d, ]+\] "
-                      r"loaded silently:",
+        # the rank that raised is the one whose file is damaged, and no other
+        model=Outcome(headline=r".* in optim_rank(\d+)\.pt: rank\(s\) \[\1\] raised but "
+                      r"rank\(s\) \[[\d, ]+\] loaded silently:",
                  raises=(Raises(exc="OSError", message=r"^\[Errno 22\] Invalid argument$"),))),
     KnownLimitation(
         "scatter-missing-param-typeerror", ("P15",),

@@ -251,7 +251,8 @@ def test_nonstrict_loads_are_in_both_tiers_on_the_fsdp2_round_trips():
 def test_ignore_frozen_params_is_in_both_tiers_and_leaves_frozen_params_out(rank_pool,
                                                                             tmp_path):
     """``ignore_frozen_params``: every FSDP2 state-dict call passes it (quick: Adam, full:
-    every optimizer; the optimizer round trip on ``late_frozen``, and on fsdp2.sharded the
+    every optimizer; the optimizer round trip on ``late_frozen`` on every FSDP2 path, and on
+    fsdp2.sharded the
     app state of both frozen models, strict and not); the model part of the checkpoint
     then has no frozen param, the optimizer part still has their state."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -260,7 +261,7 @@ def test_ignore_frozen_params_is_in_both_tiers_and_leaves_frozen_params_out(rank
     from fsdp_conformance.sut.roundtrip import save_side
 
     full = matrix.full(["fsdp2.full", "fsdp2.sharded"])
-    want = {("fsdp2.full", "late_frozen", False, False)} | {
+    want = {(api, "late_frozen", False, False) for api in api_paths.paths_of("fsdp2")} | {
         ("fsdp2.sharded", m, app, ns) for m, app, ns in (
             ("late_frozen", False, False), ("frozen", True, False), ("frozen", True, True),
             ("late_frozen", True, False), ("late_frozen", True, True))}
