@@ -40,6 +40,8 @@ import torch
 from .. import reference as ref
 from ..report import machine_info, write_json_atomic
 from .stats import summarize
+from ..bounds.timing import RssSampler, reset_hwm, status_kib
+from ..harness import RankPool
 
 SCHEMA = "fsdp-conformance/bench-reference/1"
 WORLD_SIZE = 4
@@ -145,8 +147,6 @@ def floor_fn(layout: ref.ModelLayout, locals_: list[dict]) -> Callable[[], None]
 # ----------------------------------------------------------------------------------------
 def peak_of(fn: Callable[[], Any]) -> dict:
     """Run ``fn`` once, keeping its result; RSS before and the peak while it ran (bytes)."""
-    from ..bounds.timing import RssSampler, reset_hwm, status_kib
-
     gc.collect()
     before = status_kib("VmRSS")
     exact = reset_hwm()
@@ -276,8 +276,6 @@ def torch_full_osd(ctx, n: int, rounds: int) -> dict:
 
 def _torch_group(rounds: int, progress) -> list[dict]:
     from torch import nn
-
-    from ..harness import RankPool
 
     progress(f"torch: FSDP.full_optim_state_dict at ~{TORCH_SIZE:.0e} on a {WORLD_SIZE}-rank pool")
     # a pool of its own: the rank function changes malloc settings for the memory figure

@@ -48,6 +48,9 @@ from .floors import describe, floor_ops
 from ..harness import get_pool
 from .probe import PROBE_REPEATS, PROBES, probe
 from .timing import floor_times, measure_peak, pin_malloc, timed_repeats
+from ..zoo import build_model, model_spec
+from ..sut import roundtrip as sut  # the one round trip's calls, timed one by one
+from ..sut.fsdp1 import train
 
 PHASES = ("save", "load")
 PEAK_REPEATS = 3
@@ -74,8 +77,6 @@ def _sum_over_ranks(x: int, group) -> int:
 def _unit_bytes(case: Case, optim: torch.optim.Optimizer, state_bytes: int) -> int:
     """The largest unit's per-element state, unsharded: per plan unit, the unwrapped
     params' elements times the per-element bytes of one element of state."""
-    from ..zoo import build_model, model_spec
-
     model = build_model(case.model, case.seed, torch.float32)  # shapes only
     units = model_spec(case.model).plans[case.plan]
     sizes: dict[str, int] = {u: 0 for u in ("", *units)}
@@ -159,13 +160,10 @@ def _injected(kind: str, fn, output):
 
 def measure_side(ctx, case: Case, workdir: str, repeats: int) -> dict:
     """On every rank: build, train, then measure the path's save and load (module rules)."""
-    from ..sut import roundtrip as sut  # the one round trip's calls, timed one by one
-
     pin_malloc()
     workdir_p = Path(workdir)
     group = ctx.group
     model, optim, _, _ = sut.build(ctx, case, load_side=False)
-    from ..sut.fsdp1 import train
 
     train(ctx, case, model, optim, case.steps)
     state_bytes = _sum_over_ranks(_local_state_bytes(optim), group)

@@ -43,6 +43,7 @@ from ..zoo import (build_model, build_optimizer, build_scheduler, freeze_at_save
                    make_batch, scheduler_state, train_step)
 from ..zoo.models import mixed_precision_backward
 from .statediff import diff_state_dicts
+from .layouts import fsdp2_reference_layout, reference_layout
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,6 @@ def _replicas_run(case: Case, exp: Expectation) -> LocalRun:
 
 def _load_replicas(case: Case, exp: Expectation) -> tuple[tuple[int, ...], ...]:
     """The load side's replicas (its reference layout's ``replicas()``)."""
-    from .layouts import fsdp2_reference_layout, reference_layout
-
     lay = (fsdp2_reference_layout(case, load_side=True, exp=exp) if case.family == "fsdp2"
            else reference_layout(case, load_side=True, exp=exp))
     return lay.replicas()

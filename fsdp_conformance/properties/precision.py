@@ -22,6 +22,8 @@ import torch
 
 from ..cases import Case, torch_dtypes
 from .verdict import Verdict
+from ..zoo import build_model, make_batch
+from ..zoo.models import loss_of
 
 # dtype -> (rtol, atol) for P2 and P6 (float64, float32), and P6's losses in bfloat16.
 TOLERANCES = {"fp64": (1e-9, 1e-12), "fp32": (1e-4, 1e-6), "bf16": (5e-2, 1e-2)}
@@ -40,9 +42,6 @@ def _name(dtype: torch.dtype) -> str | None:
 def loss_dtype(case: Case) -> torch.dtype:
     """The dtype of the loss the case's model computes (one forward, no gradient) on the
     first step's batch; the rows of two ranks at most, it only reads a dtype."""
-    from ..zoo import build_model, make_batch
-    from ..zoo.models import loss_of
-
     if case.mixed_precision_dtype is not None:
         return case.mixed_precision_dtype
     model = build_model(case.model, case.seed, case.torch_dtype)

@@ -35,6 +35,7 @@ from .errors import MissingKeyError, RankCountMismatch, ShapeMismatch, UnknownKe
 from .gather import agree_on, order_state
 from .keys import clone_value
 from .fsdp2_layout import Fsdp2Layout
+from .flatten import assemble
 
 
 def _is_elem(v: Any) -> bool:
@@ -66,8 +67,6 @@ def fsdp2_shard(layout: Fsdp2Layout, full: Mapping, rank: int) -> dict:
 def fsdp2_flatten(layout: Fsdp2Layout, sharded: Mapping, rank: int) -> dict:
     """Rank ``rank``'s local (to_local) state from its own sharded dict (module rules):
     ``fsdp2_shard`` of the assembled pieces, after checking they cover the rank's box."""
-    from .flatten import assemble
-
     state, cover = assemble(sharded)
     for (fqn, name), mask in cover.items():
         if not layout.has(fqn):

@@ -48,6 +48,7 @@ from .errors import (
 )
 from .keys import category, check_locals, clone_value, values_equal
 from .layout import ModelLayout, UnitLayout
+from .keys import values_equal as eq
 
 
 def order_state(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -304,8 +305,6 @@ def gather_full(
 
 
 def _check_replicas(layout: ModelLayout, local_dicts: Sequence[Mapping]) -> None:
-    from .keys import values_equal as eq
-
     sws = layout.shard_world_size if layout.strategy != "NO_SHARD" else 1
     for r in range(sws, layout.world_size):
         ref = local_dicts[r % sws]["state"]

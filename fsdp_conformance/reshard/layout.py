@@ -24,6 +24,7 @@ from torch import nn
 
 from .. import reference as ref
 from .errors import UsageError
+from ..zoo import MODELS
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.bfloat16,
           "fp16": torch.float16}
@@ -67,8 +68,6 @@ def build_module(model: str, dtype: torch.dtype | None = None) -> tuple[nn.Modul
     The module is built on the meta device when the factory allows it (shapes only). A zoo
     model without ``dtype`` gets the zoo's default dtype (float64); a factory keeps its own.
     """
-    from ..zoo import MODELS
-
     if ":" not in model:
         if model not in MODELS:
             raise UsageError(f"unknown model {model!r}: not a zoo model ({', '.join(sorted(MODELS))}) "

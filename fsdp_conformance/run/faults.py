@@ -28,6 +28,7 @@ import torch
 from ..cases import Case
 from ..api_paths import DCP_DIR, FULL_FILE, is_full_path, rank_file
 from ..api_paths import api_path
+from ..zoo import build_model, build_optimizer, loss_of, make_batch
 
 BOGUS = "no_such.param"
 
@@ -81,8 +82,6 @@ def apply_fault(case: Case, workdir: Path) -> dict[str, Any]:
         for g in groups:
             g["params"] = [0 if p == victim else p for p in g["params"]]
     elif kind == "wrong_model":
-        from ..zoo import build_model, build_optimizer, loss_of, make_batch
-
         model = build_model("conv", case.seed, case.torch_dtype)
         named = list(model.named_parameters())
         opt = build_optimizer(case.optimizer, named)

@@ -39,6 +39,7 @@ from ..cases import Case, shard_group_size
 from ..zoo import build_model, build_optimizer, model_spec
 from .common import guard
 from .fsdp1 import named_local, optimizer_keys, train
+from .records import NotApplicableHere
 
 
 def is_dtensor(x: Any) -> bool:
@@ -217,8 +218,6 @@ def _refused_here(case: Case, exc: RuntimeError) -> None:
     """Raise ``NotApplicableHere`` when ``exc`` is torch refusing pinned CPU offload on a
     machine without an accelerator (pinned host memory exists for copies to one); any other
     exception is left to propagate."""
-    from .records import NotApplicableHere
-
     accel = getattr(torch, "accelerator", None)
     if (case.cpu_offload != "pinned" or not any(r in str(exc) for r in PIN_REFUSALS)
             or (accel is not None and accel.is_available())):

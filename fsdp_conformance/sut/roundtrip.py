@@ -63,6 +63,7 @@ from ..api_paths import MODEL_FILE, SCHED_FILE, api_path
 from .rekey import to_param_ids, to_param_names
 from .asks import ROUND_TRIP_ASKS, SideAsks
 from .trained import keep, trained
+from ..reference.keys import unflatten_osd
 
 # How long a rank whose load call raised waits for the other ranks to return from theirs
 # before it concludes they are blocked in a collective (see ``load_guarded``).
@@ -193,8 +194,6 @@ def nested(case: Case, saved: Any, optim, keys: list[str]) -> Any:
     """What the path saved, in the nested form the properties read: a flattened dict
     (``Case.flatten_optimizer_state_dict``) through ``reference.keys.unflatten_osd`` with
     the optimizer's groups, any other as it is."""
-    from ..reference.keys import unflatten_osd
-
     if not case.flatten_optimizer_state_dict or is_error(saved) or not saved:
         return saved
     return unflatten_osd(saved, _group_fqns(optim, keys))

@@ -10,6 +10,8 @@ from typing import Callable, Iterable
 
 import torch
 
+from .models import model_spec
+
 OPTIMIZERS = {
     "sgd": (torch.optim.SGD, {"lr": 0.05}),  # stateless: no momentum
     "sgd_momentum": (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9}),
@@ -206,8 +208,6 @@ def build_scheduler(optim: torch.optim.Optimizer, model: str | None = None,
     (every one adds ``initial_lr`` to each param group: an extra key every path must
     keep)."""
     if model is not None:
-        from .models import model_spec
-
         fn = model_spec(model).scheduler_fn
         if fn is not None:
             return fn(optim)
