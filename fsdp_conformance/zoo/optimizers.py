@@ -180,8 +180,11 @@ def _onecycle(optim):
 
 def _sequential(optim):
     lr = torch.optim.lr_scheduler
-    return lr.SequentialLR(optim, [lr.LinearLR(optim, start_factor=0.25, total_iters=2),
-                                   lr.ExponentialLR(optim, gamma=0.8)], milestones=[2])
+    # the switch at step 4, after the save at step 2: the resume steps through the first child,
+    # so a child restored wrongly changes the lrs (at milestone 2 the save was at the switch
+    # and the first child's state is never read again)
+    return lr.SequentialLR(optim, [lr.LinearLR(optim, start_factor=0.25, total_iters=4),
+                                   lr.ExponentialLR(optim, gamma=0.8)], milestones=[4])
 
 
 def _chained(optim):
