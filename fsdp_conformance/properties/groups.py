@@ -95,18 +95,19 @@ def p11_groups(full: dict, loaded: Sequence[LoadedGroups], *, at_save: dict | No
         if diffs:
             problems.append(f"rank {s.rank}: param_groups after {s.label or 'loading'} differ"
                             f":\n" + format_diff(diffs))
-    extra = training_problems(training) if training is not None else []
+    extra, notes = training_problems(training) if training is not None else ([], [])
     if problems:
-        return with_problems(fail("\n\n".join(problems)), extra, "")
+        return with_problems(fail("\n\n".join(problems)), extra, "", notes)
     missing = [s.problem for s in loaded if s.got is None and s.problem is not None]
     if loaded and not compared and missing:
         first = missing[0]
         verdict = (error("load failed on every rank, so no param group after loading could "
                          "be compared: " + first.detail) if first.status == "error" else first)
-        return with_problems(verdict, extra, "")  # an error or n/a: with them added
+        return with_problems(verdict, extra, "", notes)  # an error or n/a: with them added
     want = _hyper(exp.loaded(full).get("param_groups", []))
     keys = sorted({k for g in want for k in g})
     label = {s.label for s in loaded if s.label}
     verdict = passed(f"{', '.join(sorted(label)) + ': ' if label else ''}{len(want)} group(s), "
                      f"keys {keys}")
-    return with_problems(verdict, extra, training.held) if training is not None else verdict
+    return with_problems(verdict, extra, training.held, notes) if training is not None \
+        else verdict

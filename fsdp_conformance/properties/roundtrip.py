@@ -90,7 +90,8 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
         case=case, start=rp.save_point(refs.layout, save_obs, refs.gather, exp=exp)
         if dt == "bf16" and not why else None, unmatched=why, own_mp=mp, always_precise=always,
         exp=exp, scheduler=None if training is None or local.sched_at_end is None
-        else "the scheduler after resuming as uninterrupted")
+        else "the scheduler after resuming as uninterrupted",
+        probe=None if training is None else training.probe)
     v["P7"] = view.p7(case, refs, full, save_obs, load_obs, exp)
     v["P10"] = p10_partial(case, layout=refs.layout, dst=refs.dst,
                            full=full if saved.by_torch else None,

@@ -283,7 +283,8 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
               gather=ref.gather_full, *, resume_steps: int, case=None,
               start: tuple[dict, dict] | str | None = None, unmatched: str = "",
               own_mp: str = "", always_precise: bool = True,
-              scheduler: str | None = None, exp: Expectation = EXACT) -> Verdict:
+              scheduler: str | None = None, exp: Expectation = EXACT,
+              probe=None) -> Verdict:
     """P6: resumed training (params, losses, optimizer state) ~= the uninterrupted run
     (``_resumed_training``), at the precision it is judged at (``precision.with_precision``
     of ``case``, ``own_mp``; ``always_precise`` False: only where the judged dtype is not the
@@ -291,13 +292,16 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
     adds that held), the scheduler after resuming == the uninterrupted run's
     (``training_state.resumed_problems``, added to any verdict). ``unmatched``: why no
     single-process run can match (ignored modules): n/a, the scheduler still judged.
-    ``exp``: the bug modelled (the bfloat16 continuation starts from its modelled state)."""
+    ``exp``: the bug modelled (the bfloat16 continuation starts from its modelled state).
+    ``probe``: the case's ``scheduler_probe.SchedulerProbe`` (a scheduler field that changes
+    nothing the scheduler does is information, not a problem)."""
     verdict = na(unmatched) if unmatched else with_precision(case, _resumed_training(
         dst_layout, load_obs, local, dtype, gather, resume_steps=resume_steps, case=case,
         start=start, exp=exp), always=always_precise, own_mp=own_mp)
     if scheduler is None:
         return verdict
-    return with_problems(verdict, resumed_problems(load_obs, local), scheduler)
+    problems, notes = resumed_problems(load_obs, local, probe)
+    return with_problems(verdict, problems, scheduler, notes)
 
 
 def _resumed_training(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype: str,

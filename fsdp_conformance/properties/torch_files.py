@@ -139,4 +139,5 @@ class TorchFiles:
                  local) -> TrainingSeen | None:
         if not case.scheduler or case.golden or _load_error(load_obs) is not None:
             return None
-        return training_seen(save_obs, load_obs, local, case.steps if case.app_state else None)
+        return training_seen(case, save_obs, load_obs, local,
+                             case.steps if case.app_state else None)

@@ -12,7 +12,9 @@ Rules
   schedulers of a composition).
 - Each difference is one line naming the key, the expected and the seen value, and the
   ranks it was seen on (``by_ranks``); a verdict takes them as more problems
-  (``with_problems``).
+  (``with_problems``). A scheduler field whose difference changes nothing the scheduler
+  does (its lrs, its other fields: properties/scheduler_probe.py, by experiment) is
+  information shown beside the verdict, never a problem.
 """
 from __future__ import annotations
 
@@ -57,34 +59,58 @@ class TrainingSeen:
     """The step the load must restore (None: nothing restores one)."""
     held: str = "the scheduler restored"
     """What a passing P11 adds that held."""
+    probe: Any = None
+    """The case's ``scheduler_probe.SchedulerProbe``: which scheduler differences change
+    what the scheduler does (None: every difference is a problem)."""
 
 
-def training_problems(seen: TrainingSeen) -> list[str]:
-    """P11's part (module rules; properties/groups.py adds them to P11's verdict)."""
+def training_problems(seen: TrainingSeen) -> tuple[list[str], list[str]]:
+    """P11's part (module rules; properties/groups.py adds them to P11's verdict), as
+    (problems, information): a scheduler field whose difference changes nothing the
+    scheduler does is information (properties/scheduler_probe.py)."""
+    from .scheduler_probe import judged_diffs
+
+    notes: list[tuple[int, list[str]]] = []
+
+    def judged(rank: int, what: str, want, got) -> list[str]:
+        problems, info = judged_diffs(what, want, got, seen.probe)
+        notes.append((rank, info))
+        return problems
+
     def loaded(o) -> list[str]:
         lines = ([] if seen.step is None or o.step_loaded == seen.step else
                  [f"the step after the load is {o.step_loaded!r}, expected {seen.step} (the "
                   f"step the checkpoint was taken at)"])
-        return lines + state_diffs("scheduler after the load vs at the save",
-                                   seen.local.sched_at_save, o.sched_loaded)
+        return lines + judged(o.rank, "scheduler after the load vs at the save",
+                              seen.local.sched_at_save, o.sched_loaded)
 
-    return by_ranks([(o.rank, state_diffs("scheduler vs the single-process run",
-                                          seen.local.sched_at_save, o.sched))
-                     for o in seen.save_obs],
-                    "save side, ") + by_ranks([(o.rank, loaded(o)) for o in seen.load_obs])
+    problems = by_ranks([(o.rank, judged(o.rank, "scheduler vs the single-process run",
+                                         seen.local.sched_at_save, o.sched))
+                         for o in seen.save_obs], "save side, ")
+    problems += by_ranks([(o.rank, loaded(o)) for o in seen.load_obs])
+    return problems, by_ranks(notes)
 
 
-def resumed_problems(load_obs: Sequence, local) -> list[str]:
+def resumed_problems(load_obs: Sequence, local, probe=None) -> tuple[list[str], list[str]]:
     """P6's part (module rules; run_props.p6_resume adds them to P6's verdict): the
-    scheduler after resuming vs the uninterrupted run."""
-    return by_ranks([(o.rank, state_diffs("scheduler after resuming vs the uninterrupted run",
-                                          local.sched_at_end, o.sched_final))
-                     for o in load_obs])
+    scheduler after resuming vs the uninterrupted run, as (problems, information)."""
+    from .scheduler_probe import judged_diffs
+
+    found = [(o.rank, judged_diffs("scheduler after resuming vs the uninterrupted run",
+                                   local.sched_at_end, o.sched_final, probe))
+             for o in load_obs]
+    return (by_ranks([(r, p) for r, (p, _) in found]),
+            by_ranks([(r, n) for r, (_, n) in found]))
 
 
-def with_problems(verdict: Verdict, problems: list[str], what: str) -> Verdict:
+def with_problems(verdict: Verdict, problems: list[str], what: str,
+                  notes: Sequence[str] = ()) -> Verdict:
     """``verdict`` with more problems: a fail listing them after its own (a pass becomes a
-    fail; an error or n/a stays, with them added); no problems: a pass says ``what`` held."""
+    fail; an error or n/a stays, with them added); no problems: a pass says ``what`` held.
+    ``notes``: information shown after the rest, whatever the status (they never fail)."""
+    if notes:
+        v = with_problems(verdict, problems, what)
+        return Verdict(v.status, v.detail + "\n\n" + "\n".join(notes))
     if not problems:
         return verdict if verdict.status != "pass" else passed(f"{verdict.detail}; {what}")
     text = "\n".join(problems)

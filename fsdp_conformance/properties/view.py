@@ -83,10 +83,13 @@ class RoundTripView(Protocol):
         """The training state beside the optimizer judged by P11 and P6 (None: none)."""
 
 
-def training_seen(save_obs: Sequence, load_obs: Sequence, local,
+def training_seen(case: Case, save_obs: Sequence, load_obs: Sequence, local,
                   step: int | None) -> TrainingSeen:
-    """The training state judged beside the optimizer: the scheduler and, where the load
-    must restore one (``step``), the step."""
+    """The training state judged beside the optimizer: the scheduler (by what it does:
+    ``scheduler_probe.SchedulerProbe``) and, where the load must restore one (``step``),
+    the step."""
+    from .scheduler_probe import SchedulerProbe
+
     return TrainingSeen(save_obs=save_obs, load_obs=load_obs, local=local, step=step,
                         held=("" if step is None else f"step {step} and ")
-                        + "the scheduler restored")
+                        + "the scheduler restored", probe=SchedulerProbe(case))

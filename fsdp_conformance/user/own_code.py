@@ -122,4 +122,4 @@ class OwnCode:
 
     def training(self, case: Case, save_obs: Sequence, load_obs: Sequence,
                  local) -> TrainingSeen | None:
-        return training_seen(save_obs, load_obs, local, case.steps) if self.app_state else None
+        return training_seen(case, save_obs, load_obs, local, case.steps) if self.app_state else None

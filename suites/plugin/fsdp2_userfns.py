@@ -152,3 +152,42 @@ def load_full_optim_skipping(model, optimizer, directory):
     sd["state"] = {k: v for k, v in renamed.items() if not k.startswith("head.")}
     set_optimizer_state_dict(model, optimizer, sd,
                              options=StateDictOptions(full_state_dict=True, strict=False))
+
+
+class RebuildsScheduler(AppState):
+    """torchtune's way (its full_finetune_distributed recipe): the checkpoint holds model,
+    optimizer and step, not the LR scheduler; the load rebuilds the scheduler from the step
+    (``last_epoch=step - 1 + shift``), so its ``_step_count`` restarts. ``shift`` -1 plants an
+    lr off by one step."""
+
+    shift = 0
+
+    def state_dict(self):
+        sd = super().state_dict()
+        del sd["scheduler"]
+        return sd
+
+    def load_state_dict(self, sd):
+        from examples.fsdp2_trainer import make_scheduler
+
+        sd = {**sd, "scheduler": self.state.scheduler.state_dict()}  # loaded, then rebuilt
+        super().load_state_dict(sd)
+        fresh = make_scheduler(self.state.optimizer)
+        self.state.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.state.optimizer, fresh.lr_lambdas[0], last_epoch=self.state.step - 1 + self.shift)
+
+
+class RebuildsSchedulerOneShort(RebuildsScheduler):
+    shift = -1
+
+
+def save_rebuilds_scheduler(state, directory):
+    dcp.save({"app": RebuildsScheduler(state)}, checkpoint_id=directory)
+
+
+def load_rebuilds_scheduler(state, directory):
+    dcp.load({"app": RebuildsScheduler(state)}, checkpoint_id=directory)
+
+
+def load_rebuilds_scheduler_one_short(state, directory):
+    dcp.load({"app": RebuildsSchedulerOneShort(state)}, checkpoint_id=directory)

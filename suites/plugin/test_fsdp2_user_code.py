@@ -126,3 +126,24 @@ def test_the_same_message_raised_by_user_code_is_not_torchs():
     p3 = info.value.results[0].properties["P3"]
     assert (p3.status, p3.known) == ("fail", ""), p3
     assert "in load_raising_the_same_message" in p3.detail, p3.detail
+
+
+def test_a_scheduler_rebuilt_from_the_step_passes_with_its_restarted_counter_shown():
+    """torchtune's recipe does not checkpoint its LambdaLR and rebuilds it from the step:
+    ``_step_count`` restarts, which LambdaLR never reads (properties/scheduler_probe.py).
+    Every lr is right, so P6 and P11 pass, and the difference is shown as information."""
+    results = check(TinyTransformerish, batch, save_fn=bug.save_rebuilds_scheduler,
+                    load_fn=bug.load_rebuilds_scheduler, world_sizes=["2", "2->3"], **TRAINER)
+    for r in results:
+        p11, p6 = r.properties["P11"], r.properties["P6"]
+        assert p11.status == "pass" and p6.status == "pass", (p11.detail, p6.detail)
+        assert "'_step_count': expected 3, got 1 (information: LambdaLR does not read it" \
+            in p11.detail, p11.detail
+        assert "'_step_count'" in p6.detail and "information" in p6.detail, p6.detail
+
+
+def test_a_scheduler_rebuilt_one_step_short_fails_naming_last_epoch_and_the_lr():
+    msg = _failure(bug.save_rebuilds_scheduler, bug.load_rebuilds_scheduler_one_short, "2")
+    p11 = _verdict(msg, "P11")
+    assert "FAIL" in p11 and "'last_epoch': expected 2, got 1 (LambdaLR reads it: the lr of " \
+        "group 0 after 1 step(s) would be" in p11, p11
