@@ -56,7 +56,7 @@ def test_reading_optimizer_state_before_load_restores_nothing():
     "P7", reason="torchtitan's OptimizersContainer.state_dict() runs init_optim_state, a "
     "zero-grad lr=0 step, on an optimizer without state (optimizer.py state_dict, "
     "optimizer/utils.py:29-67): AdamW then holds step 1 and zero moments",
-    symptom="the save function changed the optimizer state", strict=True)
+    symptom="changed the optimizer state", strict=True)  # the save, and the save after the load
 def test_save_before_the_first_step_steps_the_optimizer(fsdp_roundtrip):
     """A checkpoint before any training step (``steps=0``) changes the optimizer of the
     saving process: step 1 and zero moments on every param (P7), so its next real step

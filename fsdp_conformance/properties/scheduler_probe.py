@@ -8,7 +8,8 @@ Rules
   fields those are is found by running the class: a fresh scheduler of the case
   (``baseline.fresh_training``) is restored from the expected state, and another from the
   expected state with the observed values of the differing fields put in; each then steps
-  ``PROBE_STEPS`` times from the optimizer's lrs at that state (``_last_lr``). The
+  ``PROBE_STEPS`` times, both from the optimizer's lrs of the expected state (its
+  ``_last_lr``: the optimizer's own lr is judged with its param groups, not here). The
   difference is consequential when any group's lr after any step, any other field at the
   end, or what raised differs between the two.
 - Each differing field is tried alone, then all the inconsequential ones together (two
@@ -33,9 +34,12 @@ PROBE_STEPS = 100
 only at a later step (a step size, a warm-up length) shows."""
 
 
-def _run(case: Case, state: dict) -> tuple[list[list[float]], dict | None, str]:
-    """Step a fresh scheduler of ``case`` restored from ``state``: the lrs after each step,
-    the state at the end, and what raised ("" if nothing)."""
+def _run(case: Case, state: dict, start: list | None = None
+         ) -> tuple[list[list[float]], dict | None, str]:
+    """Step a fresh scheduler of ``case`` restored from ``state``, its optimizer's groups at
+    the lrs ``start`` (the expected state's ``_last_lr``: the optimizer's lr is the
+    optimizer's to restore, judged by P11's param groups, not a scheduler field): the lrs
+    after each step, the state at the end, and what raised ("" if nothing)."""
     from .baseline import fresh_training
 
     _, optim, sched, _ = fresh_training(case)
@@ -45,7 +49,7 @@ def _run(case: Case, state: dict) -> tuple[list[list[float]], dict | None, str]:
         sched.load_state_dict(copy.deepcopy(state))
     except Exception as exc:  # noqa: BLE001  (a state that does not load: consequential)
         return [], None, f"load_state_dict raised {type(exc).__name__}: {exc}"
-    for group, lr in zip(optim.param_groups, state.get("_last_lr") or []):
+    for group, lr in zip(optim.param_groups, state.get("_last_lr") if start is None else start):
         group["lr"] = lr
     lrs: list[list[float]] = []
     with warnings.catch_warnings():
@@ -95,19 +99,20 @@ class SchedulerProbe:
         keys = sorted((k for k in set(want) | set(got) if want.get(k) != got.get(k)), key=str)
         if not keys:
             return {}
-        base = _run(self.case, want)
+        start = want.get("_last_lr") or []
+        base = _run(self.case, want, start)
         if base[2] and not base[0] and base[1] is None:  # nothing to probe with
             return {k: f"not proven harmless ({base[2]})" for k in keys}
         out = {}
         for k in keys:
             trial = {**want, k: copy.deepcopy(got[k])} if k in got else \
                 {x: v for x, v in want.items() if x != k}
-            out[k] = _first_difference(base, _run(self.case, trial), {k})
+            out[k] = _first_difference(base, _run(self.case, trial, start), {k})
         harmless = [k for k in keys if not out[k]]
         if len(harmless) > 1:
             trial = {**want, **{k: copy.deepcopy(got[k]) for k in harmless if k in got}}
             trial = {x: v for x, v in trial.items() if x in got or x not in harmless}
-            joint = _first_difference(base, _run(self.case, trial), set(harmless))
+            joint = _first_difference(base, _run(self.case, trial, start), set(harmless))
             if joint:
                 out.update({k: f"with {harmless} together, {joint}" for k in harmless})
         return out

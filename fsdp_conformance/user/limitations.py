@@ -4,11 +4,15 @@
 Rules
 - Verdicts go through ``known/entries.py`` first (a user optimizer counts as the zoo
   optimizer of the same class for matching: ``known_view``), then through the declared
-  limitations, by the rules of known/apply.py: a "fail" is covered when its detail contains
-  the declared symptom (any of its ``" || "``-separated parts; none declared: any failure
-  of the declared properties); an "error" (an exception, a dead or stuck rank) only when a
-  declared symptom names it, so a new crash is never hidden behind a limitation about wrong
-  values; a failure of the suite itself never. A limitation taken from a known entry keeps
+  limitations, by the rules of known/apply.py: a "fail" is covered when its detail shows
+  the declared symptom (any of its ``" || "``-separated parts) and the symptom explains
+  every difference in it (``unexplained``: each line that says what was expected names it,
+  or stands under a heading that does); one the symptom explains only in part stays a
+  failure that lists what the declaration does not explain, so a second bug never hides
+  behind a declared one. No symptom declared: any failure of the declared properties. An
+  "error" (an exception, a dead or stuck rank) is covered only when a declared symptom names
+  it, so a new crash is never hidden behind a limitation about wrong values; a failure of
+  the suite itself never. A limitation taken from a known entry keeps
   the entry's predicate: it covers only the configurations the entry applies to.
 - A covered verdict becomes "known"; a strict limitation that matches nothing fails the
   check ("fixed upstream?").
@@ -18,6 +22,7 @@ No torch at import: the plugin reads ``fsdp_known`` markers while it collects.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -31,6 +36,28 @@ def symptom_matches(symptom: str, detail: str) -> bool:
     parts occurs in it; an empty symptom matches every detail (``covers`` decides what that
     may cover)."""
     return not symptom or any(part in detail for part in symptom.split(" || "))
+
+
+def unexplained(symptom: str, detail: str) -> list[str]:
+    """The differences in a failure's ``detail`` that a declared ``symptom`` does not name:
+    every line that says what was expected (a diff item, a scheduler field, a step) is a
+    difference, explained when it or the heading it stands under (the last line before it
+    that ends with ':') shows the symptom. Information and likely causes are no
+    differences. An empty symptom explains everything (the declaration is that wide)."""
+    if not symptom:
+        return []
+    parts = symptom.split(" || ")
+    out, heading = [], ""
+    for line in detail.splitlines():
+        text = line.strip()
+        if (not text or text.startswith("likely cause:") or "(information:" in text
+                or re.fullmatch(r"\d+ differences?:", text)):
+            continue
+        if "expected" in text.lower() and not any(p in line or p in heading for p in parts):
+            out.append(text)
+        if text.endswith(":"):
+            heading = line
+    return out
 
 if TYPE_CHECKING:
     from ..cases import Case
@@ -73,7 +100,8 @@ class Limitation:
             return not isinstance(self.model, Effect) and self.model.explains(v.detail)
         if v.status == "error" and not self.symptom:
             return False
-        return symptom_matches(self.symptom, v.detail)
+        return symptom_matches(self.symptom, v.detail) and not (
+            v.status == "fail" and unexplained(self.symptom, v.detail))
 
     @classmethod
     def of(cls, key_or_props, *, reason: str = "", symptom: str = "", props=None,
@@ -116,6 +144,17 @@ def apply_declared(verdicts: dict[str, Verdict], declared: Sequence[Limitation],
                             lim.key)
                 if hits is not None:
                     hits.add(lim.key)
+            else:
+                part = next((d for d in declared if d.model is None and d.symptom
+                             and p in d.props and v.status == "fail"
+                             and symptom_matches(d.symptom, v.detail)), None)
+                if part is not None:  # it explains some differences, not all: still a failure
+                    rest = "\n".join(unexplained(part.symptom, v.detail))
+                    v = Verdict("fail", f"{DECLARED}{part.key!r} (symptom {part.symptom!r}) "
+                                        f"explains part of this; what it does not explain:\n"
+                                        f"{rest}\n\n{v.detail}")
+                    if hits is not None:
+                        hits.add(part.key)
         out[p] = v
     return out
 

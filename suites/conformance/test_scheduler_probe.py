@@ -70,7 +70,7 @@ def test_two_fields_that_matter_only_together_are_not_let_through(monkeypatch):
     scheduler stand-in whose lr changes only when both fields change)."""
     from fsdp_conformance.properties import scheduler_probe
 
-    def run(case, state):
+    def run(case, state, start=None):
         return [[1.0 if state["a"] and state["b"] else 0.5]], dict(state), ""
 
     monkeypatch.setattr(scheduler_probe, "_run", run)
