@@ -35,6 +35,7 @@ from .groups import loaded_groups, p11_groups
 from .partial import loaded_dicts, p10_partial
 from .precision import judged_dtype, own_mp_of, with_precision
 from .verdict import Verdict, na
+from .training_state import with_problems
 from .view import RoundTripView
 
 ROUND_TRIP: tuple[str, ...] = tuple(p.id for p in CATALOGUE
@@ -84,6 +85,9 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
     written = full if saved.by_torch else exp.saved(full)
     v["P3"] = refs.p3(written, load_obs, own=save_obs if case.loads_where_saved else None,
                       per_rank=saved.per_rank)
+    weights = view.weights(save_obs, load_obs)
+    if weights:
+        v["P3"] = with_problems(v["P3"], weights, "")
     training = view.training(case, save_obs, load_obs, local)
     v["P6"] = view.resume_raised() or rp.p6_resume(
         refs.dst, load_obs, local, dt, gather=refs.gather, resume_steps=case.resume_steps,

@@ -82,6 +82,10 @@ class RoundTripView(Protocol):
                  local) -> TrainingSeen | None:
         """The training state beside the optimizer judged by P11 and P6 (None: none)."""
 
+    def weights(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
+        """P3's problems with the model weights after the load, where the load under test
+        restores them (none where the suite does)."""
+
 
 def training_seen(case: Case, save_obs: Sequence, load_obs: Sequence, local,
                   step: int | None) -> TrainingSeen:

@@ -167,6 +167,10 @@ class LoadRecord:
     final_params: dict | None = None
     """Every param after resuming, unsharded, as this rank holds it (P6 judges the first
     rank of each replica). None: it did not resume, or a custom path's rank other than 0."""
+    params_loaded: dict | None = None
+    """Custom path, rank 0, where the user's load restores the weights (a training-state
+    load, or a model load function): every param right after the load, unsharded (P3:
+    the saved weights, bitwise). None elsewhere."""
     loaded_again: dict | None = None
     """Custom path, P7: the state after a second, fresh load of the same checkpoint."""
     after_resave: dict | None = None

@@ -56,6 +56,25 @@ def _groups(d: dict | None) -> list[dict]:
             for g in d.get("param_groups", [])]
 
 
+def weights_not_restored(save_obs: Sequence, load_obs: Sequence) -> str:
+    """Where the user's load restores the weights (``LoadRecord.params_loaded``): "" when
+    rank 0's params right after it are the saved ones bitwise, else what differs
+    ("weights not restored")."""
+    import torch
+
+    got = next((o.params_loaded for o in load_obs if o.params_loaded is not None), None)
+    if got is None:  # the suite restored the weights (an optimizer-only load)
+        return ""
+    want = next((o.params for o in save_obs if o.params is not None), None)
+    if want is None:
+        return ""
+    bad = [k for k in want if k not in got or not torch.equal(want[k], got[k])]
+    if not bad:
+        return ""
+    return (f"the model weights right after the load are not the saved ones (weights not "
+            f"restored): {len(bad)} of {len(want)} params differ on rank 0, e.g. {bad[:3]}")
+
+
 def likely_causes(save_obs: Sequence, load_obs: Sequence, *, fresh_groups: list[dict],
                   fresh_sched: dict | None, saved_step: int | None) -> list[str]:
     """The named causes (module rules) found in the records of a custom round trip:
@@ -64,6 +83,10 @@ def likely_causes(save_obs: Sequence, load_obs: Sequence, *, fresh_groups: list[
     scheduler state (what a load that restored nothing leaves), the step saved (None: the
     user's functions do not take the training state)."""
     causes: list[str] = []
+    if weights_not_restored(save_obs, load_obs):
+        causes.append("the load did not restore the model's weights: the suite restores "
+                      "nothing on the load's behalf, so a load of the training state (or a "
+                      "model load function) must load the model too")
     swapped = {o.rank: o.diagnosis for o in load_obs
                if o.diagnosis and (o.diagnosis.get("unheld") or o.diagnosis.get("stray"))}
     if swapped:

@@ -6,6 +6,10 @@ Rules
   state in memory: a correct save writes it); under a modelled torch bug, what that bug's
   save would have written (``Expectation.saved``), since no saved dict is observed.
 - P1, P4, P5, P8 and P9 judge torch's own dicts and files: n/a.
+- Where the user's load restores the weights (a training-state load, a model load
+  function: ``rank_side.weights_theirs``), the suite restores nothing on its behalf, and P3
+  also requires the weights right after the load to be the saved ones, bitwise ("weights
+  not restored" otherwise).
 - A save or load function that raised fails every load-side property with the ranks'
   errors (user/rank_errors.py); training after the load that raised fails P6.
 - P7: the save leaves the optimizer unchanged, and load -> save -> load gives bitwise the
@@ -119,6 +123,12 @@ class OwnCode:
         return with_problems(p7_idempotent(pairs, raised=raised, summary=(
             "the save leaves the state unchanged; load -> save -> load bitwise the same")),
             _pending_saves(save_obs), "the save was complete when save_fn returned")
+
+    def weights(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
+        from .diagnosis import weights_not_restored
+
+        found = weights_not_restored(save_obs, load_obs)
+        return [found] if found else []
 
     def training(self, case: Case, save_obs: Sequence, load_obs: Sequence,
                  local) -> TrainingSeen | None:

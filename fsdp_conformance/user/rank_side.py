@@ -145,13 +145,24 @@ def _take(ctx, case: Case):
     return held[1:]
 
 
+def weights_theirs(custom: CustomPath) -> bool:
+    """Whether the user's load restores the model's weights: a training-state load
+    (``load_fn(state, directory)``) or a model load function (``load_model``). Nothing is
+    restored on its behalf then; an optimizer-only load gets the saved weights from the
+    suite (its contract: it checkpoints the optimizer alone)."""
+    return custom.app_state or custom.load_model is not None
+
+
 def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
-    """A fresh model at the load world size/plan with the saved params, then the user's
-    load: with ``custom.load_model``, that first (on the model alone), then the optimizer
-    built on the parameters the model holds after it, then ``custom.load``; else the
-    optimizer built first, then ``custom.load`` (the order docs/reference/plugin.md documents)."""
+    """A fresh model at the load world size/plan, then the user's load: with
+    ``custom.load_model``, that first (on the model alone), then the optimizer built on the
+    parameters the model holds after it, then ``custom.load``; else the optimizer built
+    first, then ``custom.load`` (the order docs/reference/plugin.md documents). The saved
+    weights are put into the fresh model only for an optimizer-only load
+    (``weights_theirs``)."""
     model = roundtrip.wrap_side(ctx, case, load_side=True)  # frozen as at the save
-    rank_family(case).load_params(ctx, model, params)
+    if not weights_theirs(custom):
+        rank_family(case).load_params(ctx, model, params)
     if custom.load_model is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -212,6 +223,10 @@ def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
            "sched_loaded": scheduler_state(state.scheduler),
            "step_loaded": state.step if custom.app_state else None,
            "diagnosis": after_load(state.model, state.optimizer)}
+    if weights_theirs(custom):
+        loaded_params = fam.full_params(state.model)
+        if ctx.rank == 0:
+            out["params_loaded"] = loaded_params
     _stash(ctx, case, state, keys)
     return out
 

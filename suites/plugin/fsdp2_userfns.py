@@ -191,3 +191,26 @@ def load_rebuilds_scheduler(state, directory):
 
 def load_rebuilds_scheduler_one_short(state, directory):
     dcp.load({"app": RebuildsSchedulerOneShort(state)}, checkpoint_id=directory)
+
+
+class SkipsWeights(AppState):
+    """Restores the optimizer, the scheduler and the step, never the model's weights (a
+    resume that forgets the model part of its checkpoint). Its ``state_dict`` leaves the
+    model out too: dcp.load fills the template's tensors in place, and the model's part of
+    ``get_state_dict`` is the model's own parameters."""
+
+    def state_dict(self):
+        sd = super().state_dict()
+        del sd["model"]
+        return sd
+
+    def load_state_dict(self, sd):
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.state.model, self.state.optimizer, sd["optim"])
+        self.state.scheduler.load_state_dict(sd["scheduler"])
+        self.state.step = sd["step"]
+
+
+def load_skips_weights(state, directory):
+    dcp.load({"app": SkipsWeights(state)}, checkpoint_id=directory)

@@ -147,3 +147,14 @@ def test_a_scheduler_rebuilt_one_step_short_fails_naming_last_epoch_and_the_lr()
     p11 = _verdict(msg, "P11")
     assert "FAIL" in p11 and "'last_epoch': expected 2, got 1 (LambdaLR reads it: the lr of " \
         "group 0 after 1 step(s) would be" in p11, p11
+
+
+def test_a_load_that_skips_the_weights_fails_p3_and_p6():
+    """Nothing is restored on the load's behalf (issue 45): the fresh model keeps its
+    initialisation when the user's training-state load leaves the model out."""
+    msg = _failure(save_checkpoint, bug.load_skips_weights, "2->3")
+    p3, p6 = _verdict(msg, "P3"), _verdict(msg, "P6")
+    assert "FAIL" in p3 and "the model weights right after the load are not the saved ones " \
+        "(weights not restored): 16 of 16 params differ on rank 0" in p3, p3
+    assert "FAIL" in p6 and "likely cause: the load did not restore the model's weights" \
+        in p6, p6

@@ -27,7 +27,7 @@ def test_assign_true_leaves_the_optimizer_holding_the_old_parameters():
     model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
     seen = after_load(model, opt)
     assert seen["unheld"] == ["weight", "bias"] and seen["stray"] == 2
-    text = likely_causes([], [SimpleNamespace(rank=0, diagnosis=seen, loaded=None,
+    text = likely_causes([], [SimpleNamespace(rank=0, diagnosis=seen, loaded=None, params_loaded=None,
                                               step_loaded=None, sched_loaded=None)],
                          fresh_groups=[], fresh_sched=None, saved_step=None)
     assert text and text[0].startswith("the optimizer no longer holds the model's parameters")
@@ -46,7 +46,7 @@ def test_state_loaded_in_another_dtype_is_named_and_written_first_in_failures():
                 "param_groups": [{"lr": 0.1, "params": ["w"]}]}
 
     save = [SimpleNamespace(rank=0, local=osd(torch.float64), sched=None)]
-    load = [SimpleNamespace(rank=0, loaded=osd(torch.float32), diagnosis=None,
+    load = [SimpleNamespace(rank=0, loaded=osd(torch.float32), diagnosis=None, params_loaded=None,
                             step_loaded=None, sched_loaded=None)]
     causes = likely_causes(save, load, fresh_groups=[{"lr": 0.1, "params": [0]}],
                            fresh_sched=None, saved_step=None)
