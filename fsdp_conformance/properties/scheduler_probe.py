@@ -25,13 +25,24 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 from ..cases import Case
+from .baseline import fresh_training
 
 PROBE_STEPS = 100
 """Steps each probe scheduler takes: far past every resumed run of the suite, so a field read
 only at a later step (a step size, a warm-up length) shows."""
+
+
+def state_diffs(what: str, want: dict | None, got: dict | None) -> list[str]:
+    """The keys where two scheduler ``state_dict()``s differ: ``what: key: want X, got Y``."""
+    if want == got:
+        return []
+    if want is None or got is None:
+        return [f"{what}: expected {'no scheduler state' if want is None else want}, got "
+                f"{'none' if got is None else got}"]
+    return [f"{what}: {k!r}: expected {want.get(k, '<missing>')!r}, got {got.get(k, '<missing>')!r}"
+            for k in sorted(set(want) | set(got), key=str) if want.get(k) != got.get(k)]
 
 
 def _run(case: Case, state: dict, start: list | None = None
@@ -40,8 +51,6 @@ def _run(case: Case, state: dict, start: list | None = None
     the lrs ``start`` (the expected state's ``_last_lr``: the optimizer's lr is the
     optimizer's to restore, judged by P11's param groups, not a scheduler field): the lrs
     after each step, the state at the end, and what raised ("" if nothing)."""
-    from .baseline import fresh_training
-
     _, optim, sched, _ = fresh_training(case)
     if sched is None:
         return [], None, "the case builds no scheduler"
@@ -120,8 +129,6 @@ class SchedulerProbe:
     @property
     def name(self) -> str:
         """The scheduler's class name (what reads or does not read a field)."""
-        from .baseline import fresh_training
-
         sched = fresh_training(self.case)[2]
         return type(sched).__name__ if sched is not None else "the scheduler"
 
@@ -132,8 +139,6 @@ def judged_diffs(what: str, want: dict | None, got: dict | None,
     field whose observed value changes nothing the scheduler does (``SchedulerProbe``) is
     information; every other difference is a problem naming what it changes. Without a
     probe (or a state), every difference is a problem."""
-    from .training_state import state_diffs
-
     if want == got:
         return [], []
     if probe is None or want is None or got is None:

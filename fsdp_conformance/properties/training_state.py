@@ -21,18 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from .scheduler_probe import judged_diffs
 from .verdict import Verdict, fail, passed
-
-
-def state_diffs(what: str, want: dict | None, got: dict | None) -> list[str]:
-    """The keys where two scheduler ``state_dict()``s differ: ``what: key: want X, got Y``."""
-    if want == got:
-        return []
-    if want is None or got is None:
-        return [f"{what}: expected {'no scheduler state' if want is None else want}, got "
-                f"{'none' if got is None else got}"]
-    return [f"{what}: {k!r}: expected {want.get(k, '<missing>')!r}, got {got.get(k, '<missing>')!r}"
-            for k in sorted(set(want) | set(got), key=str) if want.get(k) != got.get(k)]
 
 
 def by_ranks(per_rank: Sequence[tuple[int, list[str]]], side: str = "") -> list[str]:
@@ -68,8 +58,6 @@ def training_problems(seen: TrainingSeen) -> tuple[list[str], list[str]]:
     """P11's part (module rules; properties/groups.py adds them to P11's verdict), as
     (problems, information): a scheduler field whose difference changes nothing the
     scheduler does is information (properties/scheduler_probe.py)."""
-    from .scheduler_probe import judged_diffs
-
     notes: list[tuple[int, list[str]]] = []
 
     def judged(rank: int, what: str, want, got) -> list[str]:
@@ -94,8 +82,6 @@ def training_problems(seen: TrainingSeen) -> tuple[list[str], list[str]]:
 def resumed_problems(load_obs: Sequence, local, probe=None) -> tuple[list[str], list[str]]:
     """P6's part (module rules; run_props.p6_resume adds them to P6's verdict): the
     scheduler after resuming vs the uninterrupted run, as (problems, information)."""
-    from .scheduler_probe import judged_diffs
-
     found = [(o.rank, judged_diffs("scheduler after resuming vs the uninterrupted run",
                                    local.sched_at_end, o.sched_final, probe))
              for o in load_obs]

@@ -21,6 +21,7 @@ from typing import Protocol, Sequence
 from ..cases import Case
 from .expectation import Expectation
 from .family_refs import FamilyRefs
+from .scheduler_probe import SchedulerProbe
 from .training_state import TrainingSeen
 from .verdict import Verdict
 
@@ -92,8 +93,6 @@ def training_seen(case: Case, save_obs: Sequence, load_obs: Sequence, local,
     """The training state judged beside the optimizer: the scheduler (by what it does:
     ``scheduler_probe.SchedulerProbe``) and, where the load must restore one (``step``),
     the step."""
-    from .scheduler_probe import SchedulerProbe
-
     return TrainingSeen(save_obs=save_obs, load_obs=load_obs, local=local, step=step,
                         held=("" if step is None else f"step {step} and ")
                         + "the scheduler restored", probe=SchedulerProbe(case))

@@ -35,6 +35,7 @@ from ..properties.training_state import TrainingSeen, with_problems
 from ..properties.verdict import Verdict, error, fail, na
 from ..properties.view import Saved, training_seen
 from ..sut.records import LoadRecord, SaveRecord
+from .diagnosis import weights_not_restored
 from .rank_errors import rank_error_text
 
 THEIRS = "the file format is the user's own: judged by what the load restores (P3, P7)"
@@ -125,8 +126,6 @@ class OwnCode:
             _pending_saves(save_obs), "the save was complete when save_fn returned")
 
     def weights(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
-        from .diagnosis import weights_not_restored
-
         found = weights_not_restored(save_obs, load_obs)
         return [found] if found else []
 

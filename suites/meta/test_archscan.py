@@ -442,3 +442,13 @@ def test_the_package_names_paths_only_in_their_records_modules_and_known_entries
     lit = figures(package)["path_name_literals"]
     assert lit["path_names_from"] == "api_paths.py" and len(lit["path_names"]) >= 10
     assert lit["count"] == 0, f"path names written outside the path modules: {lit['files']}"
+
+
+def test_the_package_has_no_import_circle_and_no_two_packages_import_each_other():
+    """The floors hold (issue 44): no module imports one that imports it back (at any depth),
+    and no package imports one that imports it; a change that adds either fails here, before
+    a layering diagram goes stale."""
+    found = archscan.scan(SCRIPT.parents[1] / "fsdp_conformance", with_import=False)
+    assert found["import_cycles"]["count"] == 0, found["import_cycles"]["cycles"]
+    pairs = found["package_mutual_imports"]
+    assert pairs["count"] == 0, pairs
