@@ -117,6 +117,10 @@ def manual_save(model, optimizer, directory: str) -> None:
     if dist.get_rank() == 0:
         torch.save(model_sd, f"{directory}/{MODEL_FILE}")
         torch.save({"state": state, "param_groups": groups}, f"{directory}/{OPTIM_FILE}")
+    # the checkpoint exists once rank 0 has written it: without this barrier another rank
+    # returns first and may read a file still being written (P7 caught it, now that the
+    # suite no longer loads the weights for a model load function, which synchronised them)
+    dist.barrier()
 
 
 def manual_load_model(model, directory: str) -> None:

@@ -87,7 +87,10 @@ def optimizer_keys(model: nn.Module, optim: torch.optim.Optimizer) -> list[str]:
 def named_local(osd: dict, keys: list[str]) -> dict:
     """An int-keyed ``optim.state_dict()`` (or an FQN-keyed one) in the neutral named form."""
     def name(k):
-        return keys[k] if isinstance(k, int) else clean_name(k)
+        if not isinstance(k, int):
+            return clean_name(k)
+        # an index past the keys: a param added to the optimizer after it was built
+        return keys[k] if k < len(keys) else f"<param {k}: added after the optimizer was built>"
 
     return {
         "state": {name(k): dict(v) for k, v in osd.get("state", {}).items()},

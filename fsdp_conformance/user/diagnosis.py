@@ -13,7 +13,9 @@ Rules
     the step counter or the LR scheduler not restored (still a fresh one's);
     optimizer state on another device than its parameter, or in another dtype than saved;
     params that had optimizer state at the save have none, or a fresh all-zero one (torch's
-        ``strict=False`` loads initialise what they skip), after the load.
+        ``strict=False`` loads initialise what they skip), after the load;
+    the load added or removed parameters (a buffer wrapped in ``nn.Parameter``, a module
+        replaced): the state lands on other parameters; it is the cause then, not a skip.
 - A cause is a diagnosis, never a verdict: the properties fail on what they compare (P3, P6,
   P11), and a failing verdict of the custom path carries the causes found
   (``with_causes``), so the user reads the cause before the diff.
@@ -28,11 +30,20 @@ from ..properties.verdict import Verdict
 HYPERPARAMS_SKIPPED = ("params", "initial_lr")
 
 
-def after_load(model, optimizer) -> dict:
+def model_names(model) -> dict[str, list[str]]:
+    """The model's parameter and buffer names (what a load may change: ``after_load``)."""
+    return {"params": sorted(n for n, _ in model.named_parameters()),
+            "buffers": sorted(n for n, _ in model.named_buffers())}
+
+
+def after_load(model, optimizer, before: dict | None = None) -> dict:
     """On a rank, right after the user's load: ``{"unheld": [fqn...], "stray": n,
-    "off_device": ["fqn.key: cpu, param on meta", ...]}``: trainable params of the model the
-    optimizer does not hold, how many of the optimizer's params are not the model's, and
-    state tensors not on their param's device."""
+    "off_device": ["fqn.key: cpu, param on meta", ...], "added": [...], "removed": [...],
+    "from_buffers": [...], "to_buffers": [...]}``: trainable params of the model the
+    optimizer does not hold, how many of the optimizer's params are not the model's, state
+    tensors not on their param's device, and, against ``before`` (``model_names`` of the
+    fresh model before the load), the parameters the load added or removed and which of them
+    were buffers before or are buffers after."""
     import torch
 
     mine = {id(p): n for n, p in model.named_parameters()}
@@ -46,7 +57,15 @@ def after_load(model, optimizer) -> dict:
             if isinstance(v, torch.Tensor) and v.dim() and v.device != p.device:
                 off.append(f"{mine.get(id(p), '<not the model s>')}.{k}: on {v.device}, "
                            f"its param on {p.device}")
-    return {"unheld": unheld, "stray": stray, "off_device": off}
+    out = {"unheld": unheld, "stray": stray, "off_device": off}
+    if before is not None:
+        now = model_names(model)
+        added = sorted(set(now["params"]) - set(before["params"]))
+        removed = sorted(set(before["params"]) - set(now["params"]))
+        out.update(added=added, removed=removed,
+                   from_buffers=[n for n in added if n in before["buffers"]],
+                   to_buffers=[n for n in removed if n in now["buffers"]])
+    return out
 
 
 def _groups(d: dict | None) -> list[dict]:
@@ -83,6 +102,23 @@ def likely_causes(save_obs: Sequence, load_obs: Sequence, *, fresh_groups: list[
     scheduler state (what a load that restored nothing leaves), the step saved (None: the
     user's functions do not take the training state)."""
     causes: list[str] = []
+    changed = {o.rank: o.diagnosis for o in load_obs
+               if o.diagnosis and (o.diagnosis.get("added") or o.diagnosis.get("removed"))}
+    if changed:
+        r, d = next(iter(changed.items()))
+        what = [f"added {d['added']}" + (f" ({d['from_buffers']} were buffers before it: "
+                                         f"wrapped in nn.Parameter)" if d["from_buffers"]
+                                         else "")] if d.get("added") else []
+        what += [f"removed {d['removed']}" + (f" ({d['to_buffers']} are buffers now)"
+                                              if d["to_buffers"] else "")] \
+            if d.get("removed") else []
+        causes.append(
+            f"the load changed the model's parameters (rank(s) {sorted(changed)}; rank {r}: "
+            f"{'; '.join(what)}): the checkpoint and the optimizer were made for the model "
+            f"as it was built, and a state dict is matched to parameters by name or "
+            f"position, so what was saved for one parameter can land on another, or on "
+            f"none. Load into the model as it was built (buffers stay buffers; register no "
+            f"parameter in the load)")
     if weights_not_restored(save_obs, load_obs):
         causes.append("the load did not restore the model's weights: the suite restores "
                       "nothing on the load's behalf, so a load of the training state (or a "
@@ -136,7 +172,7 @@ def likely_causes(save_obs: Sequence, load_obs: Sequence, *, fresh_groups: list[
     if saved_st and loaded_st is not None:
         had = _nonzero([o.local for o in save_obs])
         lost = sorted(had - _nonzero([o.loaded for o in load_obs]))
-        if lost:
+        if lost and not changed:  # a changed model explains the loss (the cause above)
             causes.append(f"{len(lost)} of {len(saved_st)} param(s) had optimizer state at the "
                           f"save and have none, or a fresh all-zero one, after the load on "
                           f"every rank (e.g. {lost[:4]}): the load skipped what it did not "
@@ -187,7 +223,7 @@ def _nonzero(dicts) -> set[str]:
 
 
 def with_causes(verdicts: dict[str, Verdict], causes: list[str],
-                props: Sequence[str] = ("P3", "P6", "P11")) -> dict[str, Verdict]:
+                props: Sequence[str] = ("P0", "P3", "P6", "P11")) -> dict[str, Verdict]:
     """``verdicts`` with the likely causes written first in each failing one of ``props``."""
     if not causes:
         return verdicts

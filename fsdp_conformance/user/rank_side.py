@@ -45,7 +45,7 @@ from ..sut.records import LoadRecord, SaveRecord
 from ..api_paths import MODEL_FILE, api_path
 from ..zoo import scheduler_state
 from .app_state import TrainState
-from .diagnosis import after_load
+from .diagnosis import after_load, model_names
 from .model import CustomPath, UserModel
 
 CKPT_DIR = "ckpt"
@@ -163,6 +163,7 @@ def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
     model = roundtrip.wrap_side(ctx, case, load_side=True)  # frozen as at the save
     if not weights_theirs(custom):
         rank_family(case).load_params(ctx, model, params)
+    before = model_names(model)
     if custom.load_model is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -170,7 +171,7 @@ def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
         model = model if out is None else out
     state, keys = _equip(case, model)
     _call(custom.load.resolve(), custom, state, ckpt)
-    return state, keys
+    return state, keys, before
 
 
 def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
@@ -214,7 +215,7 @@ def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     _clear(ctx)
     params = torch.load(workdir / MODEL_FILE, weights_only=True)
     t0 = time.perf_counter()
-    state, keys = _fresh_loaded(ctx, custom, case, params, workdir / CKPT_DIR)
+    state, keys, before = _fresh_loaded(ctx, custom, case, params, workdir / CKPT_DIR)
     fam = rank_family(case)
     out = {"rank": ctx.rank, "keys": keys, "meta": fam.meta(state.model),
            "mesh_shape": fam.mesh_shape(ctx, case, True),
@@ -222,7 +223,7 @@ def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
            "loaded": _local(state.optimizer, keys),
            "sched_loaded": scheduler_state(state.scheduler),
            "step_loaded": state.step if custom.app_state else None,
-           "diagnosis": after_load(state.model, state.optimizer)}
+           "diagnosis": after_load(state.model, state.optimizer, before)}
     if weights_theirs(custom):
         loaded_params = fam.full_params(state.model)
         if ctx.rank == 0:
@@ -257,13 +258,13 @@ def _stage_again(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     again = workdir / f"{CKPT_AGAIN_DIR}-ws{ctx.world_size}"
     again.mkdir(parents=True, exist_ok=True)
     dist.barrier(group=ctx.group)
-    state, keys = _fresh_loaded(ctx, custom, case, params, workdir / CKPT_DIR)
+    state, keys, _ = _fresh_loaded(ctx, custom, case, params, workdir / CKPT_DIR)
     first = _local(state.optimizer, keys)
     _call(custom.save.resolve(), custom, state, again)
     _wait_writes()
     after = _local(state.optimizer, keys)
     del state
-    state, keys = _fresh_loaded(ctx, custom, case, params, again)
+    state, keys, _ = _fresh_loaded(ctx, custom, case, params, again)
     return {"loaded_again": first, "after_resave": after,
             "reloaded": _local(state.optimizer, keys)}
 

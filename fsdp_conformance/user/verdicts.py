@@ -7,7 +7,7 @@ Rules
 - A custom round trip decides P0, P2, P3, P6, P7, P10 and P11 (``CUSTOM_DECIDES``); the rest
   are n/a with the reason (``custom_undecided``).
 - The named resume bugs found in a custom round trip's records (user/diagnosis.py) are
-  written first in each failing P3, P6 and P11.
+  written first in each failing P0, P3, P6 and P11.
 """
 from __future__ import annotations
 

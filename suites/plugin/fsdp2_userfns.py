@@ -2,6 +2,7 @@
 example trainer's (examples/fsdp2_trainer.py) save/load: the plugin must fail each, naming
 the property and the param or key."""
 import torch
+from torch import nn
 import torch.distributed.checkpoint as dcp
 
 from examples.fsdp2_trainer import AppState
@@ -214,3 +215,32 @@ class SkipsWeights(AppState):
 
 def load_skips_weights(state, directory):
     dcp.load({"app": SkipsWeights(state)}, checkpoint_id=directory)
+
+
+class Scaled(nn.Module):
+    """A small model with a persistent float buffer at its root (a scale kept as a buffer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(5, 8)
+        self.out = nn.Linear(8, 3)
+        self.register_buffer("scale", torch.full((8,), 0.5, dtype=torch.float64))
+
+    def forward(self, x):
+        return self.out(torch.relu(self.inp(x)) * self.scale)
+
+
+class BufferToParam(AppState):
+    """Restores everything, then turns the persistent buffer into a trainable parameter and
+    hands it to the optimizer (a 'make the scale learnable' loader): params +1, buffers -1."""
+
+    def load_state_dict(self, sd):
+        super().load_state_dict(sd)
+        model = self.state.model
+        scale = model._buffers.pop("scale")
+        model.scale = nn.Parameter(scale.detach().clone())
+        self.state.optimizer.param_groups[0]["params"].append(model.scale)
+
+
+def load_buffer_to_param(state, directory):
+    dcp.load({"app": BufferToParam(state)}, checkpoint_id=directory)

@@ -158,3 +158,23 @@ def test_a_load_that_skips_the_weights_fails_p3_and_p6():
         "(weights not restored): 16 of 16 params differ on rank 0" in p3, p3
     assert "FAIL" in p6 and "likely cause: the load did not restore the model's weights" \
         in p6, p6
+
+
+def shard_scaled(model, mesh):
+    from torch.distributed.fsdp import fully_shard
+
+    fully_shard(model.inp, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def test_a_load_that_turns_a_buffer_into_a_parameter_is_named_as_the_cause():
+    """Issue 45: a load that wraps a persistent float buffer in nn.Parameter was reported as
+    'the load skipped what it did not match'; the cause named is the changed model."""
+    with pytest.raises(RoundtripFailure) as info:
+        check(bug.Scaled, batch, save_fn=save_checkpoint, load_fn=bug.load_buffer_to_param,
+              world_sizes=["2"], fsdp_version=2, shard_fn=shard_scaled,
+              optimizer=make_optimizer, scheduler=make_scheduler)
+    msg = str(info.value)
+    assert "likely cause: the load changed the model's parameters (rank(s) [0, 1]; rank 0: " \
+        "added ['scale'] (['scale'] were buffers before it: wrapped in nn.Parameter))" in msg, msg
+    assert "skipped what it did not match" not in msg, msg

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from fsdp_conformance.properties.verdict import fail, passed
-from fsdp_conformance.user.diagnosis import after_load, likely_causes, with_causes
+from fsdp_conformance.user.diagnosis import after_load, likely_causes, model_names, with_causes
 
 
 def _trained():
@@ -66,3 +66,23 @@ def test_a_zoo_model_is_judged_at_the_dtype_it_asks_for():
     assert tolerance_note(case).startswith("tolerance: fp64 (rtol 1e-09, atol 1e-12), the dtype "
                                            "the case runs and computes in")
     assert judged_dtype(Case(api="fsdp2.full", mixed_precision="bf16", dtype="fp32")) == ("bf16", "")
+
+
+def test_a_load_that_changes_the_parameters_is_named_and_not_blamed_on_a_skip():
+    """A buffer wrapped in nn.Parameter by the load (issue 45): params +1, buffers -1, and
+    the 'skipped what it did not match' cause is not said for it."""
+    model, opt = _trained()
+    model.register_buffer("scale", torch.ones(3))
+    before = model_names(model)
+    scale = model._buffers.pop("scale")
+    model.scale = torch.nn.Parameter(scale)
+    seen = after_load(model, opt, before)
+    assert seen["added"] == ["scale"] and seen["from_buffers"] == ["scale"] \
+        and seen["removed"] == [] and seen["unheld"] == ["scale"], seen
+    text = likely_causes([], [SimpleNamespace(rank=0, diagnosis=seen, loaded=None,
+                                              params_loaded=None, step_loaded=None,
+                                              sched_loaded=None)],
+                         fresh_groups=[], fresh_sched=None, saved_step=None)
+    assert text[0].startswith("the load changed the model's parameters (rank(s) [0]; rank 0: "
+                              "added ['scale'] (['scale'] were buffers before it: wrapped in "
+                              "nn.Parameter))"), text
