@@ -41,21 +41,27 @@ def symptom_matches(symptom: str, detail: str) -> bool:
 def unexplained(symptom: str, detail: str) -> list[str]:
     """The differences in a failure's ``detail`` that a declared ``symptom`` does not name:
     every line that says what was expected (a diff item, a scheduler field, a step) is a
-    difference, explained when it or the heading it stands under (the last line before it
-    that ends with ':') shows the symptom. Information and likely causes are no
-    differences. An empty symptom explains everything (the declaration is that wide)."""
+    difference, explained when it or the heading it stands under shows the symptom. A
+    heading is an unindented line that ends with ':'; the lines under it are the indented
+    ones that follow it (after the difference count; a blank or another unindented line
+    ends it), so a heading never explains a later line of its own. Information and likely causes are no differences. An
+    empty symptom explains everything (the declaration is that wide)."""
     if not symptom:
         return []
     parts = symptom.split(" || ")
     out, heading = [], ""
     for line in detail.splitlines():
         text = line.strip()
-        if (not text or text.startswith("likely cause:") or "(information:" in text
-                or re.fullmatch(r"\d+ differences?:", text)):
+        if re.fullmatch(r"\d+ differences?:", text):
+            continue  # the count under a heading: the block goes on
+        indented = line[:1].isspace()
+        if not indented:
+            heading = ""  # an unindented line (or a blank one) ends the heading's block
+        if not text or text.startswith("likely cause:") or "(information:" in text:
             continue
         if "expected" in text.lower() and not any(p in line or p in heading for p in parts):
             out.append(text)
-        if text.endswith(":"):
+        if not indented and text.endswith(":"):
             heading = line
     return out
 

@@ -96,3 +96,7 @@ def test_a_symptom_in_a_heading_explains_the_differences_under_it():
     other = detail + "\n\nrank 1: loading the same checkpoint twice gives different states:\n" \
         "1 difference:\n  state['w']['exp_avg']: value; expected 0.1, got 0.2"
     assert _status([lim], {"P7": fail(other)}) == {"P7": "fail"}
+    # a heading explains only the indented lines under it, not a later line of its own
+    later = detail + ("\n\nrank 0: scheduler after the load vs at the save: 'last_epoch': "
+                      "expected 2, got 1")
+    assert _status([lim], {"P7": fail(later)}) == {"P7": "fail"}
