@@ -69,10 +69,11 @@ class PathSides(Protocol):
     """What the one round trip (``ROUND_TRIP``) holds for every path: the rank functions the
     pools run (a path module holds its steps: ``sut.roundtrip.PathSteps``)."""
 
-    def save_side(self, ctx: Any, case: Any, workdir: str) -> Record:
-        """Train, save through the path, write the files; record what was saved."""
+    def save_side(self, ctx: Any, case: Any, workdir: str, asks: Any = ...) -> Record:
+        """Train, save through the path, write the files; record what was saved (``asks``:
+        what the case's kind asks beyond that, ``sut.asks.SideAsks``)."""
 
-    def load_side(self, ctx: Any, case: Any, workdir: str) -> Record:
+    def load_side(self, ctx: Any, case: Any, workdir: str, asks: Any = ...) -> Record:
         """Build fresh, load through the path, save again, resume; record it all."""
 
 

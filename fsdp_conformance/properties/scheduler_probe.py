@@ -23,6 +23,7 @@ Rules
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 from dataclasses import dataclass
 
@@ -126,9 +127,10 @@ class SchedulerProbe:
                 out.update({k: f"with {harmless} together, {joint}" for k in harmless})
         return out
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
-        """The scheduler's class name (what reads or does not read a field)."""
+        """The scheduler's class name (what reads or does not read a field); built once per
+        probe, which judges every rank's differences of the case."""
         sched = fresh_training(self.case)[2]
         return type(sched).__name__ if sched is not None else "the scheduler"
 
