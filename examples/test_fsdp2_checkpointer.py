@@ -31,7 +31,7 @@ def test_dsd_checkpointer(fsdp_roundtrip, sizes, shard_fn, judged):
                              optimizer=make_optimizer, save_fn=dsd_save, load_fn=dsd_load,
                              world_sizes=[sizes])
     p2 = results[0].properties["P2"]
-    assert results[0].case.id.endswith("/fp32") and f".by-{shard_fn.__name__}/" \
+    assert results[0].case.id.endswith("/fp32/links2") and f".by-{shard_fn.__name__}/" \
         in results[0].case.id
     assert p2.status == "pass" and judged in p2.detail, p2
 
@@ -41,7 +41,7 @@ def test_fp64_asked_for_a_float32_model_is_judged_at_float32_and_says_so(fsdp_ro
                              optimizer=make_optimizer, save_fn=dsd_save, load_fn=dsd_load,
                              world_sizes=["2->3"])
     p2 = results[0].properties["P2"]
-    assert results[0].case.id.endswith("/fp64")
+    assert results[0].case.id.endswith("/fp64/links2")
     assert p2.status == "pass" and p2.detail.endswith(
         "(the model computes its loss in torch.float32 although the case runs in "
         "torch.float64, so it is judged at fp32's tolerance)"), p2

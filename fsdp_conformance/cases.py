@@ -5,7 +5,7 @@ Importing this module does not import torch (``Case`` is part of the light publi
 ``Case.torch_dtype`` (``torch_dtypes()``) imports it on first use."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .api_paths import (FAMILIES, PATH_NAMES, custom_family, family_of, paths_of,
@@ -41,6 +41,8 @@ FSDP2_ROUND_TRIPS = paths_of("fsdp2")
 # FSDP2's CPUOffloadPolicy on both sides: pin_memory=True (torch's default) or False.
 CPU_OFFLOAD = ("", "pinned", "unpinned")
 MIXED_PRECISION = ("", "bf16")
+# The longest chain of checkpoints a case runs (``Axes.links``).
+MAX_LINKS = 4
 KEEP = object()
 """A field's ``single_process`` value (``axis``) that the single-process baseline keeps."""
 FIXTURES_HIDDEN = ("the golden fixtures' root is where a run reads its fixtures, one root per "
@@ -190,6 +192,13 @@ class Axes:
     "dp" (torchtitan's order). 0 = no tensor parallelism."""
     load_tensor_parallel: int | None = axis(None, shown=Part("layout"), load_only=True)
     """The load side's tensor-parallel degree (0: none); None = the save side's."""
+    links: int = axis(1, shown="/links{}", load_only=True)
+    """Checkpoints in a chain (``next_link``): 1 = one save and one load; 2 = after the
+    resumed training the load side saves again through the same path (at step
+    ``steps + resume_steps``), that checkpoint is loaded where the case saved (the world size
+    and plan of its save side: a case that resizes resizes back) and trained on, as a
+    trainer that checkpoints every N steps and is preempted twice. The save side is the
+    same whatever the chain (load-only)."""
 
     def __post_init__(self) -> None:
         # the LR schedule: True is the zoo's "exp" (its id is "+sched", as it always was)
@@ -258,6 +267,9 @@ class Axes:
             raise ValueError(f"no_broadcast=True is the load without broadcast_from_rank0 of "
                              f"{', '.join(paths_with_axis('no_broadcast'))}, got "
                              f"api={self.api!r}")
+        if not 1 <= self.links <= MAX_LINKS:
+            raise ValueError(f"links must be 1 (one checkpoint) to {MAX_LINKS}, got "
+                             f"{self.links!r}")
         if self.scheduler_after_load and not self.scheduler:
             raise ValueError("scheduler_after_load needs scheduler=True")
         if self.scheduler_after_load:
@@ -343,6 +355,21 @@ class Axes:
         """The load side's tensor-parallel degree (0: none)."""
         return self.tensor_parallel if self.load_tensor_parallel is None else self.load_tensor_parallel
 
+    def next_link(self) -> "Case":
+        """The round trip of a chain's next checkpoint (``links``): saved by this case's
+        load side after its resumed training (at step ``steps + resume_steps``, at the load
+        side's world size, plan and tensor-parallel degree), loaded at this case's save
+        side's, with one link fewer to go. ValueError on the last link."""
+        if self.links < 2:
+            raise ValueError(f"{self.id} is the last link of its chain (links={self.links})")
+        swap = {"save": "load", "load": "save"}
+        return replace(self, world_size=self.dst_world_size, load_world_size=self.world_size,
+                       plan=self.dst_plan, load_plan=self.plan,
+                       tensor_parallel=self.dst_tensor_parallel,
+                       load_tensor_parallel=self.tensor_parallel,
+                       compiled=swap.get(self.compiled, self.compiled),
+                       steps=self.steps + self.resume_steps, links=self.links - 1)
+
     def tensor_parallel_of(self, load_side: bool) -> int:
         """The tensor-parallel degree of the save side, or of the load side (0: none)."""
         return self.dst_tensor_parallel if load_side else self.tensor_parallel
@@ -390,6 +417,12 @@ class Case(Axes):
         if self.inject and not self.bounds:
             raise ValueError(f"inject={self.inject!r} is planted into measured calls: it needs "
                              f"bounds=True")
+        if self.links > 1 and (self.bounds or self.golden or self.fault
+                               or self.api in FAMILIES):
+            raise ValueError(f"links={self.links} chains round trips: a bounds, golden, fault "
+                             f"or differential ({'/'.join(FAMILIES)}) case has one checkpoint, "
+                             f"got{self._kind_note() or ' api=' + repr(self.api)}"
+                             + (f" fault={self.fault!r}" if self.fault else ""))
         if self.bounds:
             if self.api not in PATHS:
                 raise ValueError(f"a bounds case measures one API path: api must be one of "
@@ -472,7 +505,7 @@ ID_SEGMENTS: tuple[str, ...] = (
     "api", "optim", "model", "layout", "sizes", "dtype", "steps", "seed", "fault", "golden",
     "bounds", "inject", "compiled", "flatten_optimizer_state_dict", "cpu_offload",
     "mixed_precision", "async_save", "app_state", "nonstrict", "no_broadcast",
-    "ignore_frozen_params", "batch")
+    "ignore_frozen_params", "batch", "links")
 """The order of the id's segments: a shared one by its name (``SHARED_SEGMENTS``), an axis
 with a segment of its own by the axis's name. A new axis is appended, so that every earlier
 id stays as it was."""

@@ -17,18 +17,23 @@ Rules
   ``Expectation.saved`` of the state in memory).
 - The scheduler and the step beside the optimizer (the view's ``training``) are judged by
   P11 (at the save and after the load) and P6 (after resuming).
+- A chain's later checkpoint (``continued``: properties/chain.py) judges the resumed training
+  against the continuation of the state at its save (as bfloat16's P6 always is), and leaves
+  P7 and P10 to the first checkpoint.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
+from .. import reference as ref
 from ..cases import Case
 from ..sut.records import LoadRecord, SaveRecord
 from ..zoo import model_spec
 from . import run_props as rp
 from .baseline import local_run
 from .catalogue import CATALOGUE
+from .chain import LATER_LINK
 from .expectation import EXACT, Evidence, Expectation
 from .family_refs import family_refs
 from .groups import loaded_groups, p11_groups
@@ -53,12 +58,22 @@ def _unmatched(case: Case) -> str:
             f"single-process run can match") if ignored else ""
 
 
+def _in_memory(refs, save_obs: Sequence[SaveRecord]) -> dict | None:
+    """The optimizer's state in memory at the save (the reference gather of the save side's
+    local dicts), None where the gather rejects them (P11 then judges the load alone)."""
+    try:
+        return refs.gather(refs.layout, [o.local for o in save_obs])
+    except ref.StateDictMismatch:
+        return None
+
+
 def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
                      load_obs: Sequence[LoadRecord] | None, view: RoundTripView, *,
-                     exp: Expectation = EXACT) -> dict[str, Verdict]:
+                     exp: Expectation = EXACT, continued: bool = False) -> dict[str, Verdict]:
     """P0-P11 of a round trip as ``view`` shows it (module rules), against ``exp`` with the
     ranks' evidence bound for the effects that need it (``Expectation.observing``: held here
-    while the case is judged). ``load_obs``: None where the load side never ran."""
+    while the case is judged). ``load_obs``: None where the load side never ran.
+    ``continued``: a chain's later checkpoint (module rules)."""
     evidence = Evidence(save_obs=tuple(save_obs), workdir=view.workdir)
     if view.workdir is not None:
         exp = exp.observing(evidence)
@@ -92,10 +107,15 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
     v["P6"] = view.resume_raised() or rp.p6_resume(
         refs.dst, load_obs, local, dt, gather=refs.gather, resume_steps=case.resume_steps,
         case=case, start=rp.save_point(refs.layout, save_obs, refs.gather, exp=exp)
-        if dt == "bf16" and not why else None, unmatched=why, own_mp=mp, always_precise=always,
+        if (dt == "bf16" or continued) and not why else None, unmatched=why, own_mp=mp, always_precise=always,
         exp=exp, scheduler=None if training is None or local.sched_at_end is None
         else "the scheduler after resuming as uninterrupted",
         probe=None if training is None else training.probe)
+    if continued:  # the groups at the save are the optimizer's in memory, not a fresh run's
+        v["P7"] = v["P10"] = na(LATER_LINK)
+        v["P11"] = p11_groups(written, loaded_groups(load_obs), at_save=_in_memory(refs, save_obs),
+                              training=training, exp=exp)
+        return {p: v[p] for p in ROUND_TRIP}
     v["P7"] = view.p7(case, refs, full, save_obs, load_obs, exp)
     v["P10"] = p10_partial(case, layout=refs.layout, dst=refs.dst,
                            full=full if saved.by_torch else None,
@@ -107,9 +127,11 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
 
 
 def round_trip_verdicts(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
-                        workdir: Path, *, exp: Expectation = EXACT) -> dict[str, Verdict]:
+                        workdir: Path, *, exp: Expectation = EXACT,
+                        continued: bool = False) -> dict[str, Verdict]:
     """P0-P11 of a run's API path (``torch_files.TorchFiles``: ``workdir`` holds the case's
-    files, for P8's DCP read-back)."""
+    files, for P8's DCP read-back; ``continued``: a chain's later checkpoint)."""
     from .torch_files import TorchFiles
 
-    return judge_round_trip(case, save_obs, load_obs, TorchFiles(workdir=workdir), exp=exp)
+    return judge_round_trip(case, save_obs, load_obs, TorchFiles(workdir=workdir), exp=exp,
+                            continued=continued)

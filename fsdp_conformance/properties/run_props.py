@@ -333,10 +333,10 @@ def _resumed_training(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRu
     skip = _plain(dst_layout)
     problems = []
     scale = 1.0
-    if dtype == "bf16":
+    if dtype == "bf16" or start is not None:  # bf16, a chain's later checkpoint
         if not isinstance(start, tuple) or case is None:
-            return error(f"bfloat16's P6 needs FSDP's own state at the save: "
-                         f"{start or 'not given'}")
+            return error(f"this P6 judges against the continuation of FSDP's own state at "
+                         f"the save, which could not be had: {start or 'not given'}")
         local = continue_from(case, *start, exp=exp)
     want_p = {k: v for k, v in local.end_of(0)[0].items() if k not in skip}
     got_p = {k: v for k, v in o0.final_params.items() if k not in skip}
@@ -403,7 +403,8 @@ def _resumed_training(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRu
     how = (f"against the continuation of FSDP's state at the save: update scale {scale:.5f} "
            f"(1 +- {BF16_UPDATE_SCALE_TOL}), each param's update and state tensor within "
            f"relative L2 {BF16_UPDATE_RTOL} / {BF16_STATE_NORM_RTOL}" if dtype == "bf16"
-           else f"within rtol={rtol}, atol={atol}")
+           else f"within rtol={rtol}, atol={atol}" + (
+               " of the continuation of FSDP's state at the save" if start is not None else ""))
     return passed(f"params, {len(want_l)} losses and state {how}")
 
 

@@ -109,16 +109,17 @@ class Step:
 
     def on_pool(self, step: str, world_size: int, fn: Callable[..., Any], *,
                 timeout: float | None = None, before: tuple = (), after: tuple = (),
-                workdir: Path | None = None) -> list:
+                workdir: Path | None = None, case: Case | None = None) -> list:
         """``fn(ctx, *before, case, workdir, *after)`` on every rank of a pool of
-        ``world_size`` ranks (``workdir``: the case's own unless given); the ranks' results
-        in rank order. A rank that raised, died or hung -> ``StepFailed``."""
+        ``world_size`` ranks (``workdir``: the case's own unless given; ``case``: the
+        step's unless given: a chain's later checkpoint); the ranks' results in rank order.
+        A rank that raised, died or hung -> ``StepFailed``."""
         from ..harness import get_pool
         from ..harness.errors import RankError, RankTimeout
 
         try:
             return get_pool(world_size, self.env.options.backend, lane=self.env.lane).run(
-                fn, *before, self.case, str(workdir or self.workdir), *after,
+                fn, *before, case or self.case, str(workdir or self.workdir), *after,
                 seed=self.case.seed,
                 timeout=self.env.options.timeout if timeout is None else timeout)
         except RankError as exc:

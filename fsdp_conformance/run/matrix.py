@@ -116,6 +116,8 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer="adamw", groups=2,
                           scheduler=STATEFUL_SCHEDULES[p % len(STATEFUL_SCHEDULES)],
                           world_size=2, load_world_size=3 if resizable(api) else None))
+        # a chain of checkpoints: saved, resumed, saved again by what resumed, resumed again
+        cases += chained(api, ("adamw",), first_schedule=p)
         # bfloat16 round trips: one per path, the optimizers in turn, resharded where the
         # path can (P2 and P6 by each tensor's own scale, run_props)
         cases.append(Case(api=api, optimizer=OPTS[(p + 1) % len(OPTS)], dtype="bf16",
@@ -168,6 +170,7 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                           scheduler_after_load=after, world_size=3,
                           load_world_size=2 if resizable(api) else None))
     for api in paths:
+        cases += chained(api, OPTS, links=(2, 3))
         if family_of(api) == "fsdp2":
             cases += (fsdp2_meshes(api, FULL_HSDP_PAIRS, OPTS) + compiled(api, OPTS)
                       + flattened(api, OPTS) + offloaded(api, OPTS)
@@ -325,6 +328,24 @@ def compiled(api: str, optimizers: Sequence[str] = ("adamw",)) -> list[Case]:
     the reverse (both resharded 2 -> 3), and compiled on both sides (2 -> 2), per optimizer."""
     return [Case(api=api, optimizer=opt, world_size=2, load_world_size=m, compiled=side)
             for opt in optimizers for side, m in (("save", 3), ("load", 3), ("both", 2))]
+
+
+def chained(api: str, optimizers: Sequence[str], *, first_schedule: int = 0,
+            links: Sequence[int] = (2,)) -> list[Case]:
+    """Chains of checkpoints (``Case.links``: saved, resumed, saved again by what resumed,
+    loaded where the chain started, resumed again), per optimizer: two param groups with a
+    schedule whose lr depends on its own state (the schedules in turn from
+    ``first_schedule``), resharding where the path can (2 -> 3 -> 2); and the model that
+    freezes params at the save, at one size."""
+    m = 3 if resizable(api) else 2
+    out = []
+    for i, (opt, n) in enumerate(itertools.product(optimizers, links)):
+        out.append(Case(api=api, optimizer=opt, groups=2, use_orig_params=True,
+                        scheduler=STATEFUL_SCHEDULES[(first_schedule + i) % len(STATEFUL_SCHEDULES)],
+                        world_size=2, load_world_size=m, links=n))
+        out.append(Case(api=api, optimizer=opt, model="frozen", world_size=2,
+                        use_orig_params=True, links=n))
+    return out
 
 
 def golden(paths: Sequence[str], fixtures: str | None, tier: str) -> list[Case]:

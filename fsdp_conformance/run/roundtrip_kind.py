@@ -10,6 +10,9 @@ Rules
 - Cases that differ only in how they load share one save on a lane (run/saves.py): the
   save side runs for the first, the others load from its directory and are judged on its
   records.
+- A chain (``Case.links``, properties/chain.py): each load side that has a next checkpoint
+  saves it after resuming (``SideAsks.save_next``, under the case's own directory); each is
+  loaded on a pool of its own world size and judged with the first (``chain.fold``).
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from ..properties.catalogue import NO_REKEY, ONLY_BOUNDS, ONLY_FAULT, ONLY_GOLDE
 from ..properties.expectation import EXACT, Expectation
 from ..properties.roundtrip import ROUND_TRIP, round_trip_verdicts
 from ..properties.verdict import Verdict, error, na
+from ..properties import chain
+from ..sut.asks import ROUND_TRIP_ASKS, SideAsks
 from ..sut.records import error_of
 from ..api_paths import api_path
 from .lifecycle import Outcome, Step, all_props
@@ -70,14 +75,52 @@ class RoundTripKind:
             if keeps:
                 cache.put(key, save_obs, savedir)
         load_obs = step.on_pool("load side", case.dst_world_size, path.load_side,
-                                workdir=savedir)
+                                workdir=savedir, after=(chain_asks(case, step.workdir),))
         step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
+        links = later_links(step, case, load_obs, path.load_side)
+
         def judge(exp: Expectation) -> dict[str, Verdict]:
-            v = round_trip_verdicts(case, save_obs, load_obs, savedir, exp=exp)
+            v = chain.fold_links(
+                round_trip_verdicts(case, save_obs, load_obs, savedir, exp=exp), case, links,
+                lambda link: round_trip_verdicts(link.case, link.save_obs, link.load_obs,
+                                                 link.workdir, exp=exp, continued=True))
             return {p: v[p] for p in self.decides(case)}
 
         verdicts = judge(EXACT)
         return Outcome(verdicts=verdicts, judge=judge)
+
+
+def chain_asks(case: Case, workdir) -> SideAsks:
+    """What a load side is asked: to save the chain's next checkpoint after resuming, under
+    ``workdir`` (``chain.next_dir``), where the case has one."""
+    return SideAsks(save_next=str(chain.next_dir(workdir))) if case.links > 1 else ROUND_TRIP_ASKS
+
+
+def later_links(step: Step, case: Case, load_obs: list, load_fn, *,
+                before: tuple = ()) -> list[chain.Link]:
+    """The chain's later checkpoints (properties/chain.py), each saved by the load side
+    before it and loaded on a pool of its own (``load_fn(ctx, *before, case, workdir,
+    asks)``: the path's load side); stops at one whose save raised (nothing to load) or
+    whose previous load side did not resume (its own verdicts say why)."""
+    links, cur, cur_load, workdir = [], case, load_obs, step.workdir
+    while cur.links > 1:
+        saves = [o.next_save for o in cur_load]
+        nxt, workdir = cur.next_link(), chain.next_dir(workdir)
+        if any(s is None for s in saves):
+            break
+        failed = [s for s in saves if error_of(s.saved)]
+        if failed:
+            links.append(chain.Link(case=nxt, save_obs=saves, load_obs=None, workdir=workdir,
+                                    failed=error(f"torch raised in the {case.api} save call "
+                                                 f"on rank {failed[0].rank}, so nothing could "
+                                                 f"be loaded:\n{error_of(failed[0].saved)}")))
+            break
+        cur_load = step.on_pool(f"load side of checkpoint {chain.number(case, nxt)}",
+                                nxt.dst_world_size, load_fn, workdir=workdir, before=before,
+                                after=(chain_asks(nxt, workdir),), case=nxt)
+        links.append(chain.Link(case=nxt, save_obs=saves, load_obs=cur_load, workdir=workdir))
+        cur = nxt
+    return links
 
 
 assert set(PROPS) >= set(ROUND_TRIP)

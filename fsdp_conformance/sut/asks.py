@@ -20,6 +20,10 @@ class SideAsks:
     load_only: bool = False
     """Stop after the load: no re-save, no resume (a golden case: P12 judges the loaded
     state alone)."""
+    save_next: str = ""
+    """A chain (``Case.links``): after the resumed training the load side saves again
+    through the path into this directory, as ``Case.next_link``'s save side, and records it
+    (``LoadRecord.next_save``); "" = no next link."""
     keeps_training: bool = True
     """The save side may reuse a training kept from an earlier case that trains alike, and
     keep its own (sut/trained.py); False where the kind does more to the trained state than

@@ -190,3 +190,6 @@ class LoadRecord:
     diagnosis: dict | None = None
     """Custom path: what the rank saw right after the user's load (user/diagnosis.py
     ``after_load``: params the optimizer no longer holds, state off its param's device)."""
+    next_save: Any = None
+    """A chain's next link (``Case.links``): this rank's ``SaveRecord`` of the save through
+    the same path after the resumed training (``Case.next_link``'s save side), or None."""

@@ -280,7 +280,6 @@ def save_side(ctx, case: Case, workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -
     """Train, save through the path, write it; record everything the properties need
     (``asks``: what the case's kind asks beyond that)."""
     workdir = Path(workdir)
-    fam, path, rec = rank_family(case), steps(case), api_path(case.api)
     runs = []  # what trained: the model, or its compiled wrapper, which then saves too
 
     def train_fn(model, optim, sched) -> list[float]:
@@ -290,9 +289,23 @@ def save_side(ctx, case: Case, workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -
 
     tr = trained(ctx, case, lambda: build(ctx, case, load_side=False), train_fn,
                  keeps=asks.keeps_training)
-    model, optim, sched, keys, losses = tr.model, tr.optim, tr.sched, tr.keys, tr.losses
+    run = runs[0] if runs else tr.model  # a kept training is never a compiled one (trained.py)
+    record = save_trained(ctx, case, run, tr.model, tr.optim, tr.sched, tr.keys, tr.losses,
+                          workdir, reused=tr.reused)
+    if asks.keeps_training:
+        keep(tr)  # for the next path that trains alike (sut/trained.py)
+    return record
+
+
+def save_trained(ctx, case: Case, run, model, optim, sched, keys: list[str],
+                 losses: list[float], workdir: Path, *, reused: bool = False,
+                 flip: bool = True) -> SaveRecord:
+    """Save what has trained to ``case.steps`` through the path, write it under ``workdir``
+    (rank 0: the full params and the LR scheduler's state beside it), and record it: the
+    save side's second half, and a chain's next save (``Case.next_link``, on the load side
+    that resumed). ``flip``: also the P9 save with the path's flags flipped."""
+    fam, path, rec = rank_family(case), steps(case), api_path(case.api)
     sched_at_save = scheduler_state(sched)  # before an async write's racing step moves it
-    run = runs[0] if runs else model  # a kept training is never a compiled one (sut/trained.py)
     mesh, meta = fam.mesh_shape(ctx, case, False), fam.meta(model)
     local = local_state(optim, keys)
     params = fam.full_params(model)
@@ -300,9 +313,10 @@ def save_side(ctx, case: Case, workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -
     timings = {"save": t_save}
     saved_devices = sorted(devices_of(saved))
     record = neutral(case, saved, optim, keys)
-    flip, flipped, flipped_devices = path.FLIP, None, None
-    if flip is not None:  # P9: the same save with the flags flipped
-        other, _ = guarded(save_call, case, run, optim, **flip.flags)
+    flipped, flipped_devices = None, None
+    flip_rec = path.FLIP if flip else None
+    if flip_rec is not None:  # P9: the same save with the flags flipped
+        other, _ = guarded(save_call, case, run, optim, **flip_rec.flags)
         flipped_devices = sorted(devices_of(other))
         flipped = neutral(case, other, optim, keys)
     saved_ids = None
@@ -323,13 +337,11 @@ def save_side(ctx, case: Case, workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -
         atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:
             atomic_save(sched.state_dict(), workdir / SCHED_FILE)
-    if asks.keeps_training:
-        keep(tr)  # for the next path that trains alike (sut/trained.py)
     return SaveRecord(rank=ctx.rank, keys=keys, meta=meta, local=local, losses=losses,
-                      reused_training=tr.reused, mesh_shape=mesh, timings=timings,
+                      reused_training=reused, mesh_shape=mesh, timings=timings,
                       saved=record, saved_devices=saved_devices,
                       params=params if ctx.rank == 0 else None, saved_ids=saved_ids,
-                      flip=flip.name if flip is not None else "", flipped=flipped,
+                      flip=flip_rec.name if flip_rec is not None else "", flipped=flipped,
                       flipped_devices=flipped_devices, device=str(ctx.device),
                       own_mixed_precision=fam.own_mixed_precision(model), sched=sched_at_save)
 
@@ -391,6 +403,10 @@ def load_side(ctx, case: Case, workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -
                    sched=sched, tensor_parallel=case.tensor_parallel_of(load_side=True))
     final_local = local_state(optim, keys)
     params = fam.full_params(model)
+    nxt = None
+    if asks.save_next:  # a chain's next checkpoint, saved by what resumed (Case.links)
+        nxt = save_trained(ctx, case.next_link(), run, model, optim, sched, keys, losses,
+                           Path(asks.save_next), flip=False)
     return LoadRecord(**head, loaded=loaded, resaved=resaved, losses=losses,
                       final_local=final_local, sched_final=scheduler_state(sched),
-                      final_params=params)
+                      final_params=params, next_save=nxt)

@@ -80,13 +80,14 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
                custom: CustomPath | None = None, steps: int = 2, resume_steps: int = 2,
                batch: int = 12, dtype: str | None = None, seed: int = 0,
                groups: int | None = None,
-               tier: str = "quick", fsdp_version: int = 2) -> list[Case]:
+               tier: str = "quick", fsdp_version: int = 2, links: int = 1) -> list[Case]:
     """The cases of one round trip: each path (or the custom one) x each world-size spec
     (``spec.parse_sizes``: an HSDP spec runs as HYBRID_SHARD). Paths that cannot change
     world size or wrapping (``api_paths.resizable``) keep their same-size pairs only. The
     LR scheduler runs (``Case.scheduler``) when the user gave one, or when their own
     save/load takes the training state (then the zoo's, if they gave none). ``dtype``
-    None: the model runs as it computes (``model_dtype``)."""
+    None: the model runs as it computes (``model_dtype``). ``links``: checkpoints in a
+    chain (``Case.links``)."""
     user.register()
     if dtype is None:
         dtype = model_dtype(user, seed)
@@ -119,7 +120,7 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
                             fsdp_version == 1, world_size=n,
                             load_world_size=m if m != n else None, api=api, steps=steps,
                             resume_steps=resume_steps, batch=batch, seed=seed, dtype=dtype,
-                            scheduler=scheduler,
+                            scheduler=scheduler, links=links,
                             strategy="HYBRID_SHARD" if hsdp else "FULL_SHARD"))
     if out and fsdp_version == 1:  # unit membership depends on the plans only: one check
         check_units_fit_groups(user, out[0])

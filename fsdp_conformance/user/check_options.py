@@ -63,6 +63,12 @@ class CheckOptions:
     """Training steps before the save."""
     resume_steps: int = 2
     """Training steps after the load, compared with uninterrupted training."""
+    links: int = 2
+    """Checkpoints in a chain: 2 (the default) saves again after the resumed training,
+    with the same save, loads that checkpoint where the case started (``2->3`` resumes on 3
+    ranks, saves there, and resumes again on 2) and trains on, as a trainer that checkpoints
+    every N steps does; a bug that shows only at the second save after a resume is caught
+    there. 1: one save and one load."""
     batch: int = 12
     """Rows per step (split between the ranks)."""
     dtype: str | None = None

@@ -57,7 +57,8 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
     cases = user_cases(user, paths=o.paths, world_sizes=o.world_sizes,
                        use_orig_params=o.use_orig_params, custom=custom, steps=o.steps,
                        resume_steps=o.resume_steps, batch=o.batch, dtype=o.dtype, seed=o.seed,
-                       groups=o.groups, tier=o.tier, fsdp_version=o.fsdp_version)
+                       groups=o.groups, tier=o.tier, fsdp_version=o.fsdp_version,
+                       links=o.links)
     if o.only:
         cases = [c for c in cases if c.id in set(o.only)]
     run_options = RunOptions.for_user(backend=o.backend, timeout=o.timeout)
@@ -73,10 +74,11 @@ module), convolutions."""
 
 def zoo_cases(custom: CustomPath, *, models: Sequence[str] = ZOO_SWEEP,
               world_sizes: Sequence = ("2", "2->3"), optimizer: str = "adamw",
-              seed: int = 0) -> list[Case]:
+              seed: int = 0, links: int = 2) -> list[Case]:
     """The cases of a zoo sweep (``check_zoo``): each zoo model wrapped per submodule
     ("nested") at each world-size spec, plus the extras that change what a save meets: two
-    param groups, and bfloat16 params (on "mlp")."""
+    param groups, and bfloat16 params (on "mlp"); each a chain of ``links`` checkpoints
+    (``CheckOptions.links``)."""
     from .spec import parse_sizes
     from ..zoo import MODELS
 
@@ -88,7 +90,7 @@ def zoo_cases(custom: CustomPath, *, models: Sequence[str] = ZOO_SWEEP,
         common = dict(api=custom.api, optimizer=optimizer, plan="nested", world_size=n,
                       load_world_size=m if m != n else None, seed=seed,
                       strategy="HYBRID_SHARD" if hsdp else "FULL_SHARD",
-                      scheduler=custom.app_state)
+                      scheduler=custom.app_state, links=links)
         out += [Case(model=name, **common) for name in models]
         if "mlp" in models:
             out += [Case(model="mlp", groups=2, **common),
@@ -99,18 +101,20 @@ def zoo_cases(custom: CustomPath, *, models: Sequence[str] = ZOO_SWEEP,
 def check_zoo(save_fn: SaveFn | str, load_fn: LoadFn | str, *,
               models: Sequence[str] = ZOO_SWEEP, world_sizes: Sequence = ("2", "2->3"),
               optimizer: str = "adamw", fsdp_version: int = 2, custom_name: str | None = None,
-              seed: int = 0, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+              seed: int = 0, links: int = 2, backend: str | None = None,
+              timeout: float = DEFAULT_TIMEOUT_S,
               known: Sequence = (), only: Sequence[str] | None = None,
               rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
     """Run the user's own ``save_fn`` / ``load_fn`` on the suite's zoo models
     (``zoo_cases``: buffers, tied weights, frozen and late-frozen params, an unused param,
-    two param groups, bfloat16, HSDP with an "RxS" spec) instead of their own model, so a save
+    two param groups, bfloat16, HSDP with an "RxS" spec; each a chain of ``links``
+    checkpoints) instead of their own model, so a save
     path that breaks on a buffer or a frozen param is found before their next model meets
     it; judged as ``check`` judges a custom path. Raises :class:`RoundtripFailure` naming
     each case that failed."""
     custom = CustomPath.of(save_fn, load_fn, custom_name, family=f"fsdp{fsdp_version}")
     cases = zoo_cases(custom, models=models, world_sizes=world_sizes, optimizer=optimizer,
-                      seed=seed)
+                      seed=seed, links=links)
     if only:
         cases = [c for c in cases if c.id in set(only)]
     options = RunOptions.for_user(backend=backend, timeout=timeout)

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from ..cases import Case
 from ..harness.errors import RankDied, RankError
 from ..known.apply import recognise
+from ..properties import chain
 from ..properties.expectation import EXACT, Expectation
 from ..properties.verdict import Verdict, fail
 from ..run.lifecycle import Outcome, Step, StepFailed, all_props
-from ..run.roundtrip_kind import RoundTripKind
+from ..run.roundtrip_kind import RoundTripKind, chain_asks, later_links
 from ..sut.records import LoadRecord, SaveRecord
 from ..api_paths import paths_of
 from .limitations import known_view
@@ -57,10 +58,16 @@ class UserModelKind(RoundTripKind):
                                 before=(self.user, None))
         step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
         load_obs = step.on_pool("load side", case.dst_world_size, rank_load,
-                                before=(self.user, None))
+                                before=(self.user, None),
+                                after=(chain_asks(case, step.workdir),))
         step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
+        links = later_links(step, case, load_obs, rank_load, before=(self.user, None))
+
         def judge(exp: Expectation) -> dict[str, Verdict]:
-            v = evaluate_user(case, save_obs, load_obs, step.workdir, exp=exp)
+            v = chain.fold_links(
+                evaluate_user(case, save_obs, load_obs, step.workdir, exp=exp), case, links,
+                lambda link: evaluate_user(link.case, link.save_obs, link.load_obs,
+                                           link.workdir, exp=exp, continued=True))
             return {p: v[p] for p in self.decides(case)}
 
         verdicts = judge(EXACT)
@@ -96,14 +103,11 @@ class CustomPathKind:
         if self.user is not None:
             self.user.register()
 
-        def stage(ws: int, name: str) -> list[dict]:
-            return step.on_pool(name, ws, rank_custom, before=(self.user, self.custom),
-                                after=(name,))
-
-        def merge(obs: list[dict], more: list[dict]) -> None:
-            for o, m in zip(obs, more):
-                o.update({k: v for k, v in m.items() if k != "timings"})
-                o.setdefault("timings", {}).update(m.get("timings", {}))
+        def stage(ws: int, name: str, at: Case = case, workdir=None) -> list[dict]:
+            return step.on_pool(name if at is case else f"{name} (checkpoint "
+                                f"{chain.number(case, at)})", ws, rank_custom,
+                                before=(self.user, self.custom), after=(name,), case=at,
+                                workdir=workdir)
 
         errors: dict[str, RankError] = {}
         died: list[str] = []  # the lifecycle reruns a case whose rank died (Outcome.died)
@@ -115,7 +119,7 @@ class CustomPathKind:
                 + rank_error_text(exc.exc)), self.decides(case)), died=_death(exc))
         load_obs = None
         try:
-            merge(save_obs, stage(case.world_size, "save"))
+            _merge(save_obs, stage(case.world_size, "save"))
             step.timings["save"] = max(o["timings"].get("save", 0.0) for o in save_obs)
         except StepFailed as exc:
             errors["save"] = exc.exc
@@ -127,27 +131,79 @@ class CustomPathKind:
             except StepFailed as exc:
                 errors["load"] = exc.exc
                 died.append(_death(exc))
+        links: list[chain.Link] = []
         if load_obs is not None:
             for name in ("resume", "again"):
                 try:
-                    merge(load_obs, stage(case.dst_world_size, name))
+                    _merge(load_obs, stage(case.dst_world_size, name))
                 except StepFailed as exc:
                     errors[name] = exc.exc
                     died.append(_death(exc))
-        # the merged stages are one rank's save / load side: typed as the built-in paths' are
-        # (a stage field that is not a record field fails here, by name)
-        saves = [SaveRecord(**o) for o in save_obs]
-        loads = None if load_obs is None else [LoadRecord(**o) for o in load_obs]
+                if name == "resume" and not errors:  # what resumed saves the next checkpoint
+                    links = _later_links(stage, case, step.workdir, died)  # before P7's loads
+        saves, loads = _records(save_obs, load_obs)
 
         def judge(exp: Expectation) -> dict[str, Verdict]:
-            v = evaluate_custom(case, saves, loads, errors, app_state=self.custom.app_state,
-                                exp=exp)
+            app = self.custom.app_state
+            v = chain.fold_links(
+                evaluate_custom(case, saves, loads, errors, app_state=app, exp=exp), case,
+                links, lambda link: evaluate_custom(
+                    link.case, *_records(link.save_obs, link.load_obs), dict(link.errors),
+                    app_state=app, exp=exp, continued=True))
             return {p: v[p] for p in self.decides(case)}
 
         # known torch limitations, recognised in the user's code by their exact effect
         return Outcome(verdicts=recognise(known_view(case, self.user), _paths_first(case.family),
                                           judge(EXACT), judge),
                        died=next((d for d in died if d), ""))
+
+
+def _merge(obs: list[dict], more: list[dict]) -> None:
+    """One stage's records merged into the rank's record so far (timings added up)."""
+    for o, m in zip(obs, more):
+        o.update({k: v for k, v in m.items() if k != "timings"})
+        o.setdefault("timings", {}).update(m.get("timings", {}))
+
+
+def _records(save_obs: list[dict], load_obs: list[dict] | None):
+    """The merged stages as one rank's save / load side, typed as the built-in paths' are
+    (a stage field that is not a record field fails here, by name)."""
+    return ([SaveRecord(**o) for o in save_obs],
+            None if load_obs is None else [LoadRecord(**o) for o in load_obs])
+
+
+def _later_links(stage, case: Case, workdir, died: list[str]) -> list[chain.Link]:
+    """The chain's later checkpoints (properties/chain.py): the resumed state saved with the
+    user's save ("chain" stage, on the ranks that resumed), then loaded and resumed at the
+    next link's world size; a stage that raised ends the chain there (its error is that
+    checkpoint's verdict)."""
+    links: list[chain.Link] = []
+    cur = case
+    while cur.links > 1:
+        nxt, workdir = cur.next_link(), chain.next_dir(workdir)
+        errors: dict[str, RankError] = {}
+        load_obs = None
+        try:
+            save_obs = stage(nxt.world_size, "chain", cur, workdir=workdir.parent)
+        except StepFailed as exc:
+            died.append(_death(exc))
+            links.append(chain.Link(case=nxt, save_obs=(), load_obs=None, workdir=workdir,
+                                    failed=fail("the save function raised:\n"
+                                                + rank_error_text(exc.exc))))
+            break
+        if not errors:
+            try:
+                load_obs = stage(nxt.dst_world_size, "load", nxt, workdir)
+                _merge(load_obs, stage(nxt.dst_world_size, "resume", nxt, workdir))
+            except StepFailed as exc:
+                errors["load" if load_obs is None else "resume"] = exc.exc
+                died.append(_death(exc))
+        links.append(chain.Link(case=nxt, save_obs=save_obs, load_obs=load_obs,
+                                workdir=workdir, errors=errors))
+        if errors:
+            break
+        cur = nxt
+    return links
 
 
 def _paths_first(family: str) -> list[str]:

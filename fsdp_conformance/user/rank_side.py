@@ -10,6 +10,10 @@ to the ranks by reference, so each is module-level.
   the single-process baseline has it. The user's functions get the ``TrainState`` (model,
   optimizer, scheduler, step) or ``(model, optimizer, directory)``, as their signature says
   (``CustomPath.app_state``); the load side resumes at the ``state.step`` the load restored.
+- A chain (``Case.links``): the resume stage keeps what resumed, with its step counter moved
+  on, and the chain stage records it as the next checkpoint's save side and saves it with
+  the user's save (properties/chain.py); that checkpoint's load and resume are the same
+  stages again, run for ``Case.next_link``.
 - A checkpoint write still running in ``torch.distributed.checkpoint`` when the user's save
   returns (``pending_writes``) is recorded for P7, then waited for, so the load reads a
   whole checkpoint and the verdict names the cause instead of a torn read.
@@ -38,9 +42,11 @@ import torch
 import torch.distributed as dist
 
 from ..cases import Case
+from ..properties.chain import next_dir
 from ..sut import fsdp1, roundtrip
 from ..sut.family import rank_family
 from ..sut.files import atomic_save
+from ..sut.asks import ROUND_TRIP_ASKS, SideAsks
 from ..sut.records import LoadRecord, SaveRecord
 from ..api_paths import MODEL_FILE, api_path
 from ..zoo import scheduler_state
@@ -131,14 +137,20 @@ def _save_model_params(ctx, case: Case, model, workdir: Path):
 
 
 _CACHE = "fsdpc_roundtrip"
+_RESUMED = "fsdpc_resumed"
 
 
-def _stash(ctx, case: Case, state: TrainState, keys) -> None:
-    ctx.cache[_CACHE] = (case.id, state, keys)
+def _stash(ctx, case: Case, state: TrainState, keys, resumed: list | None = None) -> None:
+    """Keep the state for the case's next stage; ``resumed``: the resumed training's losses,
+    for a chain's next save (held apart from the load side's own stages)."""
+    if resumed is None:
+        ctx.cache[_CACHE] = (case.id, state, keys)
+    else:
+        ctx.cache[_RESUMED] = (case.id, state, keys, resumed)
 
 
-def _take(ctx, case: Case):
-    held = ctx.cache.pop(_CACHE, None)
+def _take(ctx, case: Case, resumed: bool = False):
+    held = ctx.cache.pop(_RESUMED if resumed else _CACHE, None)
     if held is None or held[0] != case.id:
         raise RuntimeError(f"no model of {case.id} held on rank {ctx.rank}: the stages of a "
                            f"custom round trip ran out of order (or the pool was rebuilt)")
@@ -174,13 +186,11 @@ def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
     return state, keys, before
 
 
-def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
-    """Save side, 1: build, train ``case.steps`` steps, record; keep the state."""
-    state, keys = _build(ctx, case, load_side=False)
-    # trained, then frozen where the model freezes at the save, as the run's round trip does
-    _, losses = roundtrip.train_for_save(ctx, case, state.model, state.optimizer,
-                                         state.scheduler)
-    state.step = case.steps
+def _save_record(ctx, custom: CustomPath, case: Case, state: TrainState, keys,
+                 losses: list[float], workdir: Path) -> dict:
+    """What a save side records of the state it is about to save at ``case.steps`` (the
+    ``SaveRecord`` fields), rank 0's full params written beside the checkpoint; the
+    checkpoint's directory made."""
     fam = rank_family(case)
     out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
                            "meta": fam.meta(state.model),
@@ -189,18 +199,17 @@ def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
                            "sched": scheduler_state(state.scheduler),
                            "step": state.step if custom.app_state else None,
                            "own_mixed_precision": fam.own_mixed_precision(state.model)}
+    workdir.mkdir(parents=True, exist_ok=True)
     params = _save_model_params(ctx, case, state.model, workdir)
     if ctx.rank == 0:
         out["params"] = params
     (workdir / CKPT_DIR).mkdir(parents=True, exist_ok=True)
-    _stash(ctx, case, state, keys)
     return out
 
 
-def _stage_save(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
-    """Save side, 2: the user's save (exceptions propagate: the pool reports every rank);
-    then what it left still writing (``pending_writes``), waited for before returning."""
-    state, keys = _take(ctx, case)
+def _user_save(ctx, custom: CustomPath, state: TrainState, keys, workdir: Path) -> dict:
+    """The user's save into ``workdir`` (exceptions propagate: the pool reports every
+    rank); then what it left still writing (``pending_writes``), waited for."""
     t0 = time.perf_counter()
     _call(custom.save.resolve(), custom, state, workdir / CKPT_DIR)
     took = time.perf_counter() - t0
@@ -208,6 +217,37 @@ def _stage_save(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     _wait_writes()
     return {"timings": {"save": took}, "after_save": _local(state.optimizer, keys),
             "pending": pending}
+
+
+def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
+    """Save side, 1: build, train ``case.steps`` steps, record; keep the state."""
+    _clear(ctx)
+    state, keys = _build(ctx, case, load_side=False)
+    # trained, then frozen where the model freezes at the save, as the run's round trip does
+    _, losses = roundtrip.train_for_save(ctx, case, state.model, state.optimizer,
+                                         state.scheduler)
+    state.step = case.steps
+    out = _save_record(ctx, custom, case, state, keys, losses, workdir)
+    _stash(ctx, case, state, keys)
+    return out
+
+
+def _stage_save(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
+    """Save side, 2: the user's save (``_user_save``) of the state kept."""
+    state, keys = _take(ctx, case)
+    return _user_save(ctx, custom, state, keys, workdir)
+
+
+def _stage_chain(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
+    """A chain's next checkpoint (``Case.links``, properties/chain.py), on the load side that
+    resumed: what it holds now recorded as ``Case.next_link``'s save side, then saved with
+    the user's save under ``chain.next_dir(workdir)``: one stage, whose records are merged
+    as the train and save stages' are."""
+    state, keys, losses = _take(ctx, case, resumed=True)
+    nxt, where = case.next_link(), next_dir(workdir)
+    out = _save_record(ctx, custom, nxt, state, keys, losses, where)
+    out.update(_user_save(ctx, custom, state, keys, where))
+    return out
 
 
 def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
@@ -244,11 +284,14 @@ def _stage_resume(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
         warnings.simplefilter("ignore")
         losses = fsdp1.train(ctx, case, state.model, state.optimizer, case.resume_steps,
                              start_step=start, sched=state.scheduler)
+    state.step = start + case.resume_steps  # a trainer's step counter moves on
     out = {"losses": losses, "final_local": _local(state.optimizer, keys),
            "sched_final": scheduler_state(state.scheduler)}
     final = rank_family(case).full_params(state.model)
     if ctx.rank == 0:
         out["final_params"] = final
+    if case.links > 1:  # the chain's next checkpoint saves what resumed (_stage_chain)
+        _stash(ctx, case, state, keys, resumed=losses)
     return out
 
 
@@ -271,10 +314,11 @@ def _stage_again(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
 
 def _clear(ctx) -> None:
     ctx.cache.pop(_CACHE, None)
+    ctx.cache.pop(_RESUMED, None)
 
 
 STAGES = {"train": _stage_train, "save": _stage_save, "load": _stage_load,
-          "resume": _stage_resume, "again": _stage_again}
+          "resume": _stage_resume, "again": _stage_again, "chain": _stage_chain}
 
 
 def rank_custom(ctx, user: UserModel | None, custom: CustomPath, case: Case, workdir: str,
@@ -298,9 +342,10 @@ def rank_save(ctx, user: UserModel | None, custom: CustomPath | None, case: Case
 
 
 def rank_load(ctx, user: UserModel | None, custom: CustomPath | None, case: Case,
-              workdir: str) -> LoadRecord:
-    """Load side of a built-in path on a rank (see :func:`rank_save`)."""
+              workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -> LoadRecord:
+    """Load side of a built-in path on a rank (see :func:`rank_save`; ``asks``: a chain's
+    next save, sut/asks.py)."""
     if user is not None:
         user.register()
-    return api_path(case.api).load_side(ctx, case, workdir)
+    return api_path(case.api).load_side(ctx, case, workdir, asks)
 

@@ -35,14 +35,14 @@ def custom_undecided() -> dict[str, Verdict]:
 
 def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord] | None,
                     errors: dict | None = None, app_state: bool = False, *,
-                    exp: Expectation = EXACT) -> dict[str, Verdict]:
+                    exp: Expectation = EXACT, continued: bool = False) -> dict[str, Verdict]:
     """P0-P11 of a custom-path round trip (user/own_code.py), against ``exp``, the likely
     causes first in the failing ones. ``errors``: the RankError of a stage ("save", "load",
     "resume", "again"), if it raised; ``load_obs`` is None when the load side never ran.
     ``app_state``: the user's functions checkpoint the training state (step and scheduler
-    judged too)."""
+    judged too). ``continued``: a chain's later checkpoint (properties/chain.py)."""
     view = OwnCode(errors=errors or {}, app_state=app_state)
-    v = judge_round_trip(case, save_obs, load_obs, view, exp=exp)
+    v = judge_round_trip(case, save_obs, load_obs, view, exp=exp, continued=continued)
     if view.stopped() is not None or load_obs is None:
         return v  # the call that raised is the cause
     return with_causes(v, _causes(case, save_obs, load_obs, app_state))
@@ -60,8 +60,11 @@ def _causes(case: Case, save_obs, load_obs, app_state: bool) -> list[str]:
 
 
 def evaluate_user(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],
-                  workdir: Path, *, exp: Expectation = EXACT) -> dict[str, Verdict]:
+                  workdir: Path, *, exp: Expectation = EXACT,
+                  continued: bool = False) -> dict[str, Verdict]:
     """A built-in path with a user model (``TorchFiles``), against ``exp``; P2 and P6 always
-    say the precision of the user's own mixed precision they were judged at."""
+    say the precision of the user's own mixed precision they were judged at.
+    ``continued``: a chain's later checkpoint (properties/chain.py)."""
     return judge_round_trip(case, save_obs, load_obs,
-                            TorchFiles(workdir=workdir, precision_always=True), exp=exp)
+                            TorchFiles(workdir=workdir, precision_always=True), exp=exp,
+                            continued=continued)

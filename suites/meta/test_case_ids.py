@@ -23,6 +23,7 @@ TRY = {
     "scheduler_after_load": [True], "mixed_precision": ["bf16"], "async_save": [True],
     "app_state": [True], "nonstrict": [True], "no_broadcast": [True],
     "ignore_frozen_params": [True], "tensor_parallel": [2], "load_tensor_parallel": [2],
+    "links": [2],
     "fault": ["shape"], "golden": ["2.13.0/some-fixture"],
     "bounds": [True], "inject": ["slow"],
 }

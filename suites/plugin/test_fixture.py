@@ -32,7 +32,7 @@ def test_builtin_paths_pass_with_every_property(fsdp_roundtrip):
     # the factory's name, made unique per process (another test's make_optimizer may have
     # taken it first: then make_optimizer~2, ...)
     assert re.fullmatch(r"fsdp1\.full/make_optimizer(~\d+)?x2g/GatedNet\.body\+head/flat/"
-                        r"ws2->1/fp64", results[0].case.id), results[0].case.id
+                        r"ws2->1/fp64/links2", results[0].case.id), results[0].case.id
     for st in _statuses(results):
         assert all(st[p] == "pass" for p in ("P0", "P1", "P2", "P3", "P6", "P7", "P8", "P11")), st
 
@@ -57,7 +57,7 @@ def test_planted_bug_dropped_group_lr_is_named(fsdp_roundtrip, request):
     msg = _failure(fsdp_roundtrip, "save_dropping_lr")
     opt = user_model(GatedNet, batch, plan=USER["plan"], optimizer=make_optimizer,
                      loss=loss).optimizer_name  # make_optimizer, or ~N if another took it
-    case = f"custom:save_dropping_lr+load/{opt}x2g/GatedNet.body+head/flat/ws2->1/fp64"
+    case = f"custom:save_dropping_lr+load/{opt}x2g/GatedNet.body+head/flat/ws2->1/fp64/links2"
     assert f"case {case}" in msg
     # which property, which key, which rank, expected vs got
     assert "P11 (param groups) FAIL: rank 0: param_groups after loading differ" in msg

@@ -106,7 +106,7 @@ def test_fsdp_case_reruns_one_case_and_report_is_the_cli_schema(run, tmp_path):
 
     opt = user_model(GatedNet, batch, plan=["body", "head"], optimizer=make_optimizer,
                      loss=loss).optimizer_name  # make_optimizer, or ~N if another took it
-    one = f"fsdp1.sharded/{opt}x2g/GatedNet.body+head/flat/ws1->2/fp64"
+    one = f"fsdp1.sharded/{opt}x2g/GatedNet.body+head/flat/ws1->2/fp64/links2"
     res = run(ROUNDTRIP, "--fsdp-case", one, "--fsdp-report", str(report))
     res.assert_outcomes(passed=1)
     data = json.loads(report.read_text())
