@@ -158,7 +158,10 @@ class Axes:
     scheduler_after_load: bool = axis(False, shown=Part("optim"), load_only=True)
     """With ``scheduler``: the load side builds its LR scheduler after the optimizer state is
     loaded (then loads the scheduler's state), as a trainer that restores the optimizer
-    first does; ``initial_lr`` must then come from the checkpoint (pytorch#140900 class)."""
+    first does; ``initial_lr`` must then come from the checkpoint (pytorch#140900 class).
+    A user's own save/load: no scheduler exists while ``load_fn`` runs; the suite builds
+    it after, from the step the load restored, unless ``load_fn`` built one (torchtune's
+    recipes rebuild theirs from the step and never checkpoint it)."""
     mixed_precision: str = axis("", shown="/mp:{}")
     """FSDP2 round trips only, float32 params: ``fully_shard(mp_policy=MixedPrecisionPolicy(
     param_dtype=bfloat16, reduce_dtype=float32))`` on both sides: compute in bfloat16,
@@ -272,10 +275,10 @@ class Axes:
                              f"{self.links!r}")
         if self.scheduler_after_load and not self.scheduler:
             raise ValueError("scheduler_after_load needs scheduler=True")
-        if self.scheduler_after_load:
+        if self.scheduler_after_load and custom_family(self.api) is None:
             self._only_round_trips("scheduler_after_load=True", PATHS,
-                                   "the round trips of the built-in paths (their load sides "
-                                   "build the scheduler)")
+                                   "the round trips of the built-in paths and a user's own "
+                                   "save/load (their load sides build the scheduler)")
 
     def _check_tensor_parallel(self) -> None:
         """Tensor parallelism: an FSDP2 round trip on the 1-D strategy's mesh, each side's

@@ -80,14 +80,16 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
                custom: CustomPath | None = None, steps: int = 2, resume_steps: int = 2,
                batch: int = 12, dtype: str | None = None, seed: int = 0,
                groups: int | None = None,
-               tier: str = "quick", fsdp_version: int = 2, links: int = 1) -> list[Case]:
+               tier: str = "quick", fsdp_version: int = 2, links: int = 1,
+               scheduler_after_load: bool = False) -> list[Case]:
     """The cases of one round trip: each path (or the custom one) x each world-size spec
     (``spec.parse_sizes``: an HSDP spec runs as HYBRID_SHARD). Paths that cannot change
     world size or wrapping (``api_paths.resizable``) keep their same-size pairs only. The
     LR scheduler runs (``Case.scheduler``) when the user gave one, or when their own
     save/load takes the training state (then the zoo's, if they gave none). ``dtype``
     None: the model runs as it computes (``model_dtype``). ``links``: checkpoints in a
-    chain (``Case.links``)."""
+    chain (``Case.links``); ``scheduler_after_load``: the scheduler built after the user's
+    load (``Case.scheduler_after_load``)."""
     user.register()
     if dtype is None:
         dtype = model_dtype(user, seed)
@@ -105,6 +107,10 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
     if fsdp_version == 2 and user.load_plan is not None and user.shard_fn is not None:
         raise ValueError("load_plan= and shard_fn= were both given: shard_fn shards both sides")
     scheduler = user.scheduler is not None or (custom is not None and custom.app_state)
+    if scheduler_after_load and not (custom is not None and custom.app_state):
+        raise ValueError("scheduler_after_load=True builds the scheduler after your load: it "
+                         "needs save_fn/load_fn that take the training state "
+                         "(save_fn(state, directory))")
     n_groups = _groups_of(user, seed) if groups is None else groups
     model, plan = user.name, user.plan_name
     load_plan = user.load_plan_name if user.load_plan_name != plan else None
@@ -121,6 +127,7 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
                             load_world_size=m if m != n else None, api=api, steps=steps,
                             resume_steps=resume_steps, batch=batch, seed=seed, dtype=dtype,
                             scheduler=scheduler, links=links,
+                            scheduler_after_load=scheduler_after_load and scheduler,
                             strategy="HYBRID_SHARD" if hsdp else "FULL_SHARD"))
     if out and fsdp_version == 1:  # unit membership depends on the plans only: one check
         check_units_fit_groups(user, out[0])

@@ -41,7 +41,15 @@ class CheckOptions:
     """``f(model, mesh)`` that applies ``fully_shard`` itself (FSDP2 only), in place of
     ``plan``."""
     scheduler: Any = None
-    """A zoo LR scheduler's name, or a factory ``f(optimizer)`` of the user's."""
+    """A zoo LR scheduler's name, or a factory of the user's: ``f(optimizer)``, or
+    ``f(optimizer, step)``, the scheduler of a run at training step ``step`` (0 when a run
+    starts; e.g. torchtune's ``get_cosine_schedule_with_warmup(..., last_epoch=step - 1)``)."""
+    scheduler_after_load: bool = False
+    """The trainer's construction order: True builds the LR scheduler after the load (as
+    torchtune's ``full_finetune_distributed`` does), so none exists while ``load_fn`` runs;
+    the suite then builds ``scheduler(optimizer, step)`` from the step ``load_fn`` restored,
+    unless ``load_fn`` sets ``state.scheduler`` itself. False (the default): built with the
+    optimizer, before ``load_fn``, which restores it (a checkpointed scheduler)."""
     # -- the checkpoint under test -----------------------------------------------------------
     save_fn: Any = None
     """The user's save: ``f(state, directory)`` for the whole training state (``TrainState``)
@@ -99,6 +107,10 @@ class CheckOptions:
             raise TypeError("pass both save_fn and load_fn (or neither)")
         if self.shard_fn is not None and self.fsdp_version != 2:
             raise ValueError("shard_fn= applies fully_shard: it needs fsdp_version=2")
+        if self.scheduler_after_load and self.save_fn is None:
+            raise ValueError("scheduler_after_load=True is the construction order of your own "
+                             "load: it needs save_fn/load_fn (the built-in paths' load "
+                             "restores the scheduler it builds)")
         if self.use_orig_params and self.fsdp_version != 1:
             raise ValueError("use_orig_params= is an option of FSDP1 (FullyShardedDataParallel); "
                              "fully_shard always keeps the original parameters: pass "

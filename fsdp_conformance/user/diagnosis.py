@@ -15,7 +15,11 @@ Rules
     params that had optimizer state at the save have none, or a fresh all-zero one (torch's
         ``strict=False`` loads initialise what they skip), after the load;
     the load added or removed parameters (a buffer wrapped in ``nn.Parameter``, a module
-        replaced): the state lands on other parameters; it is the cause then, not a skip.
+        replaced): the state lands on other parameters; it is the cause then, not a skip;
+    a second LR scheduler built by the load on an optimizer that had one, where training
+        after the load raised (construction order: ``scheduler_after_load``);
+    tied weights untied by the load (``assign=True``): each name its own Parameter; a load
+        that raises carries it as a note on its exception (``note_on_raise``).
 - A cause is a diagnosis, never a verdict: the properties fail on what they compare (P3, P6,
   P11), and a failing verdict of the custom path carries the causes found
   (``with_causes``), so the user reads the cause before the diff.
@@ -30,10 +34,38 @@ from ..properties.verdict import Verdict
 HYPERPARAMS_SKIPPED = ("params", "initial_lr")
 
 
-def model_names(model) -> dict[str, list[str]]:
-    """The model's parameter and buffer names (what a load may change: ``after_load``)."""
+def model_names(model) -> dict[str, list]:
+    """The model's parameter and buffer names, and the names that share one parameter (tied
+    weights, ``"tied"``): what a load may change (``after_load``)."""
+    shared: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(p), []).append(n)
     return {"params": sorted(n for n, _ in model.named_parameters()),
-            "buffers": sorted(n for n, _ in model.named_buffers())}
+            "buffers": sorted(n for n, _ in model.named_buffers()),
+            "tied": sorted(names for names in shared.values() if len(names) > 1)}
+
+
+def untied(model, before: dict | None) -> list[list[str]]:
+    """The groups of names that shared one parameter before the load (``model_names``) and
+    no longer do in ``model``."""
+    if not before or not before.get("tied"):
+        return []
+    now = dict(model.named_parameters(remove_duplicate=False))
+    return [names for names in before["tied"]
+            if len({id(now[n]) for n in names if n in now}) > 1]
+
+
+def untied_cause(groups: list[list[str]]) -> str:
+    """The cause of a load that untied tied weights (``untied``)."""
+    return (f"the load untied weights that were one parameter at the save: {groups[0]}"
+            f"{f' (and {len(groups) - 1} more group(s))' if len(groups) > 1 else ''} are "
+            f"separate nn.Parameters after it. A load with assign=True (set_model_state_dict "
+            f"into a model built on the meta device assigns; torch 2.13 "
+            f"distributed/checkpoint/state_dict.py:600-602) gives every key of the state dict "
+            f"its own Parameter, so the optimizer built on the model holds both, while the "
+            f"checkpoint (and fully_shard, which manages the tied weight once) has one. Tie "
+            f"them again after loading the model, before building the optimizer (e.g. "
+            f"model.{groups[0][1].rsplit('.', 1)[0]}.weight = model.{groups[0][0]})")
 
 
 def after_load(model, optimizer, before: dict | None = None) -> dict:
@@ -57,7 +89,9 @@ def after_load(model, optimizer, before: dict | None = None) -> dict:
             if isinstance(v, torch.Tensor) and v.dim() and v.device != p.device:
                 off.append(f"{mine.get(id(p), '<not the model s>')}.{k}: on {v.device}, "
                            f"its param on {p.device}")
-    out = {"unheld": unheld, "stray": stray, "off_device": off}
+    out = {"unheld": unheld, "stray": stray, "off_device": off,
+           "scheduler_replaced": (before or {}).get("scheduler_replaced", ""),
+           "untied": untied(model, before)}
     if before is not None:
         now = model_names(model)
         added = sorted(set(now["params"]) - set(before["params"]))
@@ -66,6 +100,36 @@ def after_load(model, optimizer, before: dict | None = None) -> dict:
                    from_buffers=[n for n in added if n in before["buffers"]],
                    to_buffers=[n for n in removed if n in now["buffers"]])
     return out
+
+
+def stateless_at_save(save_obs: Sequence, raised: str) -> list[str]:
+    """A load that raised (``raised``: its ranks' errors as text): the cause the save
+    records show, if the error names one of them: trainable params the optimizer held with
+    no state on any rank at the save (they never got a gradient), so the checkpoint has no
+    state for them (a strict ``set_optimizer_state_dict`` rejects it: the suite's known
+    limitation dsd-strict-param-without-grad on the built-in paths)."""
+    keys = {k for o in save_obs for k in (o.keys or [])}
+    held = {k for o in save_obs if isinstance(o.local, dict)
+            for k in (o.local.get("state") or {})}
+    none = sorted(keys - held)
+    if not none or not held or not any(f"'{k}'" in raised for k in none):
+        return []  # no state at all (a stateless optimizer, no step yet), or not this error
+    return [f"{len(none)} param(s) the optimizer holds had no optimizer state at the save on "
+            f"any rank (never given a gradient: {none[:4]}), so the checkpoint has none for "
+            f"them; set_optimizer_state_dict with the default strict=True rejects such a "
+            f"checkpoint ('Missing optimizer state for parameter', torch 2.13 "
+            f"distributed/checkpoint/state_dict.py:1032-1040; the suite's known limitation "
+            f"dsd-strict-param-without-grad). Leave such params out of the optimizer, or load "
+            f"with StateDictOptions(strict=False) and check what it initialises for them"]
+
+
+def note_on_raise(exc: BaseException, model, before: dict | None) -> None:
+    """A load that raised, on a rank: the cause found in the model it left (tied weights
+    untied), added to the exception as a note, which the failure shows with its
+    traceback."""
+    groups = untied(model, before)
+    if groups and hasattr(exc, "add_note"):
+        exc.add_note("likely cause: " + untied_cause(groups))
 
 
 def _groups(d: dict | None) -> list[dict]:
@@ -102,8 +166,24 @@ def likely_causes(save_obs: Sequence, load_obs: Sequence, *, fresh_groups: list[
     scheduler state (what a load that restored nothing leaves), the step saved (None: the
     user's functions do not take the training state)."""
     causes: list[str] = []
+    replaced = [o for o in load_obs if o.diagnosis and o.diagnosis.get("scheduler_replaced")]
+    if replaced and all(o.losses is None for o in load_obs):  # and training after it raised
+        causes.append(
+            f"load_fn built another LR scheduler ({replaced[0].diagnosis['scheduler_replaced']}) "
+            f"on an optimizer that already had one: the suite builds scheduler(optimizer) "
+            f"before load_fn unless the case builds it after the load, and every LRScheduler "
+            f"wraps optimizer.step(), so the resumed optimizer.step() ran through both. If "
+            f"your trainer builds its scheduler after the load (torchtune's recipes do, from "
+            f"the step), pass scheduler_after_load=True: no scheduler exists while load_fn "
+            f"runs, and the suite builds scheduler(optimizer, step) after it unless load_fn "
+            f"sets state.scheduler")
+    split = next((o.diagnosis["untied"] for o in load_obs
+                  if o.diagnosis and o.diagnosis.get("untied")), None)
+    if split:
+        causes.append(untied_cause(split))
     changed = {o.rank: o.diagnosis for o in load_obs
-               if o.diagnosis and (o.diagnosis.get("added") or o.diagnosis.get("removed"))}
+               if o.diagnosis and (o.diagnosis.get("added") or o.diagnosis.get("removed"))
+               and not split}  # the untied weight is the parameter added
     if changed:
         r, d = next(iter(changed.items()))
         what = [f"added {d['added']}" + (f" ({d['from_buffers']} were buffers before it: "

@@ -58,7 +58,7 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
                        use_orig_params=o.use_orig_params, custom=custom, steps=o.steps,
                        resume_steps=o.resume_steps, batch=o.batch, dtype=o.dtype, seed=o.seed,
                        groups=o.groups, tier=o.tier, fsdp_version=o.fsdp_version,
-                       links=o.links)
+                       links=o.links, scheduler_after_load=o.scheduler_after_load)
     if o.only:
         cases = [c for c in cases if c.id in set(o.only)]
     run_options = RunOptions.for_user(backend=o.backend, timeout=o.timeout)

@@ -49,9 +49,9 @@ from ..sut.files import atomic_save
 from ..sut.asks import ROUND_TRIP_ASKS, SideAsks
 from ..sut.records import LoadRecord, SaveRecord
 from ..api_paths import MODEL_FILE, api_path
-from ..zoo import scheduler_state
+from ..zoo import build_scheduler, scheduler_state
 from .app_state import TrainState
-from .diagnosis import after_load, model_names
+from .diagnosis import after_load, model_names, note_on_raise
 from .model import CustomPath, UserModel
 
 CKPT_DIR = "ckpt"
@@ -165,13 +165,26 @@ def weights_theirs(custom: CustomPath) -> bool:
     return custom.app_state or custom.load_model is not None
 
 
+def _carry_suite_attrs(built, loaded) -> None:
+    """What the suite set on the model it built (``zoo.build_model``: the user's loss
+    function, ``_fsdpc_*``) onto the model a load function returned in its place."""
+    for k, v in vars(built).items():
+        if k.startswith("_fsdpc_") and k not in vars(loaded):
+            loaded.__dict__[k] = v
+
+
 def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
     """A fresh model at the load world size/plan, then the user's load: with
     ``custom.load_model``, that first (on the model alone), then the optimizer built on the
     parameters the model holds after it, then ``custom.load``; else the optimizer built
-    first, then ``custom.load`` (the order docs/reference/plugin.md documents). The saved
-    weights are put into the fresh model only for an optimizer-only load
-    (``weights_theirs``)."""
+    first, then ``custom.load`` (the order docs/reference/plugin.md documents). The LR
+    scheduler is built with the optimizer, or, where the case builds it after the load
+    (``Case.scheduler_after_load``), after ``custom.load`` from the step it restored
+    (``scheduler(optimizer, step)``), unless the load built one. The saved weights are put
+    into the fresh model only for an optimizer-only load (``weights_theirs``). Returns the
+    state, the optimizer's keys and the model's names before the load (``model_names``),
+    with ``"scheduler_replaced"``: the class of a scheduler the load put in place of the
+    one built before it ("" if none)."""
     model = roundtrip.wrap_side(ctx, case, load_side=True)  # frozen as at the save
     if not weights_theirs(custom):
         rank_family(case).load_params(ctx, model, params)
@@ -180,9 +193,22 @@ def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = custom.load_model.resolve()(model, str(ckpt))
-        model = model if out is None else out
-    state, keys = _equip(case, model)
-    _call(custom.load.resolve(), custom, state, ckpt)
+        if out is not None and out is not model:  # a model the load built (torchtune's meta
+            _carry_suite_attrs(model, out)        # init): trained with the model's own loss
+            model = out
+    state, keys = _equip(case, model)  # no scheduler yet where it is built after the load
+    built = state.scheduler
+    try:
+        _call(custom.load.resolve(), custom, state, ckpt)
+    except Exception as exc:  # the user's error as it is, with the cause the model shows
+        note_on_raise(exc, model, before)
+        raise
+    before["scheduler_replaced"] = (type(state.scheduler).__name__ if built is not None
+                                    and state.scheduler is not built else "")
+    if case.scheduler_after_load and state.scheduler is None:  # from the restored step
+        step = state.step if isinstance(state.step, int) else case.steps
+        state.scheduler = build_scheduler(state.optimizer, case.model, case.scheduler,
+                                          step=step)
     return state, keys, before
 
 

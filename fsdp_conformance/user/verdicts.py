@@ -20,7 +20,7 @@ from ..properties.roundtrip import judge_round_trip
 from ..properties.torch_files import TorchFiles
 from ..properties.verdict import Verdict, na
 from ..sut.records import LoadRecord, SaveRecord
-from .diagnosis import likely_causes, with_causes
+from .diagnosis import likely_causes, stateless_at_save, with_causes
 from .own_code import NOT_THEIRS, THEIRS, OwnCode
 
 CUSTOM_DECIDES: tuple[str, ...] = ("P0", "P2", "P3", "P6", "P7", "P10", "P11")
@@ -43,8 +43,10 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
     judged too). ``continued``: a chain's later checkpoint (properties/chain.py)."""
     view = OwnCode(errors=errors or {}, app_state=app_state)
     v = judge_round_trip(case, save_obs, load_obs, view, exp=exp, continued=continued)
-    if view.stopped() is not None or load_obs is None:
-        return v  # the call that raised is the cause
+    if view.stopped() is not None or load_obs is None:  # the call that raised is the cause,
+        raised = (errors or {}).get("load")
+        return with_causes(v, stateless_at_save(save_obs, str(raised)) if raised is not None
+                           else [], props=("P3",))  # and what the checkpoint lacked
     return with_causes(v, _causes(case, save_obs, load_obs, app_state))
 
 

@@ -204,16 +204,31 @@ compositions whose ``load_state_dict`` recurses into children (``SequentialLR``,
 ``ChainedScheduler``)."""
 
 
+def takes_step(fn) -> bool:
+    """Whether a scheduler factory takes the training step: ``f(optimizer, step)`` (a
+    trainer that builds its scheduler from the step it resumes at, as torchtune's recipes
+    do with ``last_epoch=step - 1``), not ``f(optimizer)``."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+               and p.default is p.empty) == 2
+
+
 def build_scheduler(optim: torch.optim.Optimizer, model: str | None = None,
-                    kind: str = "exp") -> torch.optim.lr_scheduler.LRScheduler:
+                    kind: str = "exp", step: int = 0) -> torch.optim.lr_scheduler.LRScheduler:
     """The LR scheduler of cases with a ``scheduler``: the registered user model's
-    ``scheduler_fn(optim)`` if ``model`` has one, else the zoo's ``SCHEDULES[kind]``
-    (every one adds ``initial_lr`` to each param group: an extra key every path must
-    keep)."""
+    ``scheduler_fn(optim)`` (or ``scheduler_fn(optim, step)``, ``takes_step``: the
+    scheduler of a run at training step ``step``) if ``model`` has one, else the zoo's
+    ``SCHEDULES[kind]`` (every one adds ``initial_lr`` to each param group: an extra key
+    every path must keep)."""
     if model is not None:
         fn = model_spec(model).scheduler_fn
         if fn is not None:
-            return fn(optim)
+            return fn(optim, step) if takes_step(fn) else fn(optim)
     if kind not in SCHEDULES:
         raise ValueError(f"scheduler must be one of {sorted(SCHEDULES)}, got {kind!r}")
     return SCHEDULES[kind](optim)

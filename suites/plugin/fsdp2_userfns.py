@@ -4,6 +4,7 @@ the property and the param or key."""
 import torch
 from torch import nn
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from examples.fsdp2_trainer import AppState
 
@@ -244,3 +245,45 @@ class BufferToParam(AppState):
 
 def load_buffer_to_param(state, directory):
     dcp.load({"app": BufferToParam(state)}, checkpoint_id=directory)
+
+
+def _count_steps(optimizer) -> None:
+    """A trainer's step counter that re-binds ``optimizer.step`` through its function
+    (``__func__``): right on a plain optimizer; on one an LR scheduler already wraps (the
+    wrapper is a plain function), it binds the wrapper to the optimizer, which the wrapper
+    then passes on as the closure: ``TypeError: 'AdamW' object is not callable``."""
+    import types
+
+    fn = getattr(optimizer.step, "__func__", optimizer.step)
+
+    def counted(self, *args, **kwargs):
+        self.steps_counted = getattr(self, "steps_counted", 0) + 1
+        return fn(self, *args, **kwargs)
+
+    optimizer.step = types.MethodType(counted, optimizer)
+
+
+class WithoutScheduler(AppState):
+    """Model, optimizer and step; no LR scheduler (a trainer that rebuilds it)."""
+
+    def state_dict(self):
+        model_sd, optim_sd = get_state_dict(self.state.model, self.state.optimizer)
+        return {"model": model_sd, "optim": optim_sd, "step": self.state.step}
+
+    def load_state_dict(self, sd):
+        set_state_dict(self.state.model, self.state.optimizer,
+                       model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+        self.state.step = sd["step"]
+
+
+def load_rebuilds_scheduler_counting(state, directory):
+    """Restores model, optimizer and step, counts the optimizer's steps (``_count_steps``),
+    then builds its only scheduler from the step: a trainer that builds its scheduler after
+    the load (``RebuildsScheduler``'s LambdaLR)."""
+    from examples.fsdp2_trainer import make_scheduler
+
+    dcp.load({"app": WithoutScheduler(state)}, checkpoint_id=directory)
+    _count_steps(state.optimizer)
+    fresh = make_scheduler(state.optimizer)
+    state.scheduler = torch.optim.lr_scheduler.LambdaLR(
+        state.optimizer, fresh.lr_lambdas[0], last_epoch=state.step - 1)

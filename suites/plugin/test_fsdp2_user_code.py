@@ -178,3 +178,22 @@ def test_a_load_that_turns_a_buffer_into_a_parameter_is_named_as_the_cause():
     assert "likely cause: the load changed the model's parameters (rank(s) [0, 1]; rank 0: " \
         "added ['scale'] (['scale'] were buffers before it: wrapped in nn.Parameter))" in msg, msg
     assert "skipped what it did not match" not in msg, msg
+
+
+def test_a_second_scheduler_that_breaks_the_step_is_named_and_the_order_can_be_said():
+    """Issue 45: a load that builds its own scheduler (and counts steps by re-binding
+    optimizer.step) on the optimizer the suite gave a scheduler before load_fn breaks the
+    resumed optimizer.step() (torchtune's tester saw this TypeError); the failure names the
+    construction order as the cause. Said with scheduler_after_load=True, the step works and
+    what remains is the load's own: DCP restores only the keys of its template, so the
+    rebuilt LambdaLR(last_epoch=step - 1) starts from the loaded lr as its initial_lr (the
+    class of the known limitation dsd-load-drops-group-keys-the-optimizer-lacks)."""
+    msg = _failure(bug.save_rebuilds_scheduler, bug.load_rebuilds_scheduler_counting, "2")
+    p6 = _verdict(msg, "P6")
+    assert "TypeError: 'AdamW' object is not callable" in p6, p6
+    assert "likely cause: load_fn built another LR scheduler (LambdaLR) on an optimizer that " \
+        "already had one" in p6 and "scheduler_after_load=True" in p6, p6
+    msg = _failure(bug.save_rebuilds_scheduler, bug.load_rebuilds_scheduler_counting, "2",
+                   scheduler_after_load=True)
+    assert "+sched@load" in msg and "not callable" not in msg and "raised" not in msg, msg
+    assert "param_groups[0]['initial_lr']: value; expected 0.003, got 0.002" in msg, msg

@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 from fsdp_conformance.properties.verdict import fail, passed
-from fsdp_conformance.user.diagnosis import after_load, likely_causes, model_names, with_causes
+from fsdp_conformance.user.diagnosis import (after_load, likely_causes, model_names,
+                                            stateless_at_save, untied, untied_cause,
+                                            with_causes)
 
 
 def _trained():
@@ -23,7 +25,8 @@ def _trained():
 
 def test_assign_true_leaves_the_optimizer_holding_the_old_parameters():
     model, opt = _trained()
-    assert after_load(model, opt) == {"unheld": [], "stray": 0, "off_device": []}
+    assert after_load(model, opt) == {"unheld": [], "stray": 0, "off_device": [],
+                                      "scheduler_replaced": "", "untied": []}
     model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
     seen = after_load(model, opt)
     assert seen["unheld"] == ["weight", "bias"] and seen["stray"] == 2
@@ -86,3 +89,50 @@ def test_a_load_that_changes_the_parameters_is_named_and_not_blamed_on_a_skip():
     assert text[0].startswith("the load changed the model's parameters (rank(s) [0]; rank 0: "
                               "added ['scale'] (['scale'] were buffers before it: wrapped in "
                               "nn.Parameter))"), text
+
+
+def test_tied_weights_an_assigning_load_unties_are_named():
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(4, 3)
+            self.out = torch.nn.Linear(3, 4, bias=False)
+            self.out.weight = self.emb.weight
+
+    model = Tied()
+    before = model_names(model)
+    assert before["tied"] == [["emb.weight", "out.weight"]] and before["params"] == ["emb.weight"]
+    assert untied(model, before) == []
+    model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
+    assert untied(model, before) == [["emb.weight", "out.weight"]]
+    text = untied_cause(untied(model, before))
+    assert "['emb.weight', 'out.weight'] are separate nn.Parameters" in text
+    assert "model.out.weight = model.emb.weight" in text
+
+
+def test_params_without_state_at_the_save_are_named_only_for_an_error_naming_them():
+    save = [SimpleNamespace(rank=r, keys=["a", "unused"],
+                            local={"state": {"a": {"step": torch.tensor(1.0)}}})
+            for r in range(2)]
+    found = stateless_at_save(save, "RuntimeError: Missing optimizer state for parameter "
+                                    "'unused' in checkpoint")
+    assert len(found) == 1 and "(never given a gradient: ['unused'])" in found[0]
+    assert stateless_at_save(save, "RuntimeError: something else") == []
+    nothing = [SimpleNamespace(rank=0, keys=["a"], local={"state": {}})]  # no step yet
+    assert stateless_at_save(nothing, "'a'") == []
+
+
+def test_a_replaced_scheduler_is_a_cause_only_where_training_after_the_load_raised():
+    seen = {"unheld": [], "stray": 0, "off_device": [], "scheduler_replaced": "LambdaLR"}
+
+    def load(losses):
+        return [SimpleNamespace(rank=0, diagnosis=seen, loaded=None, params_loaded=None,
+                                step_loaded=None, sched_loaded=None, losses=losses)]
+
+    def causes(losses):
+        return likely_causes([], load(losses), fresh_groups=[], fresh_sched=None,
+                             saved_step=None)
+
+    assert causes(None) and causes(None)[0].startswith(
+        "load_fn built another LR scheduler (LambdaLR) on an optimizer that already had one")
+    assert causes([0.5, 0.4]) == []  # replacing it is legitimate when training works
