@@ -149,6 +149,19 @@ def equip(case: Case, model, load_side: bool):
     return optim, sched, optimizer_keys(model, optim)
 
 
+def mesh_of(model, planned):
+    """The shape of the mesh the model's sharded params live on, where the case has one
+    (``planned``: the case's mesh; None under FSDP1): the user's ``shard_fn`` (or a
+    framework's prepare) may shard on a mesh of its own, of another shape with the same
+    local pieces (a 1-D mesh for a one-replica HSDP side), and P0 judges the pieces on the
+    mesh they are on."""
+    if planned is None:
+        return None
+    shapes = [tuple(p.device_mesh.shape) for p in model.parameters()
+              if getattr(p, "device_mesh", None) is not None]
+    return max(shapes, key=len) if shapes else planned
+
+
 def build(ctx, case: Case, load_side: bool):
     """``wrap_side`` then ``equip``: (model, optimizer, scheduler, keys)."""
     model = wrap_side(ctx, case, load_side)
@@ -306,7 +319,7 @@ def save_trained(ctx, case: Case, run, model, optim, sched, keys: list[str],
     that resumed). ``flip``: also the P9 save with the path's flags flipped."""
     fam, path, rec = rank_family(case), steps(case), api_path(case.api)
     sched_at_save = scheduler_state(sched)  # before an async write's racing step moves it
-    mesh, meta = fam.mesh_shape(ctx, case, False), fam.meta(model)
+    mesh, meta = mesh_of(model, fam.mesh_shape(ctx, case, False)), fam.meta(model)
     local = local_state(optim, keys)
     params = fam.full_params(model)
     saved, t_save = guarded(save_call, case, run, optim)
@@ -373,8 +386,8 @@ def load_side(ctx, case: Case, workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -
     model, optim, sched, keys = build(ctx, case, load_side=True)
     run = compiled_for(case, model, load_side=True)
     fam.load_params(ctx, model, torch.load(workdir / MODEL_FILE, weights_only=True))
-    head = dict(rank=ctx.rank, keys=keys, mesh_shape=fam.mesh_shape(ctx, case, True),
-                meta=fam.meta(model))
+    head = dict(rank=ctx.rank, keys=keys, meta=fam.meta(model),
+                mesh_shape=mesh_of(model, fam.mesh_shape(ctx, case, True)))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     saved, note = read_saved(ctx, case, workdir, damage_raises=asks.load_raises)

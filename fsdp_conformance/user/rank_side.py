@@ -220,7 +220,8 @@ def _save_record(ctx, custom: CustomPath, case: Case, state: TrainState, keys,
     fam = rank_family(case)
     out: dict[str, Any] = {"rank": ctx.rank, "keys": keys, "losses": losses,
                            "meta": fam.meta(state.model),
-                           "mesh_shape": fam.mesh_shape(ctx, case, False),
+                           "mesh_shape": roundtrip.mesh_of(state.model,
+                                                  fam.mesh_shape(ctx, case, False)),
                            "local": _local(state.optimizer, keys),
                            "sched": scheduler_state(state.scheduler),
                            "step": state.step if custom.app_state else None,
@@ -284,7 +285,7 @@ def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     state, keys, before = _fresh_loaded(ctx, custom, case, params, workdir / CKPT_DIR)
     fam = rank_family(case)
     out = {"rank": ctx.rank, "keys": keys, "meta": fam.meta(state.model),
-           "mesh_shape": fam.mesh_shape(ctx, case, True),
+           "mesh_shape": roundtrip.mesh_of(state.model, fam.mesh_shape(ctx, case, True)),
            "timings": {"load": time.perf_counter() - t0},
            "loaded": _local(state.optimizer, keys),
            "sched_loaded": scheduler_state(state.scheduler),

@@ -287,3 +287,16 @@ def load_rebuilds_scheduler_counting(state, directory):
     fresh = make_scheduler(state.optimizer)
     state.scheduler = torch.optim.lr_scheduler.LambdaLR(
         state.optimizer, fresh.lr_lambdas[0], last_epoch=state.step - 1)
+
+
+def shard_on_own_mesh(model, mesh):
+    """A framework's sharding on a mesh of its own (accelerate builds a 1-D mesh where the
+    case's side is HSDP with one replica): the same local pieces on another mesh shape."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if mesh.ndim == 2 and mesh.shape[0] == 1:
+        mesh = init_device_mesh("cpu", (mesh.shape[1],))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)

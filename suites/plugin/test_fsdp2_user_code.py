@@ -197,3 +197,13 @@ def test_a_second_scheduler_that_breaks_the_step_is_named_and_the_order_can_be_s
                    scheduler_after_load=True)
     assert "+sched@load" in msg and "not callable" not in msg and "raised" not in msg, msg
     assert "param_groups[0]['initial_lr']: value; expected 0.003, got 0.002" in msg, msg
+
+
+def test_p0_judges_the_pieces_on_the_mesh_the_model_is_on():
+    """Issue 45, P0 by pieces: an HSDP case's one-replica side sharded by the user on an
+    equivalent 1-D mesh (identical local pieces) passes; P0 read the case's own 2-D mesh
+    before and failed every placement."""
+    results = check(TinyTransformerish, batch, save_fn=save_checkpoint, load_fn=load_checkpoint,
+                    world_sizes=["2x2->2"], **{**TRAINER, "shard_fn": bug.shard_on_own_mesh})
+    p0 = results[0].properties["P0"]
+    assert p0.status == "pass", p0.detail
