@@ -66,6 +66,15 @@ ALL_PROPS = PROPS  # the catalogue's (properties/catalogue.py)
 # FSDP.optim_state_dict too).
 _FULL_GATHER_APIS = ("fsdp1",) + tuple(p.name for p in PATHS if p.family == "fsdp1" and p.full)
 
+
+def _idle_param(c: Case) -> bool:
+    """The case's model has a trainable param one training step leaves without a gradient
+    (``zoo.PARAM_WITHOUT_GRAD``): the zoo's "unused", or a user's model seen so (matched by
+    what it touches, not by a zoo model's name)."""
+    from ..zoo.models import PARAM_WITHOUT_GRAD, touches
+
+    return touches(c.model, PARAM_WITHOUT_GRAD)
+
 def _some_rank_gets_no_chunk(c: Case) -> bool:
     """At the load world size, torch.chunk of some param's dim 0 gives fewer pieces than
     ranks (dcp-zero-local-shard-falls-back-to-old-keys)."""
@@ -391,7 +400,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
                where=("_load_optim_state_dict",))),
     KnownLimitation(
         "dsd-strict-param-without-grad", ("P3:set_full", "P3:set_sharded", "P3"),
-        lambda c: (c.api == "fsdp2" or _dsd_loads_its_dict(c)) and c.model == "unused"
+        lambda c: (c.api == "fsdp2" or _dsd_loads_its_dict(c))
+        and _idle_param(c)  # the zoo's "unused", or a user's model with such a param
         and c.optimizer not in ("sgd", "adagrad") and not c.nonstrict,  # strict=False: no check
         "2.13",
         "A trainable param that never got a gradient has no state in get_optimizer_state_dict's "
@@ -408,8 +418,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "https://github.com/pytorch/pytorch/issues/132628)",
         also=_ALL_BUT("P3"),
         model=Raises(exc="RuntimeError",
-               message=r"^Missing optimizer state for parameter 'unused\.(weight|bias)' in checkpoint",
-               alongside=("StrandedRanksError",))),
+               message=r"^Missing optimizer state for parameter '[\w.]+' in checkpoint",
+               where=("_split_optim_state_dict",), alongside=("StrandedRanksError",))),
     KnownLimitation(
         "dsd-nonstrict-dummy-state",
         ("P3:set_full_nonstrict", "P3:set_full_broadcast_nonstrict", "P3"),
@@ -691,8 +701,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
                                r"match the size of tensor b \(\d+\) at non-singleton dimension"),))),
     KnownLimitation(
         "dcp-template-dummy-state-missing-key", ("P3",),
-        lambda c: c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded") and c.model == "unused"
-        and c.steps > 0 and c.optimizer in _LAZY_STATE,
+        lambda c: c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded")
+        and _idle_param(c) and c.steps > 0 and c.optimizer in _LAZY_STATE,
         "2.13",
         "The documented DCP resume recipe fails when a trainable param had no optimizer state "
         "at the save (it never got a gradient): the template get_optimizer_state_dict builds "
@@ -706,7 +716,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "https://github.com/pytorch/pytorch/issues/132628)",
         also=("P4", "P6", "P7", "P11"),
         model=Raises(exc="RuntimeError",
-               message=r"^Missing key in checkpoint state_dict: optim\.state\.unused\.(weight|bias)\.",
+               message=r"^Missing key in checkpoint state_dict: ([\w.]+\.)?state\.[\w.]+\.",
                where=("create_local_plan",), alongside=("CheckpointException",))),
     KnownLimitation(
         "dcp-drops-empty-state-dict", ("P8",),

@@ -23,6 +23,7 @@ Rules
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Sequence
 
@@ -111,6 +112,9 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
         exp=exp, scheduler=None if training is None or local.sched_at_end is None
         else "the scheduler after resuming as uninterrupted",
         probe=None if training is None else training.probe)
+    info = view.information(save_obs, load_obs)
+    if info:
+        v["P6"] = dataclasses.replace(v["P6"], detail=v["P6"].detail + "\n\n" + "\n".join(info))
     if continued:  # the groups at the save are the optimizer's in memory, not a fresh run's
         v["P7"] = v["P10"] = na(LATER_LINK)
         v["P11"] = p11_groups(written, loaded_groups(load_obs), at_save=_in_memory(refs, save_obs),

@@ -135,6 +135,9 @@ class TorchFiles:
                                           refs.dst.shard_groups(), exp=exp)
         return p7_idempotent(pairs, summary=summary)
 
+    def information(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
+        return []
+
     def weights(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
         return []  # the run's round trip loads the weights itself (sut/roundtrip.py)
 

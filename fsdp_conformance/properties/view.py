@@ -83,6 +83,10 @@ class RoundTripView(Protocol):
                  local) -> TrainingSeen | None:
         """The training state beside the optimizer judged by P11 and P6 (None: none)."""
 
+    def information(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
+        """Lines P6 shows whatever its status, never a failure (a user's load restoring the
+        random-number states or not); none for the run's paths."""
+
     def weights(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
         """P3's problems with the model weights after the load, where the load under test
         restores them (none where the suite does)."""

@@ -22,3 +22,7 @@ class CaseResult:
     rerun: str = ""
     """Why the case ran twice: the first attempt's failure when a rank process died in it
     (run/lifecycle.py rules); the verdicts are the second attempt's. "" = it ran once."""
+    setup: dict = field(default_factory=dict)
+    """A user's case (the plugin): the user's setup as it is, what the case's fields cannot
+    say (user/run.py ``describe_setup``: their factories and functions, what their
+    checkpoint holds, when the scheduler is built); empty for the run's own cases."""

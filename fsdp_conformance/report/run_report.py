@@ -72,6 +72,8 @@ def _case_entry(r: CaseResult) -> dict:
         out["measurements"] = r.measurements
     if getattr(r, "rerun", ""):
         out["rerun"] = r.rerun
+    if getattr(r, "setup", None):
+        out["setup"] = r.setup
     return out
 
 

@@ -120,6 +120,10 @@ class SaveRecord:
     """Custom path: what was still writing the checkpoint when the user's save returned (a
     thread in ``torch.distributed.checkpoint``: an ``async_save`` whose Future nobody waited
     for), one line; empty when nothing was. P7."""
+    rng: dict | None = None
+    """Custom path: a digest of each of the rank's random-number states (``"torch"``,
+    ``"python"``, ``"numpy"``) when the user's save was called (user/rank_side.py
+    ``rng_digest``); P6's information on whether the load restored them. None elsewhere."""
     reused_training: bool = False
     """The save side took the model and optimizer an earlier case of another path trained
     alike (sut/trained.py) instead of training them. The run's count; no property reads it."""
@@ -190,6 +194,9 @@ class LoadRecord:
     diagnosis: dict | None = None
     """Custom path: what the rank saw right after the user's load (user/diagnosis.py
     ``after_load``: params the optimizer no longer holds, state off its param's device)."""
+    rng_loaded: dict | None = None
+    """Custom path: ``SaveRecord.rng``'s digests right after the user's load (each equal to
+    the same rank's at the save where the load restored that generator's state)."""
     next_save: Any = None
     """A chain's next link (``Case.links``): this rank's ``SaveRecord`` of the save through
     the same path after the resumed training (``Case.next_link``'s save side), or None."""

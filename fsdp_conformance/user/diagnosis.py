@@ -123,6 +123,33 @@ def stateless_at_save(save_obs: Sequence, raised: str) -> list[str]:
             f"with StateDictOptions(strict=False) and check what it initialises for them"]
 
 
+def rng_note(save_obs: Sequence, load_obs: Sequence) -> str:
+    """Information (never a failure), where the save recorded them (``SaveRecord.rng``):
+    which of each rank's random-number generators (torch, Python ``random``, numpy) the
+    user's load left as they were at the save; "" where nothing was recorded."""
+    saved = {o.rank: o.rng for o in save_obs if getattr(o, "rng", None)}
+    if not saved:
+        return ""
+    kept: dict[str, list[int]] = {}
+    lost: dict[str, list[int]] = {}
+    extra = []
+    for o in load_obs:
+        if o.rank not in saved:
+            extra.append(o.rank)
+            continue
+        for gen, d in sorted((o.rng_loaded or {}).items()):
+            (kept if saved[o.rank].get(gen) == d else lost).setdefault(gen, []).append(o.rank)
+    parts = [f"{gen} restored on rank(s) {ranks}" for gen, ranks in kept.items()]
+    parts += [f"{gen} not restored on rank(s) {ranks}" for gen, ranks in lost.items()]
+    if extra:
+        parts.append(f"rank(s) {extra} had no rank of their own at the save (more ranks than "
+                     f"saved): nothing to restore")
+    tail = (": where the model or the data loader draws random numbers (dropout, shuffling), "
+            "a resumed run whose states are not restored differs from an uninterrupted one"
+            if lost or extra else "")
+    return "(information: random-number states as at the save: " + "; ".join(parts) + tail + ")"
+
+
 def note_on_raise(exc: BaseException, model, before: dict | None) -> None:
     """A load that raised, on a rank: the cause found in the model it left (tied weights
     untied), added to the exception as a note, which the failure shows with its

@@ -68,6 +68,9 @@ class UserModel:
     scheduler: Ref | None = None
     """``scheduler(optimizer) -> LRScheduler``, stepped after every optimizer step (None: no
     scheduler, or the zoo's ExponentialLR where a round trip needs one)."""
+    traits: tuple[str, ...] = ()
+    """What the model has that a known torch limitation may touch (``zoo.TRAITS``,
+    ``traits_of``): the known limitations see it by these, not by a zoo model's name."""
 
     @property
     def plan_name(self) -> str:
@@ -90,7 +93,8 @@ class UserModel:
                            ignored=self.ignored, batch_fn=self.data.resolve(),
                            loss_fn=self.loss.resolve() if self.loss else None,
                            shard_fn=self.shard_fn.resolve() if self.shard_fn else None,
-                           scheduler_fn=self.scheduler.resolve() if self.scheduler else None)
+                           scheduler_fn=self.scheduler.resolve() if self.scheduler else None,
+                           traits=self.traits)
         if isinstance(self.optimizer, Ref):
             zoo.register_optimizer(self.optimizer_name, self.optimizer.resolve())
 
@@ -144,6 +148,26 @@ def _optimizer_kind(optim) -> str:
     return ""
 
 
+def traits_of(built: nn.Module, data, loss) -> tuple[str, ...]:
+    """The model's ``zoo.TRAITS``, seen in one training step of ``built`` in this process
+    (torch seeded; the caller's RNG is left as it was): a trainable param the backward
+    leaves without a gradient is ``PARAM_WITHOUT_GRAD``. A model that cannot take that step
+    here has none (its cases say why when they run)."""
+    from ..zoo.models import PARAM_WITHOUT_GRAD
+
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            x = data(0, 4)
+            out = loss(built, x) if loss is not None else zoo.loss_of(built, x)
+            out.backward()
+    except Exception:  # noqa: BLE001 - a model the controller cannot step: no traits
+        return ()
+    idle = [n for n, p in built.named_parameters() if p.requires_grad and p.grad is None]
+    built.zero_grad(set_to_none=True)
+    return (PARAM_WITHOUT_GRAD,) if idle else ()
+
+
 def user_model(model, data, *, plan=(), load_plan=None, optimizer="adam", loss=None,
                ignored: Iterable[str] = (), name: str | None = None, shard_fn=None,
                scheduler=None) -> UserModel:
@@ -171,9 +195,11 @@ def user_model(model, data, *, plan=(), load_plan=None, optimizer="adam", loss=N
     base = name or factory.name
     ident = (factory, data_ref, loss_ref, ignored, shard_ref, sched_ref)
     mname = _unique(base, ident, _MODEL_NAMES, reserved=zoo.MODELS)
+    traits = traits_of(built, data_ref.resolve(), loss_ref.resolve() if loss_ref else None)
     return UserModel(mname, factory, data_ref, plan=fqns, load_plan=load_fqns, optimizer=opt,
                      loss=loss_ref, ignored=ignored, optimizer_name=opt_name,
-                     optimizer_kind=kind, shard_fn=shard_ref, scheduler=sched_ref)
+                     optimizer_kind=kind, shard_fn=shard_ref, scheduler=sched_ref,
+                     traits=traits)
 
 
 def _arity(fn, what: str) -> int:

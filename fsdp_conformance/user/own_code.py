@@ -19,6 +19,8 @@ Rules
 - With the training state (``save_fn(state, directory)``): P11 also holds the step the load
   restored (== the save's) and the scheduler's state after the load, P6 the scheduler's
   state after resuming.
+- Whether the load restored each rank's random-number states is information shown in P6
+  (``diagnosis.rng_note``), never a verdict: the suite's training draws none.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from ..properties.training_state import TrainingSeen, with_problems
 from ..properties.verdict import Verdict, error, fail, na
 from ..properties.view import Saved, training_seen
 from ..sut.records import LoadRecord, SaveRecord
-from .diagnosis import weights_not_restored
+from .diagnosis import rng_note, weights_not_restored
 from .rank_errors import rank_error_text
 
 THEIRS = "the file format is the user's own: judged by what the load restores (P3, P7)"
@@ -124,6 +126,10 @@ class OwnCode:
         return with_problems(p7_idempotent(pairs, raised=raised, summary=(
             "the save leaves the state unchanged; load -> save -> load bitwise the same")),
             _pending_saves(save_obs), "the save was complete when save_fn returned")
+
+    def information(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
+        note = rng_note(save_obs, load_obs)
+        return [note] if note else []
 
     def weights(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
         found = weights_not_restored(save_obs, load_obs)

@@ -234,16 +234,52 @@ def _save_record(ctx, custom: CustomPath, case: Case, state: TrainState, keys,
     return out
 
 
-def _user_save(ctx, custom: CustomPath, state: TrainState, keys, workdir: Path) -> dict:
+def rng_digest() -> dict[str, str]:
+    """A digest of each of this process's random-number states: ``"torch"`` (the CPU
+    generator), ``"python"`` (``random``) and ``"numpy"`` (its global one, where numpy is
+    imported)."""
+    import hashlib
+    import random
+
+    def digest(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()[:16]
+
+    out = {"torch": digest(torch.get_rng_state().numpy().tobytes()),
+           "python": digest(repr(random.getstate()).encode())}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        out["numpy"] = digest(repr(np.random.get_state()[1].tolist()).encode())
+    return out
+
+
+def _rng_of_a_run(case: Case, rank: int) -> dict[str, str]:
+    """Put this rank's random-number states where a run's are at its save (not the suite's
+    per-call seed, which a fresh load side also starts from), so that a load restoring them
+    is told from one that does not; returns their digests (``rng_digest``)."""
+    import random
+
+    seed = (case.seed * 1_000_003 + rank * 7919 + case.steps) % (2 ** 31)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed)
+    return rng_digest()
+
+
+def _user_save(ctx, custom: CustomPath, state: TrainState, keys, workdir: Path,
+               case: Case) -> dict:
     """The user's save into ``workdir`` (exceptions propagate: the pool reports every
-    rank); then what it left still writing (``pending_writes``), waited for."""
+    rank), the random-number states it met recorded (``_rng_of_a_run``); then what it left
+    still writing (``pending_writes``), waited for."""
+    rng = _rng_of_a_run(case, ctx.rank)
     t0 = time.perf_counter()
     _call(custom.save.resolve(), custom, state, workdir / CKPT_DIR)
     took = time.perf_counter() - t0
     pending = pending_writes()
     _wait_writes()
     return {"timings": {"save": took}, "after_save": _local(state.optimizer, keys),
-            "pending": pending}
+            "pending": pending, "rng": rng}
 
 
 def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
@@ -262,7 +298,7 @@ def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
 def _stage_save(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     """Save side, 2: the user's save (``_user_save``) of the state kept."""
     state, keys = _take(ctx, case)
-    return _user_save(ctx, custom, state, keys, workdir)
+    return _user_save(ctx, custom, state, keys, workdir, case)
 
 
 def _stage_chain(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
@@ -273,7 +309,7 @@ def _stage_chain(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     state, keys, losses = _take(ctx, case, resumed=True)
     nxt, where = case.next_link(), next_dir(workdir)
     out = _save_record(ctx, custom, nxt, state, keys, losses, where)
-    out.update(_user_save(ctx, custom, state, keys, where))
+    out.update(_user_save(ctx, custom, state, keys, where, nxt))
     return out
 
 
@@ -283,6 +319,7 @@ def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     params = torch.load(workdir / MODEL_FILE, weights_only=True)
     t0 = time.perf_counter()
     state, keys, before = _fresh_loaded(ctx, custom, case, params, workdir / CKPT_DIR)
+    rng = rng_digest()
     fam = rank_family(case)
     out = {"rank": ctx.rank, "keys": keys, "meta": fam.meta(state.model),
            "mesh_shape": roundtrip.mesh_of(state.model, fam.mesh_shape(ctx, case, True)),
@@ -290,7 +327,8 @@ def _stage_load(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
            "loaded": _local(state.optimizer, keys),
            "sched_loaded": scheduler_state(state.scheduler),
            "step_loaded": state.step if custom.app_state else None,
-           "diagnosis": after_load(state.model, state.optimizer, before)}
+           "diagnosis": after_load(state.model, state.optimizer, before),
+           "rng_loaded": rng}
     if weights_theirs(custom):
         loaded_params = fam.full_params(state.model)
         if ctx.rank == 0:

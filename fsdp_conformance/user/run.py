@@ -40,6 +40,46 @@ def run_user_case(case: Case, user: UserModel | None = None, custom: CustomPath 
             kind = kind_of(case)
         r = execute(case, env, kind)
         return dataclasses.replace(r, properties=apply_declared(
-            r.properties, declared, hits, case=known_view(case, user)))
+            r.properties, declared, hits, case=known_view(case, user)),
+            setup=describe_setup(case, user, custom))
     finally:
         shutil.rmtree(rundir, ignore_errors=True)
+
+
+def _name(ref) -> str | None:
+    return None if ref is None else ref.target
+
+
+def describe_setup(case: Case, user: UserModel | None, custom: CustomPath | None) -> dict:
+    """A user's case as the user set it up, for the report (``CaseResult.setup``): the
+    case's fields name the suite's axes (``scheduler`` "exp" is "a scheduler steps", the
+    zoo's where the user gave none; ``app_state`` is the run's own DCP app-state path), so
+    this says whose pieces ran and what the user's checkpoint holds."""
+    out: dict = {}
+    if user is not None:
+        out.update(model=_name(user.factory), data=_name(user.data),
+                   optimizer=(user.optimizer if isinstance(user.optimizer, str)
+                              else _name(user.optimizer)),
+                   loss=_name(user.loss) or "the suite's (mean square of the output)",
+                   shard_fn=_name(user.shard_fn), traits=list(user.traits))
+    if case.scheduler:
+        mine = user is not None and user.scheduler is not None
+        out["scheduler"] = (_name(user.scheduler) if mine else
+                            f"the zoo's {case.scheduler!r} (you gave none; a training-state "
+                            f"checkpoint must hold one)")
+    else:
+        out["scheduler"] = None
+    if custom is not None:
+        out.update(save_fn=_name(custom.save), load_fn=_name(custom.load),
+                   load_model=_name(custom.load_model),
+                   checkpoint=("the training state (model, optimizer, scheduler, step)"
+                               if custom.app_state else "the optimizer only"),
+                   scheduler_built=("after load_fn, from the step it restored"
+                                    if case.scheduler_after_load else
+                                    "before load_fn, which restores it") if case.scheduler
+                   else None)
+    else:
+        out["checkpoint"] = f"the built-in path {case.api}"
+    out["checkpoints_in_chain"] = case.links
+    return out
+

@@ -359,6 +359,7 @@ def case_runner(request):
 # --------------------------------------------------------------------------- report
 def encode_result(r) -> dict:
     return {"case": r.case.to_dict(), "timings": dict(r.timings), "rerun": r.rerun,
+            "setup": dict(r.setup),
             "properties": {p: [v.status, v.detail, v.known] for p, v in r.properties.items()}}
 
 
@@ -368,7 +369,7 @@ def decode_result(d: dict):
     from ..report.run_report import CaseResult
 
     return CaseResult(Case(**d["case"]), {p: Verdict(*v) for p, v in d["properties"].items()},
-                      d["timings"], rerun=d.get("rerun", ""))
+                      d["timings"], rerun=d.get("rerun", ""), setup=d.get("setup") or {})
 
 
 def collect_worker(node) -> None:

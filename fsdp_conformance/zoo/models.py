@@ -169,6 +169,21 @@ class ModelSpec:
     # "rowwise")`` pairs, applied with ``parallelize_module`` before ``fully_shard``
     # (reference/fsdp2_layout.py ``TP_STYLES``). Empty: the model has no tensor-parallel plan.
     tp_plan: tuple = ()
+    # What the model has that a known torch limitation may touch (``TRAITS``), so an entry
+    # is matched by what it touches, not by a zoo model's name: a user's model gets its own
+    # from one training step in the controller (user/model.py ``traits_of``).
+    traits: frozenset = frozenset()
+
+
+PARAM_WITHOUT_GRAD = "param_without_grad"
+"""Trait: a trainable param that one training step leaves without a gradient (the forward
+never uses it), so a lazily-initialised optimizer has no state for it at the save."""
+TRAITS = (PARAM_WITHOUT_GRAD,)
+
+
+def touches(name: str, trait: str) -> bool:
+    """Whether model ``name`` (a zoo model, or a registered user model) has ``trait``."""
+    return trait in model_spec(name).traits
 
 
 def _floats(shape):
@@ -188,7 +203,8 @@ MODELS: dict[str, ModelSpec] = {
     "frozen": ModelSpec("frozen", FrozenMLP, _floats((7,)),
                         {"root": (), "nested": ("block", "head")}),
     "unused": ModelSpec("unused", UnusedParamMLP, _floats((7,)),
-                        {"root": (), "nested": ("block", "unused")}),
+                        {"root": (), "nested": ("block", "unused")},
+                        traits=frozenset({PARAM_WITHOUT_GRAD})),
     "buffers": ModelSpec("buffers", BufferedNet, _floats((5,)),
                          {"root": (), "nested": ("inp", "head")}, ignored=("side",)),
     "conv": ModelSpec("conv", ConvNet, _floats((2, 6, 6)),
@@ -221,12 +237,12 @@ REGISTERED: dict[str, ModelSpec] = {}
 def register_model(name: str, factory: Callable[[], nn.Module], input_fn=None,
                    plans: dict | None = None, ignored: tuple = (), *,
                    batch_fn=None, loss_fn=None, shard_fn=None,
-                   scheduler_fn=None) -> ModelSpec:
+                   scheduler_fn=None, traits=frozenset()) -> ModelSpec:
     """Make ``name`` buildable like a zoo model in this process: ``factory() -> nn.Module``
     (called with torch seeded), ``plans`` {plan name: FQNs of submodules that are their own
     unit} ("root" is always there), inputs from ``input_fn(generator, batch, dtype)`` or
-    ``batch_fn(step, batch)``, an optional ``loss_fn(model, x)``, ``shard_fn(model, mesh)``
-    and ``scheduler_fn(optimizer)`` (``ModelSpec``).
+    ``batch_fn(step, batch)``, an optional ``loss_fn(model, x)``, ``shard_fn(model, mesh)``,
+    ``scheduler_fn(optimizer)`` and its ``traits`` (``ModelSpec``).
 
     Registering a name again with the same callables and ignored modules merges the plans;
     anything else under a taken name (a zoo name included) is a ValueError."""
@@ -236,7 +252,7 @@ def register_model(name: str, factory: Callable[[], nn.Module], input_fn=None,
         raise ValueError(f"{name!r} is a zoo model; pick another name")
     plans = {"root": (), **{k: tuple(v) for k, v in (plans or {}).items()}}
     spec = ModelSpec(name, factory, input_fn, plans, tuple(ignored), batch_fn, loss_fn,
-                     shard_fn=shard_fn, scheduler_fn=scheduler_fn)
+                     shard_fn=shard_fn, scheduler_fn=scheduler_fn, traits=frozenset(traits))
     old = REGISTERED.get(name)
     if old is not None:
         ident = lambda m: (m.factory, m.input_fn, m.ignored, m.batch_fn, m.loss_fn,  # noqa: E731

@@ -300,3 +300,34 @@ def shard_on_own_mesh(model, mesh):
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
+
+
+def save_with_rng(state, directory):
+    """The example trainer's save, and each rank's random-number states beside it (as
+    accelerate's ``random_states_{rank}.pkl``)."""
+    import os
+    import random
+
+    from examples.fsdp2_trainer import save_checkpoint
+
+    save_checkpoint(state, directory)
+    rank = torch.distributed.get_rank()
+    torch.save({"torch": torch.get_rng_state(), "python": random.getstate()},
+               os.path.join(directory, f"random_states_{rank}.pt"))
+    torch.distributed.barrier()
+
+
+def load_with_rng(state, directory):
+    """Its load: the checkpoint, then this rank's random-number states where the save had
+    this rank."""
+    import os
+    import random
+
+    from examples.fsdp2_trainer import load_checkpoint
+
+    load_checkpoint(state, directory)
+    path = os.path.join(directory, f"random_states_{torch.distributed.get_rank()}.pt")
+    if os.path.exists(path):
+        rng = torch.load(path, weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])

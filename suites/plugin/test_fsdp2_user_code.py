@@ -207,3 +207,44 @@ def test_p0_judges_the_pieces_on_the_mesh_the_model_is_on():
                     world_sizes=["2x2->2"], **{**TRAINER, "shard_fn": bug.shard_on_own_mesh})
     p0 = results[0].properties["P0"]
     assert p0.status == "pass", p0.detail
+
+
+def test_the_report_describes_the_users_setup_as_it_is(tmp_path):
+    """Issue 45, item 8: the JSON report said "scheduler": "exp" and "app_state": false for a
+    user's own setup; each user case now carries ``setup``: whose pieces ran and what the
+    checkpoint holds."""
+    import json
+
+    from fsdp_conformance.report.run_report import build_report
+
+    [r] = check(TinyTransformerish, batch, save_fn=save_checkpoint, load_fn=load_checkpoint,
+                world_sizes=["2"], **TRAINER)
+    entry = next(c for c in build_report([r], tier="quick", backend="gloo", seed=0,
+                                         world_sizes=[2], wall_time_s=1.0, argv=[],
+                                         selection=None, tolerances={})["cases"])
+    setup = json.loads(json.dumps(entry["setup"]))
+    assert setup["scheduler"] == "examples.fsdp2_trainer:make_scheduler", setup
+    assert setup["checkpoint"] == "the training state (model, optimizer, scheduler, step)"
+    assert setup["scheduler_built"] == "before load_fn, which restores it"
+    assert setup["save_fn"] == "examples.fsdp2_trainer:save_checkpoint"
+    assert setup["checkpoints_in_chain"] == 2 and setup["shard_fn"] == "examples.fsdp2_trainer:shard"
+
+
+def test_whether_the_load_restored_the_random_number_states_is_reported():
+    """Issue 45: RNG states restored or not are reported, as information (the suite's
+    training draws none): the example trainer's DCP app state holds no RNG, so its load
+    leaves them fresh; a load that restores them (bug.save_with_rng) is seen to."""
+    for save, load, want in ((save_checkpoint, load_checkpoint,
+                              ["python not restored on rank(s) [0, 1]",
+                               "torch not restored on rank(s) [0, 1]"]),
+                             (bug.save_with_rng, bug.load_with_rng,
+                              ["python restored on rank(s) [0, 1]",
+                               "torch restored on rank(s) [0, 1]"])):
+        [r] = check(TinyTransformerish, batch, save_fn=save, load_fn=load, world_sizes=["2"],
+                    **TRAINER)
+        p6 = r.properties["P6"]
+        assert p6.ok and "(information: random-number states as at the save: " in p6.detail
+        assert all(w in p6.detail for w in want), p6.detail
+    [r] = check(TinyTransformerish, batch, save_fn=bug.save_with_rng, load_fn=bug.load_with_rng,
+                world_sizes=["2->3"], **TRAINER)
+    assert "rank(s) [2] had no rank of their own at the save" in r.properties["P6"].detail
