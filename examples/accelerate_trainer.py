@@ -29,10 +29,13 @@ from torch import nn
 _CURRENT: dict = {}
 
 
-def accelerator(state_dict_type: str, fsdp_version: int = 2):
+def accelerator(state_dict_type: str, fsdp_version: int = 2, split_batches: bool = False):
     """A fresh FSDP ``Accelerator`` (``fsdp_version`` 1 or 2) on this CPU rank (module
-    docstring); the training state prepared into the previous one is forgotten."""
-    from accelerate import Accelerator
+    docstring); the training state prepared into the previous one is forgotten.
+    ``split_batches``: accelerate's ``DataLoaderConfiguration(split_batches=True)``: the
+    global batch is split between the ranks (the suite's data), so a prepared scheduler
+    steps once per optimizer step (with False it steps once per process)."""
+    from accelerate import Accelerator, DataLoaderConfiguration
     from accelerate.state import AcceleratorState, GradientState, PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
@@ -42,7 +45,8 @@ def accelerator(state_dict_type: str, fsdp_version: int = 2):
     PartialState._shared_state["distributed_type"] = DistributedType.MULTI_GPU
     plugin = FullyShardedDataParallelPlugin(fsdp_version=fsdp_version,
                                             state_dict_type=state_dict_type)
-    acc = Accelerator(cpu=True, fsdp_plugin=plugin)
+    acc = Accelerator(cpu=True, fsdp_plugin=plugin, dataloader_config=DataLoaderConfiguration(
+        split_batches=split_batches))
     if acc.distributed_type != DistributedType.FSDP or acc.is_fsdp2 != (fsdp_version == 2):
         raise RuntimeError(f"accelerate did not enter FSDP{fsdp_version}: "
                            f"{acc.distributed_type}, is_fsdp2={acc.is_fsdp2}")
@@ -127,6 +131,37 @@ def _prepared(state):
         acc.register_for_checkpointing(Step(state))
         _CURRENT["prepared"] = state
     return acc
+
+
+def _setup(state, state_dict_type: str) -> None:
+    """A trainer's own construction: ``model, optimizer, scheduler =
+    accelerator.prepare(model, optimizer, scheduler)`` after building them (the suite has
+    sharded the model on the case's mesh: ``prepare`` keeps an FSDP2 module), and the step
+    registered for checkpointing."""
+    acc = accelerator(state_dict_type, split_batches=True)
+    state.model, state.optimizer, state.scheduler = acc.prepare(state.model, state.optimizer,
+                                                                state.scheduler)
+    acc.register_for_checkpointing(Step(state))
+
+
+def setup_full(state) -> None:
+    """``setup_fn``: ``Accelerator.prepare`` with FULL state dicts."""
+    _setup(state, "FULL_STATE_DICT")
+
+
+def setup_sharded(state) -> None:
+    """``setup_fn``: ``Accelerator.prepare`` with SHARDED state dicts (DCP)."""
+    _setup(state, "SHARDED_STATE_DICT")
+
+
+def save_prepared(state, directory: str) -> None:
+    """``Accelerator.save_state`` of the accelerator ``setup_fn`` prepared the state into."""
+    _CURRENT["acc"].save_state(directory)
+
+
+def load_prepared(state, directory: str) -> None:
+    """``Accelerator.load_state`` into the state ``setup_fn`` prepared."""
+    _CURRENT["acc"].load_state(directory)
 
 
 def save_state(state, directory: str) -> None:

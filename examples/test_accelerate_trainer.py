@@ -145,3 +145,34 @@ def test_save_state_fsdp1_full_with_orig_params_kills_rank_0():
     assert "rank 0's log, where it died:" in detail and "param_hook" in detail, detail
     # a death is run once more on a fresh pool; it came again, so the verdicts stand
     assert r.rerun.rstrip().endswith("(second attempt: a rank died again)"), r.rerun
+
+
+@pytest.mark.parametrize("sizes", ["2", "2->3", "3->2", "2x2->2"])
+@pytest.mark.parametrize("state_dict_type", [FULL, SHARDED], ids=["full", "sharded"])
+def test_save_state_under_the_setup_hook(fsdp_roundtrip, state_dict_type, sizes):
+    """The trainer's own construction (issue 45): the suite builds and shards, then
+    ``setup_fn`` runs ``accelerator.prepare(model, optimizer, scheduler)`` and registers the
+    step, as a trainer does; ``Accelerator.save_state`` / ``load_state`` checkpoint it,
+    through a chain of two checkpoints. SHARDED passes every property; FULL inherits
+    ``dsd-full-load-tuple-to-list`` (P6, P11 known), nothing else."""
+    setup = acc.setup_full if state_dict_type == FULL else acc.setup_sharded
+    [r] = fsdp_roundtrip(acc.Net, acc.batch, fsdp_version=2, optimizer=acc.make_optimizer,
+                         setup_fn=setup, save_fn=acc.save_prepared, load_fn=acc.load_prepared,
+                         world_sizes=[sizes])
+    assert f"custom:save_prepared@{setup.__name__}/" in r.case.id, r.case.id
+    assert r.setup["scheduler"].startswith("the zoo's") and r.setup["checkpoints_in_chain"] == 2
+    known = {p: v.known for p, v in r.properties.items() if v.status == "known"}
+    assert known == ({} if state_dict_type == SHARDED else
+                     {"P6": "dsd-full-load-tuple-to-list", "P11": "dsd-full-load-tuple-to-list"})
+    assert "held at checkpoint 2 of the chain" in r.properties["P3"].detail
+
+
+def test_the_zoo_through_the_trainers_own_construction(fsdp_roundtrip):
+    """``fsdp_roundtrip.zoo(..., setup_fn=...)``: the suite's zoo models go through
+    accelerate's ``prepare`` and ``save_state``; the unused param's missing DCP key
+    (accelerate's key prefix ``optimizer.``) is the known torch limitation it touches."""
+    results = fsdp_roundtrip.zoo(acc.save_prepared, acc.load_prepared, setup_fn=acc.setup_sharded,
+                                 models=["mlp", "tied", "unused"], world_sizes=["2"])
+    unused = next(r for r in results if "/unused." in r.case.id)
+    assert unused.properties["P3"].known == "dcp-template-dummy-state-missing-key"
+    assert "optimizer.state.unused.weight" in unused.properties["P3"].detail

@@ -717,7 +717,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         also=("P4", "P6", "P7", "P11"),
         model=Raises(exc="RuntimeError",
                message=r"^Missing key in checkpoint state_dict: ([\w.]+\.)?state\.[\w.]+\.",
-               where=("create_local_plan",), alongside=("CheckpointException",))),
+               where=("create_local_plan", "create_default_local_load_plan"),
+               alongside=("CheckpointException",))),
     KnownLimitation(
         "dcp-drops-empty-state-dict", ("P8",),
         lambda c: (c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded") and c.optimizer == "sgd"

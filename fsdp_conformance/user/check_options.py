@@ -58,6 +58,12 @@ class CheckOptions:
     """The user's load, the same shape as ``save_fn`` (both or neither)."""
     custom_name: str | None = None
     """The name the user's save/load path has in case ids (None: ``save_fn``'s)."""
+    setup_fn: Any = None
+    """``setup_fn(state)``: your framework's setup of the training state (``TrainState``),
+    run on every rank after the suite built model, optimizer and scheduler (your factories)
+    and before training or your load: replace ``state.model`` / ``state.optimizer`` /
+    ``state.scheduler`` with what it returns (accelerate's ``prepare``, Fabric's
+    ``setup``). Needs save_fn/load_fn that take the training state."""
     # -- which cases -------------------------------------------------------------------------
     paths: Sequence[str] | None = None
     """The built-in API paths (None: the tier's default paths of ``fsdp_version``)."""
@@ -105,6 +111,9 @@ class CheckOptions:
     def __post_init__(self) -> None:
         if (self.save_fn is None) != (self.load_fn is None):
             raise TypeError("pass both save_fn and load_fn (or neither)")
+        if self.setup_fn is not None and self.save_fn is None:
+            raise ValueError("setup_fn= sets up the training state your save_fn/load_fn "
+                             "checkpoint: pass them too")
         if self.shard_fn is not None and self.fsdp_version != 2:
             raise ValueError("shard_fn= applies fully_shard: it needs fsdp_version=2")
         if self.scheduler_after_load and self.save_fn is None:

@@ -19,7 +19,9 @@ Rules
     a second LR scheduler built by the load on an optimizer that had one, where training
         after the load raised (construction order: ``scheduler_after_load``);
     tied weights untied by the load (``assign=True``): each name its own Parameter; a load
-        that raises carries it as a note on its exception (``note_on_raise``).
+        that raises carries it as a note on its exception (``note_on_raise``);
+    the saved state of params frozen when the checkpoint loads, dropped by the load (DSD
+        keeps state only for params that require grad).
 - A cause is a diagnosis, never a verdict: the properties fail on what they compare (P3, P6,
   P11), and a failing verdict of the custom path carries the causes found
   (``with_causes``), so the user reads the cause before the diff.
@@ -90,6 +92,7 @@ def after_load(model, optimizer, before: dict | None = None) -> dict:
                 off.append(f"{mine.get(id(p), '<not the model s>')}.{k}: on {v.device}, "
                            f"its param on {p.device}")
     out = {"unheld": unheld, "stray": stray, "off_device": off,
+           "frozen": [n for n, p in model.named_parameters() if not p.requires_grad],
            "scheduler_replaced": (before or {}).get("scheduler_replaced", ""),
            "untied": untied(model, before)}
     if before is not None:
@@ -279,6 +282,17 @@ def likely_causes(save_obs: Sequence, load_obs: Sequence, *, fresh_groups: list[
     if saved_st and loaded_st is not None:
         had = _nonzero([o.local for o in save_obs])
         lost = sorted(had - _nonzero([o.loaded for o in load_obs]))
+        frozen = sorted(set(lost) & {n for o in load_obs if o.diagnosis
+                                     for n in o.diagnosis.get("frozen", [])})
+        if frozen and not changed:
+            causes.append(
+                f"{len(frozen)} param(s) frozen (requires_grad=False) when the checkpoint "
+                f"loaded had optimizer state at the save and have none after the load (e.g. "
+                f"{frozen[:4]}): set_optimizer_state_dict keeps the saved state only of params "
+                f"that require grad (torch 2.13 distributed/checkpoint/state_dict.py:1032-1034, in "
+                f"_split_optim_state_dict), so unfreezing them later resumes them from a fresh "
+                f"state. Load before freezing, or keep their state yourself")
+            lost = [k for k in lost if k not in frozen]
         if lost and not changed:  # a changed model explains the loss (the cause above)
             causes.append(f"{len(lost)} of {len(saved_st)} param(s) had optimizer state at the "
                           f"save and have none, or a fresh all-zero one, after the load on "

@@ -52,7 +52,8 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
     user = user_model(model, data, plan=o.plan, load_plan=o.load_plan, optimizer=o.optimizer,
                       loss=o.loss, ignored=o.ignored, name=o.name, shard_fn=o.shard_fn,
                       scheduler=o.scheduler)
-    custom = (CustomPath.of(o.save_fn, o.load_fn, o.custom_name, family=f"fsdp{o.fsdp_version}")
+    custom = (CustomPath.of(o.save_fn, o.load_fn, o.custom_name, family=f"fsdp{o.fsdp_version}",
+                            setup=o.setup_fn)
               if o.save_fn is not None else None)
     cases = user_cases(user, paths=o.paths, world_sizes=o.world_sizes,
                        use_orig_params=o.use_orig_params, custom=custom, steps=o.steps,
@@ -101,18 +102,20 @@ def zoo_cases(custom: CustomPath, *, models: Sequence[str] = ZOO_SWEEP,
 def check_zoo(save_fn: SaveFn | str, load_fn: LoadFn | str, *,
               models: Sequence[str] = ZOO_SWEEP, world_sizes: Sequence = ("2", "2->3"),
               optimizer: str = "adamw", fsdp_version: int = 2, custom_name: str | None = None,
-              seed: int = 0, links: int = 2, backend: str | None = None,
+              seed: int = 0, links: int = 2, setup_fn=None, backend: str | None = None,
               timeout: float = DEFAULT_TIMEOUT_S,
               known: Sequence = (), only: Sequence[str] | None = None,
               rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
     """Run the user's own ``save_fn`` / ``load_fn`` on the suite's zoo models
     (``zoo_cases``: buffers, tied weights, frozen and late-frozen params, an unused param,
     two param groups, bfloat16, HSDP with an "RxS" spec; each a chain of ``links``
-    checkpoints) instead of their own model, so a save
+    checkpoints; through ``setup_fn`` where given, the user's own construction) instead of
+    their own model, so a save
     path that breaks on a buffer or a frozen param is found before their next model meets
     it; judged as ``check`` judges a custom path. Raises :class:`RoundtripFailure` naming
     each case that failed."""
-    custom = CustomPath.of(save_fn, load_fn, custom_name, family=f"fsdp{fsdp_version}")
+    custom = CustomPath.of(save_fn, load_fn, custom_name, family=f"fsdp{fsdp_version}",
+                           setup=setup_fn)
     cases = zoo_cases(custom, models=models, world_sizes=world_sizes, optimizer=optimizer,
                       seed=seed, links=links)
     if only:

@@ -248,7 +248,8 @@ class CustomPath:
     _: KW_ONLY
     name: str = "user"
     """What case ids show, as ``custom:<name>`` (``fsdp2.custom:<name>`` under FSDP2); by
-    default ``pair_name`` of the two functions."""
+    default ``pair_name`` of the two functions, then ``@<setup's label>`` where there is a
+    ``setup``."""
     family: str = "fsdp2"
     """The FSDP API the round trip runs under: ``"fsdp2"`` (``fully_shard``, the default, as
     in ``check``) or ``"fsdp1"``."""
@@ -260,10 +261,18 @@ class CustomPath:
     builds its optimizer after loading the model (``load_fn=(load_model, load)``); the
     optimizer is then built on the parameters the model holds after it, and ``load``
     restores the optimizer. None: the optimizer is built before ``load``."""
+    setup: Ref | None = None
+    """``setup(state)``: a framework's setup of the training state, run on every rank after
+    the suite built the model, optimizer and scheduler and before training (the save side)
+    or before ``load`` (each load side): it may replace ``state.model``,
+    ``state.optimizer`` and ``state.scheduler`` with what the framework returns
+    (accelerate's ``prepare``, Lightning Fabric's ``setup``). None: none."""
 
     @classmethod
-    def of(cls, save, load, name: str | None = None, family: str = "fsdp2") -> "CustomPath":
-        """``load`` may be a pair ``(load_model, load_optimizer)``: see ``load_model``."""
+    def of(cls, save, load, name: str | None = None, family: str = "fsdp2",
+           setup=None) -> "CustomPath":
+        """``load`` may be a pair ``(load_model, load_optimizer)``: see ``load_model``;
+        ``setup``: see ``setup``."""
         model_part = None
         if isinstance(load, tuple):
             if len(load) != 2:
@@ -281,8 +290,15 @@ class CustomPath:
                             f"optimizer, directory)")
         if family not in CUSTOM_PREFIXES:
             raise ValueError(f"fsdp_version must be 1 or 2, got family {family!r}")
-        return cls(s, l_, name=name or pair_name(s, l_), family=family,
-                   app_state=n_save == 2, load_model=model_part)
+        setup_ref = None
+        if setup is not None:
+            if n_save != 2:
+                raise TypeError("setup_fn(state) sets up the training state: it needs "
+                                "save_fn/load_fn that take it (save_fn(state, directory))")
+            setup_ref = Ref.of(setup, "setup_fn")
+        default = pair_name(s, l_) + (f"@{setup_ref.label}" if setup_ref is not None else "")
+        return cls(s, l_, name=name or default, family=family,
+                   app_state=n_save == 2, load_model=model_part, setup=setup_ref)
 
     @property
     def api(self) -> str:

@@ -79,6 +79,19 @@ def _equip(case: Case, model):
 _local = roundtrip.local_state
 
 
+def _set_up(custom: CustomPath, state: TrainState) -> None:
+    """The user's ``setup(state)`` (``CustomPath.setup``), where given: a framework's setup
+    of the freshly built training state, which may replace its model, optimizer and
+    scheduler in place."""
+    if custom.setup is not None:
+        built = state.model
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            custom.setup.resolve()(state)
+        if state.model is not built:  # a wrapper trains with the model's own loss
+            _carry_suite_attrs(built, state.model)
+
+
 def _call(fn, custom: CustomPath, state: TrainState, directory) -> None:
     """The user's save or load, with the arguments its signature asks for."""
     with warnings.catch_warnings():
@@ -197,6 +210,7 @@ def _fresh_loaded(ctx, custom: CustomPath, case: Case, params, ckpt: Path):
             _carry_suite_attrs(model, out)        # init): trained with the model's own loss
             model = out
     state, keys = _equip(case, model)  # no scheduler yet where it is built after the load
+    _set_up(custom, state)
     built = state.scheduler
     try:
         _call(custom.load.resolve(), custom, state, ckpt)
@@ -286,6 +300,7 @@ def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     """Save side, 1: build, train ``case.steps`` steps, record; keep the state."""
     _clear(ctx)
     state, keys = _build(ctx, case, load_side=False)
+    _set_up(custom, state)
     # trained, then frozen where the model freezes at the save, as the run's round trip does
     _, losses = roundtrip.train_for_save(ctx, case, state.model, state.optimizer,
                                          state.scheduler)

@@ -331,3 +331,12 @@ def load_with_rng(state, directory):
         rng = torch.load(path, weights_only=False)
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
+
+
+def load_frozen_first(state, directory):
+    """A staged trainer's load: it freezes the input layer for the next phase, then loads
+    the checkpoint (DSD keeps saved state only for params that require grad)."""
+    from examples.fsdp2_trainer import load_checkpoint
+
+    state.model.inp.requires_grad_(False)
+    load_checkpoint(state, directory)

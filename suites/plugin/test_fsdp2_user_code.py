@@ -248,3 +248,16 @@ def test_whether_the_load_restored_the_random_number_states_is_reported():
     [r] = check(TinyTransformerish, batch, save_fn=bug.save_with_rng, load_fn=bug.load_with_rng,
                 world_sizes=["2->3"], **TRAINER)
     assert "rank(s) [2] had no rank of their own at the save" in r.properties["P6"].detail
+
+
+def test_state_dropped_for_params_frozen_at_the_load_is_named():
+    """Issue 45, item 5: a staged trainer freezes a layer and then loads; DSD keeps saved
+    state only for params that require grad, so the frozen layer's state is dropped (and
+    unfreezing it later resumes from a fresh state). The cause names the frozen params, not
+    'the load skipped what it did not match'."""
+    msg = _failure(save_checkpoint, bug.load_frozen_first, "2")
+    p3 = _verdict(msg, "P3")
+    assert "likely cause: 2 param(s) frozen (requires_grad=False) when the checkpoint loaded " \
+        "had optimizer state at the save and have none after the load (e.g. ['inp.bias', " \
+        "'inp.weight'])" in p3, p3
+    assert "state['inp.weight']: missing" in p3 and "skipped what it did not match" not in msg

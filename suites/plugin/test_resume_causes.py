@@ -25,7 +25,7 @@ def _trained():
 
 def test_assign_true_leaves_the_optimizer_holding_the_old_parameters():
     model, opt = _trained()
-    assert after_load(model, opt) == {"unheld": [], "stray": 0, "off_device": [],
+    assert after_load(model, opt) == {"unheld": [], "stray": 0, "off_device": [], "frozen": [],
                                       "scheduler_replaced": "", "untied": []}
     model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
     seen = after_load(model, opt)
