@@ -5,6 +5,12 @@ dicts) or ``Accelerator.save_state`` / ``load_state`` (the whole training state)
 
 - FSDP2: the model is sharded by accelerate's own ``fsdp2_prepare_model`` (what
   ``Accelerator.prepare`` runs on a model): ``shard_full`` / ``shard_sharded``.
+- FSDP2, the trainer's own construction (``setup_fn=setup_full`` / ``setup_sharded``): the
+  suite builds and shards, then ``accelerator.prepare(model, optimizer, scheduler)`` and
+  ``register_for_checkpointing`` run as a trainer writes them, and ``save_prepared`` /
+  ``load_prepared`` are ``Accelerator.save_state`` / ``load_state``. ``split_batches=True``:
+  the suite splits one global batch between the ranks, and accelerate's prepared scheduler
+  steps once per process per optimizer step without it (accelerate scheduler.py:69-82).
 - FSDP1: the suite wraps the model in FSDP1 by the test's plan (its ``shard_fn`` is
   FSDP2-only), which is accelerate's "manual wrapping": ``prepare`` keeps a model that is
   already an FSDP module (accelerate 1.15.0 accelerator.py:1923-1931). The ``*_v1``
@@ -133,12 +139,12 @@ def _prepared(state):
     return acc
 
 
-def _setup(state, state_dict_type: str) -> None:
+def _setup(state, state_dict_type: str, split_batches: bool = True) -> None:
     """A trainer's own construction: ``model, optimizer, scheduler =
     accelerator.prepare(model, optimizer, scheduler)`` after building them (the suite has
     sharded the model on the case's mesh: ``prepare`` keeps an FSDP2 module), and the step
     registered for checkpointing."""
-    acc = accelerator(state_dict_type, split_batches=True)
+    acc = accelerator(state_dict_type, split_batches=split_batches)
     state.model, state.optimizer, state.scheduler = acc.prepare(state.model, state.optimizer,
                                                                 state.scheduler)
     acc.register_for_checkpointing(Step(state))

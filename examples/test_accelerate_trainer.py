@@ -176,3 +176,18 @@ def test_the_zoo_through_the_trainers_own_construction(fsdp_roundtrip):
     unused = next(r for r in results if "/unused." in r.case.id)
     assert unused.properties["P3"].known == "dcp-template-dummy-state-missing-key"
     assert "optimizer.state.unused.weight" in unused.properties["P3"].detail
+
+
+def test_a_prepared_scheduler_stepping_per_process_is_the_trainings_not_the_loads():
+    """Issue 45, item 13: with accelerate's default ``split_batches=False`` the prepared
+    scheduler steps once per process per optimizer step; the suite's single global batch
+    makes that the training's difference, and P11 says so instead of blaming the
+    checkpoint."""
+    [r] = _failing(fsdp_version=2, world_sizes=["2"], save_fn=acc.save_prepared,
+                   load_fn=acc.load_prepared, setup_fn=partial(
+                       acc._setup, state_dict_type=SHARDED, split_batches=False))
+    p11 = r.properties["P11"].detail
+    assert p11.startswith("the optimizer's param_groups at the save (in memory, before any "
+                          "checkpoint) differ from the single-process run's at the same step: "
+                          "the training drove them apart, not the checkpoint"), p11
+    assert r.properties["P2"].status == "fail" and "['lr']" in r.properties["P2"].detail

@@ -74,15 +74,22 @@ def loaded_groups(load_obs: Sequence) -> list[LoadedGroups]:
 
 
 def p11_groups(full: dict, loaded: Sequence[LoadedGroups], *, at_save: dict | None = None,
-               training: TrainingSeen | None = None, exp: Expectation = EXACT) -> Verdict:
+               training: TrainingSeen | None = None, exp: Expectation = EXACT,
+               in_memory: bool = False) -> Verdict:
     """P11 of the saved full dict ``full``, as this torch is expected to save and load under
-    ``exp`` (module rules)."""
+    ``exp`` (module rules). ``in_memory``: ``full`` is the optimizer's state in memory at
+    the save, not a dict torch saved (a user's own format): a difference from ``at_save``
+    is then the training's, before any checkpoint, and is said so."""
     problems = []
     if at_save is not None:
         diffs = diff_state_dicts(canon_groups(exp.saved(at_save))["param_groups"],
                                  canon_groups(full)["param_groups"])
         if diffs:
-            problems.append("saved param_groups differ from the optimizer's:\n"
+            problems.append(("the optimizer's param_groups at the save (in memory, before any "
+                             "checkpoint) differ from the single-process run's at the same "
+                             "step: the training drove them apart, not the checkpoint"
+                             if in_memory else
+                             "saved param_groups differ from the optimizer's") + ":\n"
                             + format_diff(diffs))
     compared = 0
     for s in loaded:

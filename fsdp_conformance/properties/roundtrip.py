@@ -126,7 +126,7 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
                            loaded=loaded_dicts(load_obs), local=local, gather=refs.gather,
                            exp=exp)
     v["P11"] = p11_groups(written, loaded_groups(load_obs), at_save=local.optim_at_save,
-                          training=training, exp=exp)
+                          training=training, exp=exp, in_memory=not saved.by_torch)
     return {p: v[p] for p in ROUND_TRIP}
 
 
