@@ -11,7 +11,8 @@ Rules, per property whose verdict is "fail" or "error" (never one of the suite's
 - an ``Effect`` entry under which the property still fails leaves a "fail" whose detail is
   the residual diff and names the entry (``Verdict.known``): the entry explained the rest,
   not this; unless another entry that applies there explains that residual by its own
-  model (two bugs meet on one case), when it is "known";
+  model (two bugs meet on one case; every applicable effect's residual is tried), when it
+  is "known";
 - an error explained by a ``Raises`` entry of a primary property carries to every other
   property that failed with the very same detail (one root cause: the save or the load
   raised);
@@ -90,7 +91,7 @@ def _known(k: KnownLimitation, detail: str) -> Verdict:
 def _explain(prop: str, v: Verdict, entries: list[KnownLimitation],
              modelled: Mapping[str, Mapping[str, Verdict]]) -> Verdict:
     """``v`` (a torch fail or error) as the module rules judge it."""
-    residual: tuple[KnownLimitation, Verdict] | None = None
+    residuals: list[tuple[KnownLimitation, Verdict]] = []
     for k in entries:
         if isinstance(k.model, Effect):
             mv = modelled.get(k.key, {}).get(prop)
@@ -98,8 +99,8 @@ def _explain(prop: str, v: Verdict, entries: list[KnownLimitation],
                 continue
             if mv.status == "pass":
                 return _known(k, v.detail)
-            if residual is None and mv.status in ("fail", "error"):
-                residual = (k, mv)
+            if mv.status in ("fail", "error"):
+                residuals.append((k, mv))
         elif k.model.explains(v.detail):
             return _known(k, v.detail)
     effects = [k for k in entries if isinstance(k.model, Effect)]
@@ -108,13 +109,14 @@ def _explain(prop: str, v: Verdict, entries: list[KnownLimitation],
         if "+" in key and effects and mv is not None and mv.status == "pass":
             k = next((e for e in effects if e.key in key.split("+")), effects[0])
             return _known(k, v.detail + f"\n(explained by {key} together)")
-    if residual is not None:
-        k, mv = residual
+    for k, mv in residuals:  # two bugs meet: what one leaves is exactly another's
         other = next((e for e in entries if e is not k and not isinstance(e.model, Effect)
                       and e.model.explains(mv.detail)), None)
-        if other is not None:  # two bugs meet: the rest is exactly the other entry's effect
+        if other is not None:
             return _known(k, v.detail + f"\n(what {k.key!r} leaves is exactly {other.key!r}: "
                                         f"{other.model.describe()})")
+    if residuals:
+        k, mv = residuals[0]
         return Verdict(v.status if mv.status == "error" else "fail",
                        f"known limitation {k.key!r} ({k.model.describe()}) explains part of "
                        f"this; what it does not explain:\n{mv.detail}\n\nas observed:\n"

@@ -777,6 +777,27 @@ KNOWN: tuple[KnownLimitation, ...] = (
         model=Effect(what="the state of params that do not require grad is dropped by the load",
                load=drop_frozen_state)),
     KnownLimitation(
+        "dsd-dropped-frozen-state-breaks-next-dcp-load", ("P3",),
+        lambda c: c.links > 1 and c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded")
+        and c.model == "frozen" and c.optimizer == "adagrad",
+        "2.13 (the full tier's chains of the frozen model with Adagrad)",
+        "What dsd-sharded-load-drops-frozen-state leaves breaks the next resume: after one "
+        "DCP load the params frozen from the start have no optimizer state, so the next "
+        "checkpoint (saved after resuming) has none for them, while a fresh Adagrad makes "
+        "{'step': 0, 'sum': 0} for every param at construction and DSD's template for the "
+        "next load holds it: dcp.load refuses the template key the checkpoint lacks ('Missing "
+        "key in checkpoint state_dict: optim.state.inp.weight.step', default_planner.py:495). "
+        "A trainer with frozen params and an optimizer that makes state eagerly cannot load its "
+        "second checkpoint after a resume through DCP (found by the chains of checkpoints, "
+        "Case.links). Reproducer: notes/repro/dsd_frozen_state_next_dcp_load.py.",
+        "https://github.com/pytorch/pytorch/issues/192202 (the dropped state: open; fix "
+        "proposed in https://github.com/pytorch/pytorch/pull/192307)",
+        also=("P6", "P11"),
+        model=Raises(exc="RuntimeError",
+               message=r"^Missing key in checkpoint state_dict: ([\w.]+\.)?state\.[\w.]+\.",
+               where=("create_local_plan", "create_default_local_load_plan"),
+               alongside=("CheckpointException",))),
+    KnownLimitation(
         "dsd-full-load-resets-frozen-state", ("P3",),
         lambda c: c.api == "fsdp2.full" and c.model == "late_frozen" and c.optimizer != "sgd",
         "2.13",
