@@ -33,7 +33,7 @@ SPECS = ["2", "2->3", "3->2", "2x2->2"]
 CASES = ([pytest.param(w, shard_model, None, id=f"fp32-{w}") for w in SPECS]
          + [pytest.param(w, shard_model_bf16, None, id=f"bf16-mixed-precision-{w}")
             for w in SPECS]
-         + [pytest.param(w, shard_model, "bf16", id=f"bf16-{w}") for w in ("2", "2->3")])
+         + [pytest.param(w, shard_model, "bf16", id=f"bf16-{w}") for w in SPECS])
 
 
 @pytest.mark.parametrize("sizes, shard_fn, dtype", CASES)
