@@ -169,32 +169,40 @@ def _groups(d: dict | None) -> list[dict]:
             for g in d.get("param_groups", [])]
 
 
-def weights_not_restored(save_obs: Sequence, load_obs: Sequence) -> str:
-    """Where the user's load restores the weights (``LoadRecord.params_loaded``): "" when
-    rank 0's params right after it are the saved ones bitwise, else what differs
-    ("weights not restored")."""
+def unrestored_weights(save_obs: Sequence, load_obs: Sequence) -> list[str]:
+    """Where the user's load restores the weights (``LoadRecord.params_loaded``): the params
+    whose value on rank 0 right after it is not the saved one, bitwise (none where the
+    suite restored them, an optimizer-only load)."""
     import torch
 
     got = next((o.params_loaded for o in load_obs if o.params_loaded is not None), None)
     if got is None:  # the suite restored the weights (an optimizer-only load)
-        return ""
+        return []
     want = next((o.params for o in save_obs if o.params is not None), None)
     if want is None:
-        return ""
-    bad = [k for k in want if k not in got or not torch.equal(want[k], got[k])]
+        return []
+    return [k for k in want if k not in got or not torch.equal(want[k], got[k])]
+
+
+def weights_not_restored(save_obs: Sequence, load_obs: Sequence) -> str:
+    """"" when rank 0's params right after the user's load are the saved ones bitwise
+    (``unrestored_weights``), else what differs ("weights not restored")."""
+    bad = unrestored_weights(save_obs, load_obs)
     if not bad:
         return ""
+    want = next(o.params for o in save_obs if o.params is not None)
     return (f"the model weights right after the load are not the saved ones (weights not "
             f"restored): {len(bad)} of {len(want)} params differ on rank 0, e.g. {bad[:3]}")
 
 
 def likely_causes(save_obs: Sequence, load_obs: Sequence, *, fresh_groups: list[dict],
-                  fresh_sched: dict | None, saved_step: int | None) -> list[str]:
+                  fresh_sched: dict | None, saved_step: int | None,
+                  ignored: Sequence[str] = ()) -> list[str]:
     """The named causes (module rules) found in the records of a custom round trip:
     ``save_obs`` / ``load_obs`` (``SaveRecord`` / ``LoadRecord``: ``local`` at the save,
     ``loaded`` / ``diagnosis`` after the load), a fresh optimizer's param groups and
     scheduler state (what a load that restored nothing leaves), the step saved (None: the
-    user's functions do not take the training state)."""
+    user's functions do not take the training state), the model's FSDP-ignored modules."""
     causes: list[str] = []
     replaced = [o for o in load_obs if o.diagnosis and o.diagnosis.get("scheduler_replaced")]
     if replaced and all(o.losses is None for o in load_obs):  # and training after it raised
@@ -229,7 +237,16 @@ def likely_causes(save_obs: Sequence, load_obs: Sequence, *, fresh_groups: list[
             f"position, so what was saved for one parameter can land on another, or on "
             f"none. Load into the model as it was built (buffers stay buffers; register no "
             f"parameter in the load)")
-    if weights_not_restored(save_obs, load_obs):
+    bad = unrestored_weights(save_obs, load_obs)
+    own = tuple(f"{m}." for m in ignored)
+    if bad and own and all(b.startswith(own) for b in bad):
+        causes.append(f"only params of FSDP-ignored modules {list(ignored)} differ right after "
+                      f"the load (e.g. {bad[:3]}): each rank trains its own copy of them, and a "
+                      f"checkpoint that keeps one copy restores that one on every rank (DCP "
+                      f"writes a key every rank holds once, from one rank: "
+                      f"_dedup_save_plans.py:42-55; for their optimizer state the suite's known "
+                      f"limitation dcp-dedups-unsynchronised-ignored-state)")
+    elif bad:
         causes.append("the load did not restore the model's weights: the suite restores "
                       "nothing on the load's behalf, so a load of the training state (or a "
                       "model load function) must load the model too")

@@ -53,12 +53,13 @@ def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadR
 def _causes(case: Case, save_obs, load_obs, app_state: bool) -> list[str]:
     """The named resume bugs (user/diagnosis.py) in a custom round trip's records."""
     from ..properties.baseline import fresh_training
-    from ..zoo import scheduler_state
+    from ..zoo import model_spec, scheduler_state
 
     _, optim, sched, _ = fresh_training(case)
     return likely_causes(save_obs, load_obs, fresh_groups=optim.state_dict()["param_groups"],
                          fresh_sched=scheduler_state(sched),
-                         saved_step=case.steps if app_state else None)
+                         saved_step=case.steps if app_state else None,
+                         ignored=model_spec(case.model).ignored)
 
 
 def evaluate_user(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord],

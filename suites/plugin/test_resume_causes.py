@@ -136,3 +136,22 @@ def test_a_replaced_scheduler_is_a_cause_only_where_training_after_the_load_rais
     assert causes(None) and causes(None)[0].startswith(
         "load_fn built another LR scheduler (LambdaLR) on an optimizer that already had one")
     assert causes([0.5, 0.4]) == []  # replacing it is legitimate when training works
+
+
+def test_weights_of_ignored_modules_alone_get_their_own_cause():
+    save = [SimpleNamespace(rank=0, params={"side.weight": torch.ones(2), "inp.weight": torch.ones(2)},
+                            local=None, sched=None)]
+
+    def load(side):
+        return [SimpleNamespace(rank=0, params_loaded={"side.weight": torch.full((2,), side),
+                                                       "inp.weight": torch.ones(2)},
+                                diagnosis=None, loaded=None, step_loaded=None, sched_loaded=None)]
+
+    causes = likely_causes(save, load(2.0), fresh_groups=[], fresh_sched=None, saved_step=None,
+                           ignored=("side",))
+    assert causes[0].startswith("only params of FSDP-ignored modules ['side'] differ right "
+                                "after the load (e.g. ['side.weight'])"), causes
+    other = likely_causes(save, load(2.0), fresh_groups=[], fresh_sched=None, saved_step=None)
+    assert other[0].startswith("the load did not restore the model's weights"), other
+    assert likely_causes(save, load(1.0), fresh_groups=[], fresh_sched=None,
+                         saved_step=None, ignored=("side",)) == []
