@@ -21,9 +21,10 @@ Rules, per property whose verdict is "fail" or "error" (never one of the suite's
 A user's own save/load code (:func:`recognise`) goes through torch's APIs by a path the
 suite does not know; there ``Effect`` and ``Raises`` entries count (not ``Outcome``), and
 only as a whole, seen as one of the built-in paths the code could have taken:
-- an ``Effect`` entry (or a composition) under which every failing property passes and
-  every other decided one stays pass (or n/a) makes the failing ones "known" (its exact
-  effect and nothing more);
+- an ``Effect`` entry (or a composition) under which every failing property passes (or
+  fails with exactly a ``Raises`` entry's exception, raised in its torch function: two bugs
+  meet) and every other decided one stays pass (or n/a) makes the failing ones "known" (its
+  exact effect and nothing more);
 - else a ``Raises`` entry that names its raising torch functions (``where``) makes them
   "known" when every failing property's detail is that entry's exception (its type,
   message and a traceback frame in one of those functions; one save or load that raised
@@ -166,6 +167,31 @@ def explain_one(case: Case, prop: str, verdict: Verdict,
     return apply_known(case, single, modelled)[prop]
 
 
+def _left_by(view: Case, verdicts: Mapping[str, Verdict], failing: Sequence[str],
+             modelled: Mapping[str, Verdict]) -> dict[str, KnownLimitation] | None:
+    """Whether an ``Effect`` model explains a user's verdicts (``modelled``: them judged
+    again under it): every failing property passes under it, or fails there with exactly a
+    ``Raises`` entry's exception raised in its torch function (two bugs meet: what one
+    leaves is the other's), and every other decided property stays pass or n/a. The
+    ``Raises`` entries that explain what is left, by property; None: not explained."""
+    rest: dict[str, KnownLimitation] = {}
+    for p in verdicts:
+        if verdicts[p].status == "n/a":
+            continue
+        m = modelled.get(p)
+        if m is None:
+            return None
+        if m.status == "pass" or (m.status == "n/a" and p not in failing):
+            continue
+        other = next((e for e in known_all(view, p) if isinstance(e.model, Raises)
+                      and e.model.where and e.model.explains(m.detail)), None) \
+            if p in failing and m.status in ("fail", "error") else None
+        if other is None:
+            return None
+        rest[p] = other
+    return rest
+
+
 def recognise(case: Case, apis: Sequence[str], verdicts: Mapping[str, Verdict], judge: Judge
               ) -> dict[str, Verdict]:
     """A user's own path's ``verdicts`` with a known torch limitation recognised by its
@@ -180,16 +206,15 @@ def recognise(case: Case, apis: Sequence[str], verdicts: Mapping[str, Verdict], 
     for api in apis:
         view = dataclasses.replace(case, api=api)
         for key, mv in rejudge(view, verdicts, judge).items():
-            # a failing property must pass under the model (n/a there explains nothing);
-            # every other decided one must stay pass or n/a
-            if not all(mv.get(p) is not None and mv[p].status in (
-                    ("pass",) if p in failing else ("pass", "n/a"))
-                       for p in verdicts if verdicts[p].status != "n/a"):
+            rest = _left_by(view, verdicts, failing, mv)
+            if rest is None:
                 continue
             k = next(e for e in _effects(view, verdicts) if e.key == key.split("+")[0])
             together = f" ({key})" if "+" in key else ""
+            meets = "".join(sorted({f"; what it leaves is exactly {o.key!r}: {o.model.describe()}"
+                                    for o in rest.values()}))
             why = (f"\n(your code's effect is exactly this entry's{together}, as through the "
-                   f"built-in path {api})")
+                   f"built-in path {api}{meets})")
             return {p: _known(k, v.detail + why) if p in failing else v
                     for p, v in verdicts.items()}
     for api in apis:

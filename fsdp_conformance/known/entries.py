@@ -67,13 +67,21 @@ ALL_PROPS = PROPS  # the catalogue's (properties/catalogue.py)
 _FULL_GATHER_APIS = ("fsdp1",) + tuple(p.name for p in PATHS if p.family == "fsdp1" and p.full)
 
 
+def _touches(c: Case, trait: str) -> bool:
+    """The case's model has ``trait`` (``zoo.TRAITS``): a zoo model or a user's, matched by
+    what the entry touches, not by a zoo model's name."""
+    from ..zoo.models import TRAITS, touches
+
+    if trait not in TRAITS:
+        raise ValueError(f"unknown model trait {trait!r}; traits: {TRAITS}")
+    return touches(c.model, trait)
+
+
 def _idle_param(c: Case) -> bool:
     """The case's model has a trainable param one training step leaves without a gradient
     (``zoo.PARAM_WITHOUT_GRAD``): the zoo's "unused", or a user's model seen so (matched by
     what it touches, not by a zoo model's name)."""
-    from ..zoo.models import PARAM_WITHOUT_GRAD, touches
-
-    return touches(c.model, PARAM_WITHOUT_GRAD)
+    return _touches(c, "param_without_grad")
 
 def _some_rank_gets_no_chunk(c: Case) -> bool:
     """At the load world size, torch.chunk of some param's dim 0 gives fewer pieces than
@@ -755,7 +763,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "dsd-sharded-load-drops-frozen-state", ("P3",),
         lambda c: (_dsd_sharded_load_on_fsdp2(c) or _dsd_load_on_fsdp1(c))
         and c.optimizer != "sgd" and (
-            c.model == "late_frozen" or (c.model == "frozen" and c.optimizer == "adagrad")),
+            _touches(c, "frozen_at_save")
+            or (_touches(c, "frozen_from_start") and c.optimizer == "adagrad")),
         "2.13",
         "set_optimizer_state_dict keeps the loaded state of a param only if it requires grad "
         "(_split_optim_state_dict, state_dict.py:1032), so the saved state of frozen params is "
@@ -779,7 +788,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "dsd-dropped-frozen-state-breaks-next-dcp-load", ("P3",),
         lambda c: c.links > 1 and c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded")
-        and c.model == "frozen" and c.optimizer == "adagrad",
+        and _touches(c, "frozen_from_start") and c.optimizer == "adagrad",
         "2.13 (the full tier's chains of the frozen model with Adagrad)",
         "What dsd-sharded-load-drops-frozen-state leaves breaks the next resume: after one "
         "DCP load the params frozen from the start have no optimizer state, so the next "
@@ -792,7 +801,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "Case.links). Reproducer: notes/repro/dsd_frozen_state_next_dcp_load.py.",
         "https://github.com/pytorch/pytorch/issues/192202 (the dropped state: open; fix "
         "proposed in https://github.com/pytorch/pytorch/pull/192307)",
-        also=("P6", "P11"),
+        also=("P6", "P7", "P11"),  # P7: a user's load -> save -> load meets it at once
         model=Raises(exc="RuntimeError",
                message=r"^Missing key in checkpoint state_dict: ([\w.]+\.)?state\.[\w.]+\.",
                where=("create_local_plan", "create_default_local_load_plan"),

@@ -150,22 +150,25 @@ def _optimizer_kind(optim) -> str:
 
 def traits_of(built: nn.Module, data, loss) -> tuple[str, ...]:
     """The model's ``zoo.TRAITS``, seen in one training step of ``built`` in this process
-    (torch seeded; the caller's RNG is left as it was): a trainable param the backward
-    leaves without a gradient is ``PARAM_WITHOUT_GRAD``. A model that cannot take that step
-    here has none (its cases say why when they run)."""
-    from ..zoo.models import PARAM_WITHOUT_GRAD
+    (torch seeded; the caller's RNG is left as it was): a param built frozen is
+    ``FROZEN_FROM_START``; a trainable param the backward leaves without a gradient is
+    ``PARAM_WITHOUT_GRAD`` (a model that cannot take that step here has not that one: its
+    cases say why when they run)."""
+    from ..zoo.models import FROZEN_FROM_START, PARAM_WITHOUT_GRAD
 
+    frozen = (FROZEN_FROM_START,) if any(not p.requires_grad for p in built.parameters()) \
+        else ()
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             x = data(0, 4)
             out = loss(built, x) if loss is not None else zoo.loss_of(built, x)
             out.backward()
-    except Exception:  # noqa: BLE001 - a model the controller cannot step: no traits
-        return ()
+    except Exception:  # noqa: BLE001 - a model the controller cannot step: no such trait
+        return frozen
     idle = [n for n, p in built.named_parameters() if p.requires_grad and p.grad is None]
     built.zero_grad(set_to_none=True)
-    return (PARAM_WITHOUT_GRAD,) if idle else ()
+    return frozen + ((PARAM_WITHOUT_GRAD,) if idle else ())
 
 
 def user_model(model, data, *, plan=(), load_plan=None, optimizer="adam", loss=None,

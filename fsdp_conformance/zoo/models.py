@@ -178,7 +178,12 @@ class ModelSpec:
 PARAM_WITHOUT_GRAD = "param_without_grad"
 """Trait: a trainable param that one training step leaves without a gradient (the forward
 never uses it), so a lazily-initialised optimizer has no state for it at the save."""
-TRAITS = (PARAM_WITHOUT_GRAD,)
+FROZEN_FROM_START = "frozen_from_start"
+"""Trait: a param built with ``requires_grad=False`` (an optimizer that makes state at
+construction, Adagrad, holds state for it that no step changes)."""
+FROZEN_AT_SAVE = "frozen_at_save"
+"""Trait: params trained and then frozen right before the save (``freeze_at_save``)."""
+TRAITS = (PARAM_WITHOUT_GRAD, FROZEN_FROM_START, FROZEN_AT_SAVE)
 
 
 def touches(name: str, trait: str) -> bool:
@@ -201,7 +206,8 @@ MODELS: dict[str, ModelSpec] = {
                       {"root": (), "nested": ("layer",), "split": ("embed", "layer"),
                        "split_out": ("out",)}),
     "frozen": ModelSpec("frozen", FrozenMLP, _floats((7,)),
-                        {"root": (), "nested": ("block", "head")}),
+                        {"root": (), "nested": ("block", "head")},
+                        traits=frozenset({FROZEN_FROM_START})),
     "unused": ModelSpec("unused", UnusedParamMLP, _floats((7,)),
                         {"root": (), "nested": ("block", "unused")},
                         traits=frozenset({PARAM_WITHOUT_GRAD})),
@@ -211,7 +217,8 @@ MODELS: dict[str, ModelSpec] = {
                       {"root": (), "nested": ("conv1", "conv2")}),
     "late_frozen": ModelSpec("late_frozen", NestedMLP, _floats((7,)),
                              {"root": (), "nested": ("inp", "block", "block.2"),
-                              "block": ("block",)}, freeze_at_save=("inp",)),
+                              "block": ("block",)}, freeze_at_save=("inp",),
+                             traits=frozenset({FROZEN_AT_SAVE})),
 }
 
 

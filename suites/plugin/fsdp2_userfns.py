@@ -340,3 +340,19 @@ def load_frozen_first(state, directory):
 
     state.model.inp.requires_grad_(False)
     load_checkpoint(state, directory)
+
+
+class FrozenInput(nn.Module):
+    """The example trainer's model with its input layer frozen from the start (a frozen
+    embedding), under the user's own name: the known limitations see its trait."""
+
+    def __init__(self):
+        super().__init__()
+        from examples.fsdp2_trainer import TinyTransformerish
+
+        self.net = TinyTransformerish()
+        self.net.inp.requires_grad_(False)
+        self.blocks = self.net.blocks
+
+    def forward(self, x):
+        return self.net(x)

@@ -261,3 +261,26 @@ def test_state_dropped_for_params_frozen_at_the_load_is_named():
         "had optimizer state at the save and have none after the load (e.g. ['inp.bias', " \
         "'inp.weight'])" in p3, p3
     assert "state['inp.weight']: missing" in p3 and "skipped what it did not match" not in msg
+
+
+def shard_frozen_input(model, mesh):
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def test_a_users_frozen_layer_with_adagrad_is_the_known_limitation_it_touches():
+    """Issue 45, item 12: the entries of the zoo's `frozen` model match a user's model with a
+    layer frozen from the start (its trait, read in the controller), not the zoo's name: DCP
+    drops the frozen layer's Adagrad state at the first load, and what that leaves at the
+    chain's second load (DCP's 'Missing key') is exactly the next entry's exception."""
+    [r] = check(bug.FrozenInput, batch, save_fn=save_checkpoint, load_fn=load_checkpoint,
+                world_sizes=["2"], fsdp_version=2, shard_fn=shard_frozen_input,
+                optimizer="adagrad", scheduler=make_scheduler)
+    assert r.setup["traits"] == ["frozen_from_start"], r.setup
+    p3 = r.properties["P3"]
+    assert (p3.status, p3.known) == ("known", "dsd-sharded-load-drops-frozen-state"), p3.detail
+    assert "what it leaves is exactly 'dsd-dropped-frozen-state-breaks-next-dcp-load'" \
+        in p3.detail, p3.detail
