@@ -173,7 +173,13 @@ def _left_by(view: Case, verdicts: Mapping[str, Verdict], failing: Sequence[str]
     again under it): every failing property passes under it, or fails there with exactly a
     ``Raises`` entry's exception raised in its torch function (two bugs meet: what one
     leaves is the other's), and every other decided property stays pass or n/a. The
-    ``Raises`` entries that explain what is left, by property; None: not explained."""
+    ``Raises`` entries that explain what is left, by property; None: not explained. An
+    effect under which every failing property fails exactly as observed explains nothing
+    (what is left is all the other entry's, which the ``Raises`` rule names on its own)."""
+    if not any(modelled.get(p) is not None and (modelled[p].status == "pass"
+                                                or modelled[p].detail != verdicts[p].detail)
+               for p in failing):
+        return None
     rest: dict[str, KnownLimitation] = {}
     for p in verdicts:
         if verdicts[p].status == "n/a":
