@@ -282,36 +282,67 @@ def untie_tied_model(case: Any) -> Any:
     return dataclasses.replace(case, model="tied_untied") if case.model == "tied" else case
 
 
+def _dcp_dirs(workdir) -> list:
+    """The DCP checkpoints under ``workdir``: the run's own (``DCP_DIR``), else every
+    directory holding a ``.metadata`` (a user's own layout: accelerate writes the model and
+    the optimizer into directories of their own)."""
+    own = workdir / DCP_DIR
+    if (own / ".metadata").exists():
+        return [own]
+    return sorted({m.parent for m in workdir.rglob(".metadata")})
+
+
+def _dcp_writers(workdir, prefixes: tuple[str, ...]) -> tuple[dict, dict]:
+    """Which rank's file (``__<rank>_<n>.distcp``, filesystem.py:673) holds each entry of
+    the ignored params in the DCP checkpoints under ``workdir`` (``_dcp_dirs``): ``(state,
+    weights)``, ``{(param, state name): rank}`` for optimizer state (a key ``<any
+    prefix>state.<param>.<name>``: the run's ``optim.``, a trainer's ``optimizer.`` or
+    ``app.optim.``) and ``{param: rank}`` for a model's own weights (a key ending in the
+    param's FQN)."""
+    import re
+
+    from torch.distributed.checkpoint import FileSystemReader
+
+    state: dict[tuple[str, str], int] = {}
+    weights: dict[str, int] = {}
+    for d in _dcp_dirs(workdir):
+        meta = FileSystemReader(str(d)).read_metadata()
+        for idx, info in meta.storage_data.items():
+            m = re.match(r"__(\d+)_", info.relative_path)
+            if m is None:
+                raise ValueError(f"unexpected DCP file name {info.relative_path!r}")
+            rank, fqn = int(m.group(1)), idx.fqn
+            for s in re.finditer(r"(?:^|\.)state\.", fqn):
+                rest = fqn[s.end():]
+                if rest.startswith(prefixes):
+                    name, _, state_name = rest.rpartition(".")
+                    state[(name, state_name)] = rank
+                    break
+            else:
+                for p in prefixes:
+                    k = fqn.find(p)
+                    if k == 0 or (k > 0 and fqn[k - 1] == "."):
+                        weights[fqn[k:]] = rank
+                        break
+    return state, weights
+
+
 def ignored_state_of_dcp_writer(d: dict, exp: Any) -> dict:
     """The state of the ignored modules' params as the ranks DCP chose to write it: DCP keeps
     one copy of each key every rank writes (dedup_save_plans, _dedup_save_plans.py:42-55),
     from the rank with the least data planned so far, not rank 0, so each state tensor of
     those params may come from another rank; that rank's file (``__<rank>_<n>.distcp``,
     filesystem.py:673) is what is read back and loaded. Each state's writer is read from the
-    checkpoint's metadata, its value from that rank's record of the save (the case's
-    evidence, ``Expectation.seen``); evidence missing is not this effect
-    (LookupError)."""
-    import re
-
-    from torch.distributed.checkpoint import FileSystemReader
-
+    checkpoint's metadata (``_dcp_writers``: the run's own directory, or a user's own
+    checkpoint), its value from that rank's record of the save (the case's evidence,
+    ``Expectation.seen``); evidence missing is not this effect (LookupError)."""
     case = exp.case
     prefixes = _ignored_prefixes(case)
     if not prefixes:
         return d
     ev = exp.seen()
-    meta = FileSystemReader(str(ev.workdir / DCP_DIR)).read_metadata()
     by_rank = {o.rank: o.local.get("state", {}) for o in ev.save_obs}
-    writer: dict[tuple[str, str], int] = {}
-    for idx, info in meta.storage_data.items():
-        key = idx.fqn.removeprefix("optim.state.")
-        if not idx.fqn.startswith("optim.state.") or not key.startswith(prefixes):
-            continue
-        m = re.match(r"__(\d+)_", info.relative_path)
-        if m is None:
-            raise ValueError(f"unexpected DCP file name {info.relative_path!r}")
-        name, _, state_name = key.rpartition(".")
-        writer[(name, state_name)] = int(m.group(1))
+    writer, _ = _dcp_writers(ev.workdir, prefixes)
 
     def one(name: str, st: dict) -> dict:
         if not name.startswith(prefixes):
@@ -319,6 +350,27 @@ def ignored_state_of_dcp_writer(d: dict, exp: Any) -> dict:
         return {n: (copy.deepcopy(by_rank[writer[(name, n)]][name][n])
                     if (name, n) in writer else v) for n, v in st.items()}
     return {**d, "state": {name: one(name, st) for name, st in d.get("state", {}).items()}}
+
+
+def ignored_weights_of_dcp_writer(params: dict, exp: Any) -> dict:
+    """The weights of the ignored modules as a user's DCP load restores them: each from the
+    rank whose file holds it (``_dcp_writers``), that rank's value at the save
+    (``SaveRecord.ignored_params``, the case's evidence); evidence missing is not this
+    effect (LookupError)."""
+    prefixes = _ignored_prefixes(exp.case)
+    if not prefixes:
+        return params
+    ev = exp.seen()
+    by_rank = {o.rank: o.ignored_params for o in ev.save_obs}
+    _, writer = _dcp_writers(ev.workdir, prefixes)
+    out = dict(params)
+    for name in params:
+        if name.startswith(prefixes) and name in writer:
+            held = by_rank[writer[name]]
+            if held is None or name not in held:
+                raise LookupError(f"rank {writer[name]} recorded no value of {name} at the save")
+            out[name] = held[name].clone()
+    return out
 
 
 def hybrid_rows_chunked_globally(d: dict, exp: Any) -> dict:

@@ -19,7 +19,8 @@ from ..cases import Case
 from ..properties.catalogue import PROPS
 from ..api_paths import PATH_NAMES, PATHS, api_path, paths_of
 from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_states,
-                      hybrid_rows_chunked_globally, ignored_state_of_dcp_writer, untie_tied_model,
+                      hybrid_rows_chunked_globally, ignored_state_of_dcp_writer,
+                      ignored_weights_of_dcp_writer, untie_tied_model,
                       drop_frozen_state, dummy_step_state, empty_state_for_every_param,
                       frozen_state_as_fresh, initial_lr_from_scheduler_built_after,
                       lr_set_by_scheduler_built_after,
@@ -65,6 +66,14 @@ ALL_PROPS = PROPS  # the catalogue's (properties/catalogue.py)
 # FSDP1 observer and every FSDP1 path that saves a full dict (DSD's full save on FSDP1 calls
 # FSDP.optim_state_dict too).
 _FULL_GATHER_APIS = ("fsdp1",) + tuple(p.name for p in PATHS if p.family == "fsdp1" and p.full)
+
+
+def _has_ignored(c: Case) -> bool:
+    """The case's model has modules FSDP ignores (the zoo's ``buffers``, or a user's
+    ``ignored``)."""
+    from ..zoo import model_spec
+
+    return bool(model_spec(c.model).ignored)
 
 
 def _touches(c: Case, trait: str) -> bool:
@@ -744,7 +753,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                stored=drop_empty_mappings)),
     KnownLimitation(
         "dcp-dedups-unsynchronised-ignored-state", (),
-        lambda c: c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded") and c.model == "buffers"
+        lambda c: c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded") and _has_ignored(c)
         and c.world_size > 1,
         "2.13",
         "Optimizer state of params FSDP2 ignores (plain tensors that every rank trains on its "
@@ -755,10 +764,12 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "rank 0's full dict, every rank resumes from that copy, and a re-save differs. Which "
         "rank is chosen depends on the sizes, so this entry has no primary property.",
         also=("P3", "P7", "P8"),
-        model=Effect(what="the ignored params' state read back and loaded on every rank is "
-                     "the state of the rank whose DCP file holds it (__<rank>_<n>.distcp, "
-                     "from the checkpoint's metadata), not rank 0's",
-                     stored=ignored_state_of_dcp_writer, load=ignored_state_of_dcp_writer)),
+        model=Effect(what="the ignored params' state (and, where a user's load restores "
+                     "them, their weights) read back and loaded on every rank is the state of "
+                     "the rank whose DCP file holds it (__<rank>_<n>.distcp, from the "
+                     "checkpoint's metadata), not rank 0's",
+                     stored=ignored_state_of_dcp_writer, load=ignored_state_of_dcp_writer,
+                     weights=ignored_weights_of_dcp_writer)),
     KnownLimitation(
         "dsd-sharded-load-drops-frozen-state", ("P3",),
         lambda c: (_dsd_sharded_load_on_fsdp2(c) or _dsd_load_on_fsdp1(c))

@@ -135,6 +135,10 @@ class Effect:
     optim_loaded: Transform | None = None
     """The state a correct ``torch.optim.Optimizer.load_state_dict`` leaves -> what this
     torch's leaves (P5: the PARAM_ID dict loaded into the unwrapped model's optimizer)."""
+    weights: Transform | None = None
+    """The params (``{fqn: tensor}``, rank 0's) a user's load that restores the weights
+    correctly leaves -> what it leaves under this torch (a custom path's P3, which reads
+    the weights right after the user's load; the run's paths load the weights themselves)."""
     zero_grads: Callable[[int, Any], frozenset] | None = None
     """``(step, case) ->`` the params that get a zero gradient at that training step where a
     correct FSDP leaves none (the single-process baseline of P2/P6/P10 trains them so)."""

@@ -43,7 +43,8 @@ class Expectation:
     """A modelled bug bound to one case: the ``Effect`` models of the known entries that
     model it (known/model.py, where each channel is declared and documented once), applied
     in the order given. Every channel below is that composition: a dict transform
-    (``saved``, ``loaded``, ``shards_from``, ``stored``, ``rekeyed``, ``optim_loaded``: each
+    (``saved``, ``loaded``, ``shards_from``, ``stored``, ``rekeyed``, ``optim_loaded``,
+    ``weights``: each
     effect's transform in turn, given the dict and this expectation, the identity where none
     has one), the params given zero gradients at a step (their union), the case run as
     (each effect's in turn), the gradients kept per rank (their merge).
@@ -105,6 +106,11 @@ class Expectation:
         """The state a correct plain ``Optimizer.load_state_dict`` leaves -> the state
         expected from this torch's."""
         return self._chain("optim_loaded", d)
+
+    def weights(self, params: dict) -> dict:
+        """The params a user's load that restores the weights correctly leaves -> what is
+        expected from this torch (``Effect.weights``)."""
+        return self._chain("weights", params)
 
     def zero_grads(self, step: int) -> frozenset:
         """The params (FQNs) that get a zero gradient at ``step`` where no gradient is

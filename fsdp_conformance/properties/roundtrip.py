@@ -101,7 +101,7 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
     written = full if saved.by_torch else exp.saved(full)
     v["P3"] = refs.p3(written, load_obs, own=save_obs if case.loads_where_saved else None,
                       per_rank=saved.per_rank)
-    weights = view.weights(save_obs, load_obs)
+    weights = view.weights(save_obs, load_obs, exp)
     if weights:
         v["P3"] = with_problems(v["P3"], weights, "")
     training = view.training(case, save_obs, load_obs, local)

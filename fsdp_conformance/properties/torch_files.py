@@ -138,7 +138,7 @@ class TorchFiles:
     def information(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
         return []
 
-    def weights(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
+    def weights(self, save_obs: Sequence, load_obs: Sequence, exp: Expectation) -> list[str]:
         return []  # the run's round trip loads the weights itself (sut/roundtrip.py)
 
     def training(self, case: Case, save_obs: Sequence, load_obs: Sequence,

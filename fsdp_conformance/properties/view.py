@@ -87,9 +87,9 @@ class RoundTripView(Protocol):
         """Lines P6 shows whatever its status, never a failure (a user's load restoring the
         random-number states or not); none for the run's paths."""
 
-    def weights(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
+    def weights(self, save_obs: Sequence, load_obs: Sequence, exp: Expectation) -> list[str]:
         """P3's problems with the model weights after the load, where the load under test
-        restores them (none where the suite does)."""
+        restores them, against ``exp`` (none where the suite does)."""
 
 
 def training_seen(case: Case, save_obs: Sequence, load_obs: Sequence, local,

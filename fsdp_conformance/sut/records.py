@@ -120,6 +120,10 @@ class SaveRecord:
     """Custom path: what was still writing the checkpoint when the user's save returned (a
     thread in ``torch.distributed.checkpoint``: an ``async_save`` whose Future nobody waited
     for), one line; empty when nothing was. P7."""
+    ignored_params: dict | None = None
+    """Custom path: this rank's own values of the params of FSDP-ignored modules at the
+    save (each rank trains its own copy); what a known effect that restores one rank's copy
+    on every rank reads. None elsewhere."""
     rng: dict | None = None
     """Custom path: a digest of each of the rank's random-number states (``"torch"``,
     ``"python"``, ``"numpy"``) when the user's save was called (user/rank_side.py

@@ -169,10 +169,11 @@ def _groups(d: dict | None) -> list[dict]:
             for g in d.get("param_groups", [])]
 
 
-def unrestored_weights(save_obs: Sequence, load_obs: Sequence) -> list[str]:
+def unrestored_weights(save_obs: Sequence, load_obs: Sequence, exp=None) -> list[str]:
     """Where the user's load restores the weights (``LoadRecord.params_loaded``): the params
-    whose value on rank 0 right after it is not the saved one, bitwise (none where the
-    suite restored them, an optimizer-only load)."""
+    whose value on rank 0 right after it is not the saved one (as a modelled bug's load
+    leaves it: ``exp.weights``), bitwise (none where the suite restored them, an
+    optimizer-only load)."""
     import torch
 
     got = next((o.params_loaded for o in load_obs if o.params_loaded is not None), None)
@@ -181,13 +182,15 @@ def unrestored_weights(save_obs: Sequence, load_obs: Sequence) -> list[str]:
     want = next((o.params for o in save_obs if o.params is not None), None)
     if want is None:
         return []
+    if exp is not None:
+        want = exp.weights(want)
     return [k for k in want if k not in got or not torch.equal(want[k], got[k])]
 
 
-def weights_not_restored(save_obs: Sequence, load_obs: Sequence) -> str:
+def weights_not_restored(save_obs: Sequence, load_obs: Sequence, exp=None) -> str:
     """"" when rank 0's params right after the user's load are the saved ones bitwise
-    (``unrestored_weights``), else what differs ("weights not restored")."""
-    bad = unrestored_weights(save_obs, load_obs)
+    (``unrestored_weights``, under ``exp``), else what differs ("weights not restored")."""
+    bad = unrestored_weights(save_obs, load_obs, exp)
     if not bad:
         return ""
     want = next(o.params for o in save_obs if o.params is not None)

@@ -33,7 +33,7 @@ from ..api_paths import paths_of
 from .limitations import known_view
 from .model import CustomPath, UserModel
 from .spec import DEFAULT_PATHS
-from .rank_side import rank_custom, rank_load, rank_save
+from .rank_side import CKPT_DIR, rank_custom, rank_load, rank_save
 from .rank_errors import rank_error_text
 from .verdicts import CUSTOM_DECIDES, custom_undecided, evaluate_custom, evaluate_user
 
@@ -146,10 +146,11 @@ class CustomPathKind:
         def judge(exp: Expectation) -> dict[str, Verdict]:
             app = self.custom.app_state
             v = chain.fold_links(
-                evaluate_custom(case, saves, loads, errors, app_state=app, exp=exp), case,
+                evaluate_custom(case, saves, loads, errors, app_state=app, exp=exp,
+                                workdir=step.workdir / CKPT_DIR), case,
                 links, lambda link: evaluate_custom(
                     link.case, *_records(link.save_obs, link.load_obs), dict(link.errors),
-                    app_state=app, exp=exp, continued=True))
+                    app_state=app, exp=exp, continued=True, workdir=link.workdir / CKPT_DIR))
             return {p: v[p] for p in self.decides(case)}
 
         # known torch limitations, recognised in the user's code by their exact effect

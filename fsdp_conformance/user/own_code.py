@@ -91,7 +91,9 @@ class OwnCode:
     precision_always: bool = True
     """See ``RoundTripView.precision_always``."""
     workdir: Path | None = None
-    """None: there are none of torch's files to read."""
+    """The directory the user's save wrote, bound as evidence for the known effects that
+    read torch's files where there are some (a DCP checkpoint's metadata: which rank's file
+    holds a key); None: nothing to read."""
 
     def undecided(self, case: Case) -> dict[str, Verdict]:
         return {p: na(THEIRS) for p in NOT_THEIRS}
@@ -131,8 +133,8 @@ class OwnCode:
         note = rng_note(save_obs, load_obs)
         return [note] if note else []
 
-    def weights(self, save_obs: Sequence, load_obs: Sequence) -> list[str]:
-        found = weights_not_restored(save_obs, load_obs)
+    def weights(self, save_obs: Sequence, load_obs: Sequence, exp: Expectation) -> list[str]:
+        found = weights_not_restored(save_obs, load_obs, exp)
         return [found] if found else []
 
     def training(self, case: Case, save_obs: Sequence, load_obs: Sequence,

@@ -239,7 +239,8 @@ def _save_record(ctx, custom: CustomPath, case: Case, state: TrainState, keys,
                            "local": _local(state.optimizer, keys),
                            "sched": scheduler_state(state.scheduler),
                            "step": state.step if custom.app_state else None,
-                           "own_mixed_precision": fam.own_mixed_precision(state.model)}
+                           "own_mixed_precision": fam.own_mixed_precision(state.model),
+                           "ignored_params": _ignored_params(case, state.model)}
     workdir.mkdir(parents=True, exist_ok=True)
     params = _save_model_params(ctx, case, state.model, workdir)
     if ctx.rank == 0:
@@ -279,6 +280,18 @@ def _rng_of_a_run(case: Case, rank: int) -> dict[str, str]:
     if np is not None:
         np.random.seed(seed)
     return rng_digest()
+
+
+def _ignored_params(case: Case, model) -> dict | None:
+    """This rank's own values of the params of the model's FSDP-ignored modules (None: it
+    has none)."""
+    from ..zoo import model_spec
+
+    own = tuple(f"{m}." for m in model_spec(case.model).ignored)
+    if not own:
+        return None
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters()
+            if n.startswith(own)}
 
 
 def _user_save(ctx, custom: CustomPath, state: TrainState, keys, workdir: Path,

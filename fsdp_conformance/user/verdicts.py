@@ -35,13 +35,15 @@ def custom_undecided() -> dict[str, Verdict]:
 
 def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord] | None,
                     errors: dict | None = None, app_state: bool = False, *,
-                    exp: Expectation = EXACT, continued: bool = False) -> dict[str, Verdict]:
+                    exp: Expectation = EXACT, continued: bool = False,
+                    workdir: Path | None = None) -> dict[str, Verdict]:
     """P0-P11 of a custom-path round trip (user/own_code.py), against ``exp``, the likely
     causes first in the failing ones. ``errors``: the RankError of a stage ("save", "load",
     "resume", "again"), if it raised; ``load_obs`` is None when the load side never ran.
     ``app_state``: the user's functions checkpoint the training state (step and scheduler
-    judged too). ``continued``: a chain's later checkpoint (properties/chain.py)."""
-    view = OwnCode(errors=errors or {}, app_state=app_state)
+    judged too). ``continued``: a chain's later checkpoint (properties/chain.py).
+    ``workdir``: the directory the user's save wrote (``OwnCode.workdir``)."""
+    view = OwnCode(errors=errors or {}, app_state=app_state, workdir=workdir)
     v = judge_round_trip(case, save_obs, load_obs, view, exp=exp, continued=continued)
     if view.stopped() is not None or load_obs is None:  # the call that raised is the cause,
         raised = (errors or {}).get("load")
