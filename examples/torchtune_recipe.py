@@ -205,7 +205,7 @@ def load_model(model: nn.Module, directory: str) -> nn.Module:
     return twin
 
 
-def load_state(state, directory: str) -> None:
+def load_state(state, directory: str, strict: bool = True) -> None:
     """The recipe's optimizer load (``load_from_full_optimizer_state_dict``) and step; the
     scheduler is built after this, from the step (``scheduler_after_load=True``)."""
     recipe = torch.load(os.path.join(directory, RECIPE_STATE), weights_only=True)
@@ -216,7 +216,7 @@ def load_state(state, directory: str) -> None:
     # dsd-load-drops-group-keys-the-optimizer-lacks: ranks passing {} lose it)
     set_optimizer_state_dict(state.model, state.optimizer, recipe["optimizer"],
                              options=StateDictOptions(full_state_dict=True,
-                                                      broadcast_from_rank0=True))
+                                                      broadcast_from_rank0=True, strict=strict))
     state.step = recipe["steps_run"]
 
 
@@ -229,11 +229,7 @@ RECIPE = dict(optimizer=make_optimizer, loss=loss, scheduler=lr_scheduler,
 def load_state_lenient(state, directory: str) -> None:
     """``load_state`` with ``strict=False``, as torch's error for the tied model advises
     ("To load anyway, use StateDictOptions(strict=False)")."""
-    recipe = torch.load(os.path.join(directory, RECIPE_STATE), weights_only=True)
-    set_optimizer_state_dict(state.model, state.optimizer, recipe["optimizer"],
-                             options=StateDictOptions(full_state_dict=True,
-                                                      broadcast_from_rank0=True, strict=False))
-    state.step = recipe["steps_run"]
+    load_state(state, directory, strict=False)
 
 
 def load_model_retied(model: nn.Module, directory: str) -> nn.Module:

@@ -167,6 +167,15 @@ def explain_one(case: Case, prop: str, verdict: Verdict,
     return apply_known(case, single, modelled)[prop]
 
 
+def _raises_in_torch(view: Case, props: Sequence[str], detail: str) -> KnownLimitation | None:
+    """The first ``Raises`` entry of ``props`` on ``view`` that explains ``detail`` and names
+    the torch function raising (``where``): the same message from a user's own code is the
+    user's."""
+    return next((e for p in props for e in known_all(view, p)
+                 if isinstance(e.model, Raises) and e.model.where
+                 and e.model.explains(detail)), None)
+
+
 def _left_by(view: Case, verdicts: Mapping[str, Verdict], failing: Sequence[str],
              modelled: Mapping[str, Verdict]) -> dict[str, KnownLimitation] | None:
     """Whether an ``Effect`` model explains a user's verdicts (``modelled``: them judged
@@ -189,8 +198,7 @@ def _left_by(view: Case, verdicts: Mapping[str, Verdict], failing: Sequence[str]
             return None
         if m.status == "pass" or (m.status == "n/a" and p not in failing):
             continue
-        other = next((e for e in known_all(view, p) if isinstance(e.model, Raises)
-                      and e.model.where and e.model.explains(m.detail)), None) \
+        other = _raises_in_torch(view, (p,), m.detail) \
             if p in failing and m.status in ("fail", "error") else None
         if other is None:
             return None
@@ -228,11 +236,7 @@ def recognise(case: Case, apis: Sequence[str], verdicts: Mapping[str, Verdict], 
         by_detail: dict[str, KnownLimitation] = {}
         for detail in {verdicts[p].detail for p in failing}:
             props = [p for p in failing if verdicts[p].detail == detail]
-            # only entries that name the torch function raising: the same message from the
-            # user's own code is the user's
-            k = next((e for p in props for e in known_all(view, p)
-                      if isinstance(e.model, Raises) and e.model.where
-                      and e.model.explains(detail)), None)
+            k = _raises_in_torch(view, props, detail)
             if k is None:
                 break
             by_detail[detail] = k

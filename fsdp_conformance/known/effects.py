@@ -53,7 +53,7 @@ def _ignored_prefixes(case: Any) -> tuple[str, ...]:
         return ()
     from ..zoo import model_spec
 
-    return tuple(f"{m}." for m in model_spec(case.model).ignored)
+    return model_spec(case.model).ignored_prefixes
 
 
 def unshare_when_resharded(d: dict, exp: Any) -> dict:

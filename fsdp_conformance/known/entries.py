@@ -86,12 +86,6 @@ def _touches(c: Case, trait: str) -> bool:
     return touches(c.model, trait)
 
 
-def _idle_param(c: Case) -> bool:
-    """The case's model has a trainable param one training step leaves without a gradient
-    (``zoo.PARAM_WITHOUT_GRAD``): the zoo's "unused", or a user's model seen so (matched by
-    what it touches, not by a zoo model's name)."""
-    return _touches(c, "param_without_grad")
-
 def _some_rank_gets_no_chunk(c: Case) -> bool:
     """At the load world size, torch.chunk of some param's dim 0 gives fewer pieces than
     ranks (dcp-zero-local-shard-falls-back-to-old-keys)."""
@@ -418,7 +412,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "dsd-strict-param-without-grad", ("P3:set_full", "P3:set_sharded", "P3"),
         lambda c: (c.api == "fsdp2" or _dsd_loads_its_dict(c))
-        and _idle_param(c)  # the zoo's "unused", or a user's model with such a param
+        and _touches(c, "param_without_grad")  # the zoo's "unused", or a user's model
         and c.optimizer not in ("sgd", "adagrad") and not c.nonstrict,  # strict=False: no check
         "2.13",
         "A trainable param that never got a gradient has no state in get_optimizer_state_dict's "
@@ -719,7 +713,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "dcp-template-dummy-state-missing-key", ("P3",),
         lambda c: c.api in ("fsdp2.sharded", "fsdp1.dsd_sharded")
-        and _idle_param(c) and c.steps > 0 and c.optimizer in _LAZY_STATE,
+        and _touches(c, "param_without_grad") and c.steps > 0 and c.optimizer in _LAZY_STATE,
         "2.13",
         "The documented DCP resume recipe fails when a trainable param had no optimizer state "
         "at the save (it never got a gradient): the template get_optimizer_state_dict builds "

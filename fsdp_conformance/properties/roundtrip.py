@@ -108,25 +108,25 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
     v["P6"] = view.resume_raised() or rp.p6_resume(
         refs.dst, load_obs, local, dt, gather=refs.gather, resume_steps=case.resume_steps,
         case=case, start=rp.save_point(refs.layout, save_obs, refs.gather, exp=exp)
-        if (dt == "bf16" or continued) and not why else None, unmatched=why, own_mp=mp, always_precise=always,
-        exp=exp, scheduler=None if training is None or local.sched_at_end is None
+        if (dt == "bf16" or continued) and not why else None, unmatched=why, own_mp=mp,
+        always_precise=always, exp=exp, scheduler=None if training is None or local.sched_at_end is None
         else "the scheduler after resuming as uninterrupted",
         probe=None if training is None else training.probe)
     info = view.information(save_obs, load_obs)
     if info:
         v["P6"] = dataclasses.replace(v["P6"], detail=v["P6"].detail + "\n\n" + "\n".join(info))
-    if continued:  # the groups at the save are the optimizer's in memory, not a fresh run's
+    if continued:
         v["P7"] = v["P10"] = na(LATER_LINK)
-        v["P11"] = p11_groups(written, loaded_groups(load_obs), at_save=_in_memory(refs, save_obs),
-                              training=training, exp=exp)
-        return {p: v[p] for p in ROUND_TRIP}
-    v["P7"] = view.p7(case, refs, full, save_obs, load_obs, exp)
-    v["P10"] = p10_partial(case, layout=refs.layout, dst=refs.dst,
-                           full=full if saved.by_torch else None,
-                           loaded=loaded_dicts(load_obs), local=local, gather=refs.gather,
-                           exp=exp)
-    v["P11"] = p11_groups(written, loaded_groups(load_obs), at_save=local.optim_at_save,
-                          training=training, exp=exp, in_memory=not saved.by_torch)
+    else:
+        v["P7"] = view.p7(case, refs, full, save_obs, load_obs, exp)
+        v["P10"] = p10_partial(case, layout=refs.layout, dst=refs.dst,
+                               full=full if saved.by_torch else None,
+                               loaded=loaded_dicts(load_obs), local=local, gather=refs.gather,
+                               exp=exp)
+    # a later checkpoint's groups at the save are the optimizer's in memory, not a fresh run's
+    at_save = _in_memory(refs, save_obs) if continued else local.optim_at_save
+    v["P11"] = p11_groups(written, loaded_groups(load_obs), at_save=at_save, training=training,
+                          exp=exp, in_memory=not saved.by_torch and not continued)
     return {p: v[p] for p in ROUND_TRIP}
 
 

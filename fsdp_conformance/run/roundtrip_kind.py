@@ -64,14 +64,11 @@ class RoundTripKind:
             step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
             if cache is not None and all(o.reused_training for o in save_obs):
                 cache.reused_trainings += 1
-            failed = [o for o in save_obs if error_of(o.saved)]
-            if failed:  # nothing was written: there is nothing to load
+            failed = save_raised(case, save_obs)
+            if failed is not None:  # nothing was written: there is nothing to load
                 if keeps:
                     shutil.rmtree(savedir, ignore_errors=True)
-                return Outcome(verdicts=all_props(error(
-                    f"torch raised in the {case.api} save call on rank {failed[0].rank}, so "
-                    f"nothing could be loaded:\n{error_of(failed[0].saved)}"),
-                    self.decides(case)))
+                return Outcome(verdicts=all_props(failed, self.decides(case)))
             if keeps:
                 cache.put(key, save_obs, savedir)
         load_obs = step.on_pool("load side", case.dst_world_size, path.load_side,
@@ -88,6 +85,17 @@ class RoundTripKind:
 
         verdicts = judge(EXACT)
         return Outcome(verdicts=verdicts, judge=judge)
+
+
+def save_raised(case: Case, save_obs) -> Verdict | None:
+    """The error every property carries where torch raised in the path's save call on a
+    rank (recorded, not raised: nothing was written, so there is nothing to load); None
+    where no save raised."""
+    failed = [o for o in save_obs if error_of(o.saved)]
+    if not failed:
+        return None
+    return error(f"torch raised in the {case.api} save call on rank {failed[0].rank}, so "
+                 f"nothing could be loaded:\n{error_of(failed[0].saved)}")
 
 
 def chain_asks(case: Case, workdir) -> SideAsks:
@@ -108,12 +116,10 @@ def later_links(step: Step, case: Case, load_obs: list, load_fn, *,
         nxt, workdir = cur.next_link(), chain.next_dir(workdir)
         if any(s is None for s in saves):
             break
-        failed = [s for s in saves if error_of(s.saved)]
-        if failed:
+        failed = save_raised(case, saves)
+        if failed is not None:
             links.append(chain.Link(case=nxt, save_obs=saves, load_obs=None, workdir=workdir,
-                                    failed=error(f"torch raised in the {case.api} save call "
-                                                 f"on rank {failed[0].rank}, so nothing could "
-                                                 f"be loaded:\n{error_of(failed[0].saved)}")))
+                                    failed=failed))
             break
         cur_load = step.on_pool(f"load side of checkpoint {chain.number(case, nxt)}",
                                 nxt.dst_world_size, load_fn, workdir=workdir, before=before,

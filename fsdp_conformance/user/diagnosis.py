@@ -67,7 +67,7 @@ def untied_cause(groups: list[list[str]]) -> str:
             f"its own Parameter, so the optimizer built on the model holds both, while the "
             f"checkpoint (and fully_shard, which manages the tied weight once) has one. Tie "
             f"them again after loading the model, before building the optimizer (e.g. "
-            f"model.{groups[0][1].rsplit('.', 1)[0]}.weight = model.{groups[0][0]})")
+            f"model.{groups[0][1]} = model.{groups[0][0]})")
 
 
 def after_load(model, optimizer, before: dict | None = None) -> dict:

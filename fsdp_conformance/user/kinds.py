@@ -32,6 +32,7 @@ from ..sut.records import LoadRecord, SaveRecord
 from ..api_paths import paths_of
 from .limitations import known_view
 from .model import CustomPath, UserModel
+from .own_code import OwnCode
 from .spec import DEFAULT_PATHS
 from .rank_side import CKPT_DIR, rank_custom, rank_load, rank_save
 from .rank_errors import rank_error_text
@@ -189,16 +190,14 @@ def _later_links(stage, case: Case, workdir, died: list[str]) -> list[chain.Link
         except StepFailed as exc:
             died.append(_death(exc))
             links.append(chain.Link(case=nxt, save_obs=(), load_obs=None, workdir=workdir,
-                                    failed=fail("the save function raised:\n"
-                                                + rank_error_text(exc.exc))))
+                                    failed=OwnCode(errors={"save": exc.exc}).stopped()))
             break
-        if not errors:
-            try:
-                load_obs = stage(nxt.dst_world_size, "load", nxt, workdir)
-                _merge(load_obs, stage(nxt.dst_world_size, "resume", nxt, workdir))
-            except StepFailed as exc:
-                errors["load" if load_obs is None else "resume"] = exc.exc
-                died.append(_death(exc))
+        try:
+            load_obs = stage(nxt.dst_world_size, "load", nxt, workdir)
+            _merge(load_obs, stage(nxt.dst_world_size, "resume", nxt, workdir))
+        except StepFailed as exc:
+            errors["load" if load_obs is None else "resume"] = exc.exc
+            died.append(_death(exc))
         links.append(chain.Link(case=nxt, save_obs=save_obs, load_obs=load_obs,
                                 workdir=workdir, errors=errors))
         if errors:

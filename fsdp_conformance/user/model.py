@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .. import zoo
+from ..zoo.models import FROZEN_FROM_START, PARAM_WITHOUT_GRAD
 from ..api_paths import CUSTOM_PREFIXES, custom_api
 from .refs import Ref
 
@@ -154,8 +155,6 @@ def traits_of(built: nn.Module, data, loss) -> tuple[str, ...]:
     ``FROZEN_FROM_START``; a trainable param the backward leaves without a gradient is
     ``PARAM_WITHOUT_GRAD`` (a model that cannot take that step here has not that one: its
     cases say why when they run)."""
-    from ..zoo.models import FROZEN_FROM_START, PARAM_WITHOUT_GRAD
-
     frozen = (FROZEN_FROM_START,) if any(not p.requires_grad for p in built.parameters()) \
         else ()
     try:

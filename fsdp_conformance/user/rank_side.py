@@ -287,7 +287,7 @@ def _ignored_params(case: Case, model) -> dict | None:
     has none)."""
     from ..zoo import model_spec
 
-    own = tuple(f"{m}." for m in model_spec(case.model).ignored)
+    own = model_spec(case.model).ignored_prefixes
     if not own:
         return None
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters()

@@ -174,6 +174,11 @@ class ModelSpec:
     # from one training step in the controller (user/model.py ``traits_of``).
     traits: frozenset = frozenset()
 
+    @property
+    def ignored_prefixes(self) -> tuple[str, ...]:
+        """``"<module>."`` for each ignored module: the FQN prefix of its params."""
+        return tuple(f"{m}." for m in self.ignored)
+
 
 PARAM_WITHOUT_GRAD = "param_without_grad"
 """Trait: a trainable param that one training step leaves without a gradient (the forward
@@ -337,8 +342,7 @@ def seeded(seed: int) -> Iterator[None]:
 def model_shapes(name: str) -> tuple[int, ...]:
     """Dim 0 of every trainable param of model ``name`` that FSDP manages (the ignored
     modules' params left out), in ``named_parameters`` order; 0-dim params as 0."""
-    spec = model_spec(name)
-    ignored = tuple(f"{m}." for m in spec.ignored)
+    ignored = model_spec(name).ignored_prefixes
     return tuple((p.shape[0] if p.dim() else 0)
                  for n, p in build_model(name).named_parameters()
                  if p.requires_grad and not n.startswith(ignored))
