@@ -179,9 +179,11 @@ def _raises_in_torch(view: Case, props: Sequence[str], detail: str) -> KnownLimi
 def _left_by(view: Case, verdicts: Mapping[str, Verdict], failing: Sequence[str],
              modelled: Mapping[str, Verdict]) -> dict[str, KnownLimitation] | None:
     """Whether an ``Effect`` model explains a user's verdicts (``modelled``: them judged
-    again under it): every failing property passes under it, or fails there with exactly a
-    ``Raises`` entry's exception raised in its torch function (two bugs meet: what one
-    leaves is the other's), and every other decided property stays pass or n/a. The
+    again under it): every failing property passes under it (one that errored may be n/a
+    there: the model leaves it nothing to judge, as a broken tie leaves a param with no
+    partial state), or fails there with exactly a ``Raises`` entry's exception raised in
+    its torch function (two bugs meet: what one leaves is the other's), and every other
+    decided property stays pass or n/a. The
     ``Raises`` entries that explain what is left, by property; None: not explained. An
     effect under which every failing property fails exactly as observed explains nothing
     (what is left is all the other entry's, which the ``Raises`` rule names on its own)."""
@@ -196,8 +198,9 @@ def _left_by(view: Case, verdicts: Mapping[str, Verdict], failing: Sequence[str]
         m = modelled.get(p)
         if m is None:
             return None
-        if m.status == "pass" or (m.status == "n/a" and p not in failing):
-            continue
+        if m.status == "pass" or (m.status == "n/a" and (
+                p not in failing or verdicts[p].status == "error")):
+            continue  # an error where the model has nothing to judge: the effect's doing
         other = _raises_in_torch(view, (p,), m.detail) \
             if p in failing and m.status in ("fail", "error") else None
         if other is None:

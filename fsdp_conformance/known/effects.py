@@ -275,11 +275,16 @@ def unused_params_get_zero_grads(step: int, case: Any) -> frozenset:
 
 
 def untie_tied_model(case: Any) -> Any:
-    """The case on the zoo's tied model with its tie broken (``tied_untied``: out.weight a
-    parameter of its own, starting as a copy of embed.weight), the rest unchanged."""
+    """The case on its model with the ties across units broken (zoo/ties.py
+    ``untied_variant``: each unit's users of a tied tensor hold a copy of their own; the
+    zoo's ``tied`` becomes ``tied_untied``, out.weight a parameter of its own), from the
+    save's plan, else the load's; the case itself when it has no such tie."""
     import dataclasses
 
-    return dataclasses.replace(case, model="tied_untied") if case.model == "tied" else case
+    from ..zoo.ties import untied_variant
+
+    name = untied_variant(case.model, case.plan) or untied_variant(case.model, case.dst_plan)
+    return case if name is None else dataclasses.replace(case, model=name)
 
 
 def _dcp_dirs(workdir) -> list:

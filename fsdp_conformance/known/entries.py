@@ -218,10 +218,26 @@ _STRIDES_UPSTREAM = ("https://github.com/pytorch/pytorch/pull/192248 and "
                      "TensorProperties)")
 
 
+def _ties(c: Case) -> tuple:
+    """The model's ties whose users lie in different units under the save's or the load's
+    plan (zoo/ties.py): the zoo's tied pair (embed.weight / out.weight) under 'split' /
+    'split_out', or a user's model under its plan."""
+    from ..zoo.ties import ties_across_units
+
+    return tuple(dict.fromkeys(ties_across_units(c.model, c.plan)
+                               + ties_across_units(c.model, c.dst_plan)))
+
+
 def _tied_across_units(c: Case) -> bool:
-    """FSDP1 with the zoo's tied pair (embed.weight / out.weight) with its two users in
-    different units (FSDP2 refuses that wrapping outright)."""
-    return _fsdp1(c) and c.model == "tied" and bool({"split", "split_out"} & {c.plan, c.dst_plan})
+    """FSDP1 with a tied param whose users sit in different units (FSDP2 refuses that
+    wrapping outright)."""
+    return _fsdp1(c) and bool(_ties(c))
+
+
+def _tie_owned_by_later_user(c: Case) -> dict:
+    """``{tied param's first FQN: its first user}`` for each tie across units that the unit
+    of a later user owns (tied-across-units-orig-grad-not-reduced's ``local_grads``)."""
+    return {t.names[0]: t.users[0] for t in _ties(c) if t.owned_by_later_user}
 
 
 def _sharded(c: Case) -> bool:
@@ -301,7 +317,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         lambda c: _tied_across_units(c) and not c.use_orig_params,
         "2.13",
         "use_orig_params=False, a tied param whose users sit in different units (zoo 'tied', "
-        "plans 'split' / 'split_out'; any strategy and world size): FSDP flattens the tensor "
+        "plans 'split' / 'split_out', or a user's model whose plan splits a tie: "
+        "zoo/ties.py; any strategy and world size): FSDP flattens the tensor "
         "twice and the tie is silently broken. The original params are marked flattened only "
         "with use_orig_params=True (_flat_param.py:464-466; passed only then, :793-794), so an "
         "enclosing unit's _get_orig_params (_init_utils.py:1195-1200) finds the alias still "
@@ -314,10 +331,11 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "(sgd_momentum: 3.5767 vs 3.5736 at ws 1, 2, 3). FSDP1's docstring calls shared-param "
         "support limited (fully_sharded_data_parallel.py:215-218).",
         _TIED_UPSTREAM,
-        also=("P2",),
+        also=("P2", "P6", "P7", "P11"),
         model=Effect(what="the tie is broken: the run is a correct run of the same model with "
-                     "out.weight a parameter of its own that starts as a copy of embed.weight "
-                     "(zoo 'tied_untied')",
+                     "each unit's users of the tied tensor holding a copy of their own (the "
+                     "zoo's 'tied': out.weight a parameter of its own that starts as a copy of "
+                     "embed.weight, 'tied_untied'; zoo/ties.py untied_variant)",
                      runs_as=untie_tied_model)),
     KnownLimitation(
         "tied-across-units-flat-untied-rekey", ("P5",),
@@ -344,7 +362,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                message=r"^size mismatch, got input|^'weight' must be 2-D")),
     KnownLimitation(
         "tied-across-units-orig-grad-not-reduced", ("P2",),
-        lambda c: (c.model == "tied" and "split_out" in (c.plan, c.dst_plan) and c.use_orig_params
+        lambda c: (_fsdp1(c) and bool(_tie_owned_by_later_user(c)) and c.use_orig_params
                    and c.world_size > 1 and not _sharded(c)),
         "2.13",
         "use_orig_params=True, NO_SHARD at world size >= 2, the tied param owned by the unit "
@@ -372,7 +390,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         model=Effect(what="rank r steps embed.weight on the mean over ranks of its gradient "
                           "through `out` plus its own rows' gradient through `embed`: the "
                           "ranks train apart",
-                     local_grads=lambda c: {"embed.weight": "embed"})),
+                     local_grads=_tie_owned_by_later_user)),
     # --- FSDP2 (fully_shard) + torch.distributed.checkpoint.state_dict (props name a path) ---
     KnownLimitation(
         "dsd-flattened-full-load", ("P3:set_flattened",),
@@ -562,7 +580,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         also=("P3", "P6", "P7"),  # P3: an FSDP1 rank's local dict holds its param_groups
         model=Effect(what="each group's initial_lr is the loaded lr (fsdp2.sharded, "
                      "fsdp1.dsd_sharded: every rank; fsdp2.full: ranks other than 0)",
-                     load=initial_lr_from_scheduler_built_after)),
+                     load=initial_lr_from_scheduler_built_after, load_by_rank=True)),
     KnownLimitation(
         "dsd-full-load-no-broadcast-missing-group-key", ("P3",),
         lambda c: c.api == "fsdp2.full" and c.no_broadcast and c.scheduler_after_load,

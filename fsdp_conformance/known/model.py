@@ -121,6 +121,10 @@ class Effect:
     load: Transform | None = None
     """The state a correct load leaves -> the state this torch's load leaves (FSDP1: each
     rank's local dict; FSDP2: the full dict, sharded afterwards by the reference)."""
+    load_by_rank: bool = False
+    """Whether ``load`` acts differently on different load ranks (it reads
+    ``Expectation.judged_rank``): the baseline then resumes each rank from its own modelled
+    state (properties/baseline.py)."""
     shards_from: Transform | None = None
     """FSDP1: the full dict a correct load cuts the judged rank's local state from -> the
     full dict this torch's load cuts it from, where that differs by rank

@@ -19,7 +19,13 @@ replica of the load side's layout must start alike, or the model does not apply)
 the same start form one replica, and the resumed steps are trained as FSDP trains them (the data-
 parallel rule): rank r computes the gradient of its rows ``x[r::M]`` (M load ranks) on its
 replica's params, every replica steps on the mean of the M gradients, and the loss is the
-mean of the M losses. ``LocalRun.end_of(r)`` is rank r's end.
+mean of the M losses. ``LocalRun.end_of(r)`` is rank r's end. Ranks of one copy that start
+apart (e.g. ``fully_shard`` ranks that resume at their own lr: a load that keeps a group key
+on rank 0 alone) are modelled where each holds rows of the one copy and the optimizer is
+elementwise (``zoo.optimizers.ELEMENTWISE``): one copy is trained per distinct start, and
+after every step each rank's piece of every param and param-shaped state tensor is taken
+from the copy it steps (``_stitch``), which is what the ranks hold together; anything else
+is not modelled (a ``ValueError``: the model explains nothing).
 
 A modelled bug that leaves part of a gradient un-reduced (``Expectation.local_grads``: the
 gradient of a param through one module's use of it stays on each rank) trains the save
@@ -42,6 +48,7 @@ from .expectation import EXACT, Expectation
 from ..zoo import (build_model, build_optimizer, build_scheduler, freeze_at_save, loss_of,
                    make_batch, scheduler_state, train_step)
 from ..zoo.models import mixed_precision_backward
+from ..zoo.optimizers import ELEMENTWISE
 from .statediff import diff_state_dicts
 from .layouts import fsdp2_reference_layout, reference_layout
 
@@ -124,12 +131,24 @@ def _replicas_run(case: Case, exp: Expectation) -> LocalRun:
         starts.append(_modelled_start(exp.on_rank(r), run.optim_at_save))
     distinct: list[dict] = []
     replica_of = [0] * len(starts)
-    for group in _load_replicas(case, exp):  # one replica is one copy of the state: one start
+    groups = _load_replicas(case, exp)
+    stitched = False
+    for group in groups:  # one replica is one copy of the state: one start
         st = starts[group[0]]
         apart = [r for r in group if diff_state_dicts(st, starts[r])]
-        if apart:
+        if apart and not _stitchable(case, groups):
             raise ValueError(f"the modelled load gives ranks {apart} another state than rank "
                              f"{group[0]} of their replica {list(group)}: not modelled")
+        if apart:  # every rank its own start; its rows stitched (module rules)
+            stitched = True
+            for r in group:
+                k = next((i for i, d in enumerate(distinct) if not diff_state_dicts(d, starts[r])),
+                         None)
+                if k is None:
+                    distinct.append(starts[r])
+                    k = len(distinct) - 1
+                replica_of[r] = k
+            continue
         # replicas with bitwise the same start train as one
         k = next((i for i, d in enumerate(distinct) if not diff_state_dicts(d, st)), None)
         if k is None:
@@ -140,13 +159,49 @@ def _replicas_run(case: Case, exp: Expectation) -> LocalRun:
     if len(distinct) == 1:
         return run
     reps = [_started(case, run.params_at_save, st, run.sched_at_save) for st in distinct]
+    stitch = (functools.partial(_stitch, fsdp2_reference_layout(case, load_side=True, exp=exp),
+                                reps, replica_of) if stitched else lambda: None)
+    stitch()
     losses = list(run.losses[:case.steps])
     for step in range(case.steps, case.steps + case.resume_steps):
         losses.append(_dp_step(case, reps, replica_of, step, zero_grads=exp.zero_grads(step)))
+        stitch()
     ends = [(_params(model), named_osd(optim, names)) for model, optim, _, names in reps]
     rank_ends = tuple(ends[k] for k in replica_of)
     return LocalRun(tuple(losses), run.params_at_save, run.optim_at_save, *rank_ends[0],
                     run.sched_at_save, scheduler_state(reps[0][2]), rank_ends=rank_ends)
+
+
+def _stitchable(case: Case, groups: tuple[tuple[int, ...], ...]) -> bool:
+    """Whether ranks of one replica that start apart can be trained as FSDP trains them: a
+    ``fully_shard`` load side with one shard group (every rank holds rows of one copy) and
+    an optimizer whose update of an element reads only that element's param, gradient and
+    state (``zoo.ELEMENTWISE``)."""
+    return case.family == "fsdp2" and len(groups) == 1 and case.optimizer in ELEMENTWISE
+
+
+@torch.no_grad()
+def _stitch(layout, reps: list, replica_of: list[int]) -> None:
+    """Every copy's params and param-shaped state tensors made the one the ranks hold
+    together: rank r's piece (``layout``'s box of r) from the copy rank r steps
+    (``replica_of[r]``); a param outside FSDP (whole on every rank) would train apart on
+    each rank: not modelled."""
+    models = [dict(model.named_parameters()) for model, *_ in reps]
+    for p in layout.params:
+        if not p.sharded:
+            raise ValueError(f"param {p.fqn!r} is whole on every rank: ranks that start "
+                             f"apart train it apart (not modelled)")
+        own = [m[p.fqn] for m in models]
+        states = [optim.state.get(t, {}) for t, (_, optim, *_) in zip(own, reps)]
+        for r, k in enumerate(replica_of):
+            box = p.slices(r)
+            for j in range(len(reps)):
+                if j == k:
+                    continue
+                own[j][box] = own[k][box]
+                for name, v in states[k].items():
+                    if isinstance(v, torch.Tensor) and v.shape == own[k].shape:
+                        states[j][name][box] = v[box]
 
 
 def _load_replicas(case: Case, exp: Expectation) -> tuple[tuple[int, ...], ...]:

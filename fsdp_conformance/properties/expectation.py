@@ -135,10 +135,11 @@ class Expectation:
     @property
     def by_rank(self) -> bool:
         """Whether the modelled load may differ between the load side's ranks (a
-        ``shards_from`` effect): the baseline then resumes each rank from its own modelled
+        ``shards_from`` effect, or a ``load`` one that says ``load_by_rank``): the baseline
+        then resumes each rank from its own modelled
         state and trains the ranks as FSDP does, one replica per distinct start
         (properties/baseline.py)."""
-        return any(e.shards_from is not None for e in self.effects)
+        return any(e.shards_from is not None or e.load_by_rank for e in self.effects)
 
     def on_rank(self, rank: int) -> "Expectation":
         """This expectation, comparing what rank ``rank`` holds: a load effect that differs

@@ -42,27 +42,18 @@ class NestedMLP(nn.Module):
 
 
 class TiedLM(nn.Module):
-    """A tiny transformer-ish LM whose output projection is tied to the embedding; with
-    ``untie=True`` the output projection is a parameter of its own that starts as a copy of
-    the embedding (the same draws from the generator: what a broken tie trains as)."""
+    """A tiny transformer-ish LM whose output projection is tied to the embedding (its
+    untied variant, what a broken tie trains as: zoo/ties.py ``untied_variant``)."""
 
-    def __init__(self, vocab: int = 11, dim: int = 6, untie: bool = False):
+    def __init__(self, vocab: int = 11, dim: int = 6):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.layer = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
         self.out = nn.Linear(dim, vocab, bias=False)
-        if untie:
-            self.out.weight = nn.Parameter(self.embed.weight.detach().clone())
-        else:
-            self.out.weight = self.embed.weight
+        self.out.weight = self.embed.weight
 
     def forward(self, x):
         return self.out(self.layer(self.embed(x)))
-
-
-def UntiedLM() -> TiedLM:
-    """``TiedLM`` with its tie broken (``untie=True``)."""
-    return TiedLM(untie=True)
 
 
 class FrozenMLP(NestedMLP):
@@ -237,10 +228,8 @@ TP_MODELS: dict[str, ModelSpec] = {
 }
 
 # Models a known limitation's model trains as (known/model.py ``Effect.runs_as``): buildable
-# by name, never in a tier's matrix.
-VARIANTS: dict[str, ModelSpec] = {
-    "tied_untied": dataclasses.replace(MODELS["tied"], name="tied_untied", factory=UntiedLM),
-}
+# by name, never in a tier's matrix; registered on first use (zoo/ties.py ``untied_variant``).
+VARIANTS: dict[str, ModelSpec] = {}
 
 # Users' models, by name (``register_model``); never mixed into ``MODELS``.
 REGISTERED: dict[str, ModelSpec] = {}

@@ -55,6 +55,12 @@ STATE_DTYPE_OPTIMIZERS = {
     "sgd_momentum_fp32state": (SGDMomentumFP32State, {"lr": 0.05, "momentum": 0.9}),
 }
 
+ELEMENTWISE = frozenset(OPTIMIZERS) | frozenset(STATE_DTYPE_OPTIMIZERS)
+"""The optimizers whose update of a param element reads only that element's param, gradient
+and state (and the group's hyperparameters): ranks that hold the rows of one param and step
+them with different hyperparameters give, row for row, what each would give stepping the
+whole param (properties/baseline.py)."""
+
 _SECOND_GROUP = ("head", "out", "block.2")
 
 

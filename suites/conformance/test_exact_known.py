@@ -473,6 +473,42 @@ def test_a_second_bug_behind_the_dropped_initial_lr_fails(rank_pool, tmp_path):
     assert judged()["P11"].status == "known"
 
 
+def test_ranks_of_one_copy_that_resume_at_their_own_lr_are_modelled_row_by_row(
+        rank_pool, tmp_path, monkeypatch):
+    """fsdp2.full, two groups, SequentialLR built after the load, 3 -> 2: rank 0 keeps the
+    checkpoint's initial_lr, rank 1 does not, and the scheduler then gives each rank its own
+    lr (dsd-load-drops-group-keys-the-optimizer-lacks with
+    scheduler-built-after-load-resets-lr), so each rank steps its own rows of every param
+    at its own lr. The baseline models that (each rank's rows from a copy trained at its
+    lr, properties/baseline.py ``_stitch``) and P6 is known; one element of rank 1's rows
+    of a param after resuming nudged by 1e-6 fails P6, naming the param; without the
+    stitching (both ranks at rank 0's lr) P6 fails."""
+    case = Case(api="fsdp2.full", optimizer="adamw", groups=2, scheduler="sequential",
+                scheduler_after_load=True, world_size=3, load_world_size=2)
+    load, judged = _live(rank_pool, case, tmp_path)
+    v = judged()["P6"]
+    assert v.status == "known", v.detail
+    assert "scheduler-built-after-load-resets-lr" in v.detail, v.detail
+    groups = {o.rank: o.loaded["param_groups"] for o in load}
+    assert groups[0][0]["lr"] != groups[1][0]["lr"]  # the ranks resume apart
+    t = load[0].final_params["head.weight"]
+    rows = t.shape[0]
+    t[rows - 1, 0] += 1e-6  # rank 1's rows (dim-0 chunks of 2): the last row
+    v = judged()["P6"]
+    t[rows - 1, 0] -= 1e-6
+    assert v.status == "fail" and "head.weight" in v.detail.split("as observed:")[0], v.detail
+    assert judged()["P6"].status == "known"
+    from fsdp_conformance.properties import baseline
+
+    baseline._replicas_run.cache_clear()
+    monkeypatch.setattr(baseline, "_stitch", lambda *a: None)  # every row at rank 0's lr
+    try:
+        v = judged()["P6"]
+    finally:
+        baseline._replicas_run.cache_clear()
+    assert v.status == "fail" and "params after resuming differ" in v.detail, v.detail
+
+
 def test_a_second_bug_behind_the_state_dtype_cast_fails(rank_pool, tmp_path):
     """fsdp2.full, float32 state for bfloat16 params (sgd_momentum_fp32state), 2 -> 3: every
     load casts the state to bfloat16 (optim-load-casts-state-to-param-dtype, pytorch#43706),
