@@ -39,7 +39,7 @@ from ..known.scale import applying
 from ..reference.fsdp2_layout import chunk_range
 from .models import build, tp_plan as built_in_plan
 from .plans import reference_box, reference_layout, tiling_problem
-from .simulate import Mesh, Piece, shapes_of, simulated_rank
+from .simulate import Mesh, Piece, aliases_of, shapes_of, simulated_rank
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,11 +55,14 @@ class Side:
     cover: tuple[str, ...]
     """Exact-cover problems of the reference boxes (none expected)."""
     plans: tuple[str, ...] = ()
-    """Where DCP's own plan of a sampled rank is not the reference's (scale/plans.py): of
-    the trainer's checkpoint, params and Adam's state with DSD's flattening off and on; the
-    save plan's write items on the save side, and the coordinator's de-duplication of every
-    rank's plan (each piece written once); on the load side, whether the load plan reads
-    exactly the rank's new pieces from the save's chunks."""
+    """Where DCP's own plans are not the reference's (scale/plans.py), by key and position:
+    of the trainer's checkpoint, params and Adam's state with DSD's flattening off and on;
+    on the save side each sampled rank's write items and torch's coordinator over every
+    rank's plan (each key written once, its metadata the reference's); on the load side
+    whether each read takes every element from its own position of the same key."""
+    sources: tuple[str, ...] = ()
+    """What each check compares and where each part comes from (torch's own, or built
+    from the reference), as the report says it."""
     empty_params: int
     """Parameters some rank of this mesh holds no element of (dim 0 < shard group size, or
     fewer chunks than ranks)."""
@@ -211,6 +214,46 @@ def torch_pieces_of(sd: dict) -> dict[str, Piece]:
             for fqn, t in sd.items() if isinstance(t, DTensor)}
 
 
+def torch_padding_of(model) -> dict[str, tuple[tuple[int, ...], int]]:
+    """What ``fully_shard`` pads each parameter's piece to on a simulated rank: ``{fqn:
+    (padded shape, elements of its sharded storage)}`` (FSDP2's ``FSDPParam``
+    ``padded_sharded_param_size`` and ``_sharded_param_data``, the flat storage the
+    all-gather reads)."""
+    names = {id(p): f for f, p in model.named_parameters()}
+    out = {}
+    for mod in model.modules():
+        state = getattr(mod, "_get_fsdp_state", None)
+        group = state()._fsdp_param_group if state is not None else None
+        for fp in (group.fsdp_params if group is not None else ()):
+            fqn = names.get(id(fp.sharded_param))
+            if fqn is not None:
+                out[fqn] = (tuple(fp.padded_sharded_param_size), fp._sharded_param_data.numel())
+    return out
+
+
+def padding_problems(model, shapes, mesh: Mesh, rank: int) -> list[str]:
+    """Where FSDP2's padded piece of a parameter on ``rank`` is not the reference's
+    (``Fsdp2Param.padded_local_shape``: chunk 0's shape of what it shards), or its storage
+    does not hold exactly that many elements."""
+    import math
+
+    layout = reference_layout(shapes, mesh)
+    got = torch_padding_of(model)
+    out = []
+    for fqn in shapes:
+        if fqn not in got:
+            continue  # not sharded by fully_shard (an ignored param): whole, no padding
+        want = layout.param(fqn).padded_local_shape(rank)
+        shape, numel = got[fqn]
+        if shape != want:
+            out.append(f"rank {rank}: {fqn}: torch pads its piece to {shape}, the reference "
+                       f"to {want}")
+        elif numel != math.prod(want):
+            out.append(f"rank {rank}: {fqn}: its sharded storage holds {numel} elements, the "
+                       f"padded piece {math.prod(want)}")
+    return out
+
+
 def _raised(exc: BaseException) -> str:
     """``"<Type>: <first line>"`` of what was raised."""
     text = str(exc).strip().splitlines()
@@ -227,37 +270,55 @@ def _who_raised(exc: BaseException) -> str:
 
 def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
           on_rank: Callable[[str, int], None] | None, saved_at: Mesh | None = None,
-          ignored: tuple[str, ...] = ()) -> Side:
-    """One side's sampled ranks: their pieces against the reference, and DCP's plans (the
-    save plan; with ``saved_at``, the load plan against a checkpoint saved there).
-    ``shapes``: the parameters checked; ``ignored``: those left to the ranks (a known
-    limitation's workaround). What torch raises on a rank is recorded and the next rank
-    simulated."""
-    from .plans import (checkpoint, global_save_problems, load_problems, save_problems,
-                        saved_metadata)
+          saved: dict | None = None, ignored: tuple[str, ...] = (),
+          aliases: dict[str, str] | None = None) -> tuple[Side, dict]:
+    """One side's sampled ranks: their pieces against the reference, and DCP's plans by
+    position (scale/plans.py): on the save side each rank's save plan and torch's
+    coordinator over every rank's plan; with ``saved_at`` (the save's mesh), each rank's
+    load plan against the save's metadata, ``saved`` (``{flatten: metadata}``: torch's
+    coordinator's; where it has none, the reference's metadata of a save at ``saved_at``). ``shapes``: the parameters checked; ``ignored``: those
+    left to the ranks (a known limitation's workaround); ``aliases``: ``{second name: first
+    name}`` of tied parameters, whose keys the state dict holds too. Each rank's padded
+    pieces are checked with its pieces. What torch raises on a rank is
+    recorded and the next rank simulated. Returns the side and, on the save side, the
+    metadata the save wrote (torch's coordinator's; the reference's where it refused)."""
+    from .plans import (checkpoint, coordinate, key_table, load_problems, local_save_plan,
+                        save_problems, saved_metadata)
     from .simulate import adam_state
 
     t0 = time.perf_counter()
     ranks = sample_ranks(shapes, mesh)
-    metadata: dict[bool, object] = {}
+    # what is planned: every key of a trainer's state dict, a tied param under each name
+    planned = {**shapes, **{a: shapes[f] for a, f in (aliases or {}).items() if f in shapes}}
+    local: dict[bool, dict] = {False: {}, True: {}}
+    tables: dict[bool, dict] = {}
+    reference_md: dict[bool, object] = {}
     mismatches, plans, raised = [], [], {}
+    saved = {} if saved is None else dict(saved)
+    by_reference: set[bool] = set()
     for r in ranks:
         try:
             with simulated_rank(model_fn, mesh, r, ignored) as (model, sd):
                 got, want = torch_pieces_of(sd), expected(shapes, mesh, r)
+                padding = padding_problems(model, shapes, mesh, r)
                 for flatten in (False, True):  # DSD's flattening off and on (its own keys)
                     ckpt = checkpoint(sd, adam_state(model, sd, flatten=flatten))
-                    if saved_at is None:
-                        plans += save_problems(ckpt, shapes, mesh, r)
-                        if r == ranks[0] and not flatten:  # the coordinator, once per side
-                            plans += global_save_problems(ckpt, shapes, mesh, r)
+                    if saved_at is not None:
+                        if flatten not in saved:  # torch wrote none: the reference's
+                            saved[flatten] = saved_metadata(ckpt, planned, saved_at)
+                            by_reference.add(flatten)
+                        plans += load_problems(ckpt, planned, saved[flatten], mesh, r)
                         continue
-                    if flatten not in metadata:  # the same keys on every rank: built once
-                        metadata[flatten] = saved_metadata(ckpt, shapes, saved_at)
-                    plans += load_problems(ckpt, shapes, metadata[flatten], mesh, r)
+                    plan = local_save_plan(ckpt)
+                    plans += save_problems(ckpt, planned, mesh, r, plan)
+                    local[flatten][r] = plan
+                    if flatten not in tables:  # the same keys on every rank
+                        tables[flatten] = key_table(ckpt, planned)[0]
+                        reference_md[flatten] = saved_metadata(ckpt, planned, mesh)
         except Exception as exc:  # noqa: BLE001 (what torch raised is the finding)
             raised.setdefault(f"{_who_raised(exc)} raised {_raised(exc)}", []).append(r)
         else:
+            mismatches += padding
             for fqn in shapes:
                 g, w = got.get(fqn), want[fqn]
                 if g is None:
@@ -267,13 +328,59 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
                                       f"{g[1]}, the reference {w[0]} at {w[1]}")
         if on_rank is not None:
             on_rank(name, r)
+    written: dict[bool, object] = {}
+    for flatten, mine in local.items():
+        if not mine:
+            continue
+        c = coordinate(mine, tables[flatten], planned, mesh, reference_md[flatten])
+        how = "on" if flatten else "off"
+        plans += [f"coordinator (DSD flattening {how}): {p}" for p in c.problems]
+        if c.metadata is not None:
+            written[flatten] = c.metadata
     empty = sum(1 for s in shapes.values() if s and _has_empty_rank(s[0], mesh.shard))
     return Side(mesh=mesh.text, ranks=tuple(ranks), mismatches=tuple(mismatches),
                 cover=tuple(cover_problems(shapes, mesh)), empty_params=empty,
                 plans=tuple(plans), seconds=time.perf_counter() - t0,
+                sources=_sources(mesh, len(ranks), saved_at is not None,
+                                 bool(by_reference) or (saved_at is None and
+                                                        len(written) < len(local))),
                 raised=tuple(f"rank{'s' if len(rs) > 1 else ''} "
                              f"{rs if len(rs) > 1 else rs[0]}: {text}"
-                             for text, rs in raised.items()))
+                             for text, rs in raised.items())), written
+
+
+def _sources(mesh: Mesh, sampled: int, load: bool, by_reference: bool) -> tuple[str, ...]:
+    """What each check of a side compares, and where each part comes from: torch or the
+    reference (module rules); ``by_reference``: torch's coordinator wrote no metadata
+    (refused the plans, or no save rank planned), the load is checked against the
+    reference's."""
+    out = [f"pieces: torch's DTensors on each of the {sampled} sampled ranks (their local "
+           f"shapes and DCP's compute_local_shape_and_global_offset) and FSDP2's padded "
+           f"pieces (padded_sharded_param_size, its sharded storage) against the "
+           f"reference's boxes",
+           "checkpoint: what torch's DSD gives a trainer (get_model_state_dict: every "
+           "param, a tied one under each name, the persistent buffers; "
+           "get_optimizer_state_dict of an Adam)"]
+    if not load:
+        out += [f"save plans: torch's DefaultSavePlanner.create_local_plan on each sampled "
+                f"rank (the params and torch's Adam state, DSD flattening off and on), "
+                f"every write item by key and global position",
+                f"coordinator: torch's DefaultSavePlanner.create_global_plan over all "
+                f"{mesh.world_size} ranks' plans: {sampled} torch's own, "
+                f"{mesh.world_size - sampled} built from the reference (the first sampled "
+                f"rank's plan with each piece moved to the rank's reference box); every key "
+                f"written once after de-duplication; the metadata torch wrote against the "
+                f"reference's" + ("; torch wrote none, so the load side is checked against "
+                                  "the reference's metadata" if by_reference else "")]
+    else:
+        what = ("the reference's metadata of the save (torch's coordinator wrote none)"
+                if by_reference else "the metadata torch's coordinator wrote for the save")
+        out += [f"load plans: torch's DefaultLoadPlanner.create_local_plan on each sampled "
+                f"rank against {what}; every read item by key and position (its saved "
+                f"source element is its destination element)",
+                "load coordinator: none to check (torch's create_default_global_load_plan "
+                "returns the ranks' plans unchanged)"]
+    return tuple(out)
 
 
 def _sharding_raises(model_fn: Callable, mesh: Mesh) -> str | None:
@@ -327,9 +434,13 @@ def check_scale(model: str | Callable, save: str | int, load: str | int | None =
     known = known_at_scale(model_fn, every, save_mesh)
     ignored = tuple(p for k in known for p in k.params)
     shapes = {fqn: s for fqn, s in every.items() if fqn not in ignored}
-    sides = {"save": _side("save", model_fn, shapes, save_mesh, on_rank, ignored=ignored)}
-    sides["load"] = _side("load", model_fn, shapes, load_mesh, on_rank, saved_at=save_mesh,
-                          ignored=ignored)
+    sides = {}
+    aliases = aliases_of(model_fn)
+    sides["save"], written = _side("save", model_fn, shapes, save_mesh, on_rank,
+                                   ignored=ignored, aliases=aliases)
+    sides["load"], _ = _side("load", model_fn, shapes, load_mesh, on_rank,
+                             saved_at=save_mesh, saved=written, ignored=ignored,
+                             aliases=aliases)
     elements = sum(functools.reduce(lambda a, b: a * b, s, 1) for s in every.values())
     from .simulate import fsdp1_reach
 

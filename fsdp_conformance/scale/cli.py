@@ -29,8 +29,11 @@ def add_parser(sub) -> None:
             "check that every sampled rank's piece of every parameter (local shape, global "
             "offset as DCP computes it) is the reference implementation's, on the save mesh "
             "and on the load mesh; that each mesh's pieces hold every element exactly once; "
-            "and that DCP's own plans agree: each sampled save rank writes its piece, each "
-            "sampled load rank reads exactly its new piece from the saved chunks. What torch "
+            "and that DCP's own plans agree by key and position: each sampled save rank "
+            "writes every key once at its place, torch's coordinator over every rank's plan "
+            "leaves each key written once and writes the reference's metadata, each sampled "
+            "load rank reads every element of its new piece from the same element of the "
+            "same saved key. What torch "
             "raises is a failure unless a known limitation models it exactly. Exit codes: 0 "
             "all equal, 1 a difference, 2 usage error.", 88))
     p.add_argument("--model", required=True,
@@ -70,15 +73,12 @@ def to_json(result) -> dict:
             "sides": {k: {"mesh": s.mesh, "ranks": list(s.ranks),
                           "mismatches": list(s.mismatches), "cover": list(s.cover),
                           "plans": list(s.plans), "raised": list(s.raised),
+                          "sources": list(s.sources),
                           "empty_params": s.empty_params, "seconds": round(s.seconds, 2)}
                       for k, s in result.sides.items()},
             "unreached": dict(result.unreached),
             "known": [{"key": k.key, "params": list(k.params), "status": k.status,
                        "detail": k.detail, "workaround": k.workaround} for k in result.known]}
-
-
-PLANS_CHECKED = {"save": "the save plan; all ranks' plans de-duplicated by the coordinator",
-                 "load": "the load plan against the save"}
 
 
 def _status(problems) -> str:
@@ -113,11 +113,14 @@ def to_markdown(doc: dict) -> str:
                 f"{'yes' if not s['cover'] else '; '.join(s['cover'][:20])}",
                 f"- {_status(s['mismatches'])} pieces that differ from the reference: "
                 f"{len(s['mismatches'])}",
-                f"- {_status(s['plans'])} DCP plans of the sampled ranks ({PLANS_CHECKED[name]}"
-                f"): {'as the reference' if not s['plans'] else str(len(s['plans'])) + ' problems'}",
+                f"- {_status(s['plans'])} DCP plans, by key and position: "
+                f"{'as the reference' if not s['plans'] else str(len(s['plans'])) + ' problems'}",
                 f"- {_status(raised)} torch raised: "
                 f"{'nothing' if not raised else '; '.join(raised)}",
                 f"- {s['seconds']} s", ""]
+        sources = s.get("sources") or []  # a report of an older version: not said
+        out += (["what each check compares, from torch or from the reference:", ""]
+                + [f"- {line}" for line in sources] + [""]) if sources else []
         problems = s["mismatches"][:50] + s["plans"][:50]
         out += [f"  - {m}" for m in problems] + ([""] if problems else [])
     return "\n".join(out)

@@ -94,7 +94,9 @@ Piece = tuple[tuple[int, ...], tuple[int, ...]]
 def simulated_rank(model_fn: ModelFn, mesh: Mesh, rank: int, ignored: tuple[str, ...] = ()):
     """Inside the block, this process is ``rank`` of ``mesh`` (a fake process group) and
     holds the model ``fully_shard`` made there (its units one by one, then the root):
-    yields ``(model, state_dict)``, the state dict's DTensors on the mesh made for this rank
+    yields ``(model, state_dict)``, the state dict torch's DSD gives a trainer
+    (``get_model_state_dict``: every param, a tied one under each of its names, the
+    persistent buffers), its DTensors on the mesh made for this rank
     (an equal mesh of an earlier simulated rank may be the one a DTensor keeps, cached by
     shape, with that rank's coordinate; in a real job each process is one rank and they
     are the same). ``ignored``: parameters (FQNs) ``fully_shard`` leaves to the ranks
@@ -102,8 +104,8 @@ def simulated_rank(model_fn: ModelFn, mesh: Mesh, rank: int, ignored: tuple[str,
     leaving."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import DTensor
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if not 0 <= rank < mesh.world_size:
@@ -135,14 +137,20 @@ def simulated_rank(model_fn: ModelFn, mesh: Mesh, rank: int, ignored: tuple[str,
         mine = {device_mesh.ndim: device_mesh}
         if mesh.tp > 1:
             mine[2] = mesh2d
-        sd = {fqn: DTensor.from_local(p.to_local(), device_mesh=mine[p.device_mesh.ndim],
-                                      placements=p.placements, shape=p.shape,
-                                      stride=p.stride(), run_check=False)
-              if isinstance(p, DTensor) else p.detach()
-              for fqn, p in model.named_parameters()}
-        yield model, sd
+        yield model, _remade(get_model_state_dict(model), mine)
     finally:
         dist.destroy_process_group()
+
+
+def _remade(sd: dict, meshes: dict) -> dict:
+    """``sd`` with every DTensor re-made on this rank's mesh of its dimension (``meshes``:
+    ``{ndim: mesh}``; a DTensor may keep an equal mesh of an earlier simulated rank)."""
+    from torch.distributed.tensor import DTensor
+    from torch.utils._pytree import tree_map_only
+
+    return tree_map_only(DTensor, lambda t: DTensor.from_local(
+        t.to_local(), device_mesh=meshes[t.device_mesh.ndim], placements=t.placements,
+        shape=t.shape, stride=t.stride(), run_check=False), sd)
 
 
 def adam_state(model, params: dict, *, flatten: bool) -> dict:
@@ -154,17 +162,13 @@ def adam_state(model, params: dict, *, flatten: bool) -> dict:
     from torch.distributed.checkpoint.state_dict import (StateDictOptions,
                                                          get_optimizer_state_dict)
     from torch.distributed.tensor import DTensor
-    from torch.utils._pytree import tree_map_only
 
     meshes = {t.device_mesh.ndim: t.device_mesh for t in params.values()
               if isinstance(t, DTensor)}
     optim = torch.optim.Adam(model.parameters(), lr=1e-3)
     osd = get_optimizer_state_dict(model, optim, options=StateDictOptions(
         flatten_optimizer_state_dict=flatten))
-    return tree_map_only(DTensor, lambda t: DTensor.from_local(
-        t.to_local(), device_mesh=meshes[t.device_mesh.ndim], placements=t.placements,
-        shape=t.shape,
-        stride=t.stride(), run_check=False), osd)
+    return _remade(osd, meshes)
 
 
 def fsdp1_reach() -> str:
@@ -198,6 +202,19 @@ def fsdp1_reach() -> str:
             f"parameters are allocated and initialised for real before they are flattened, "
             f"so nothing is read off meta tensors. Not simulated at scale; the conformance "
             f"run checks FSDP1's flat layout at 1-4 real ranks.")
+
+
+def aliases_of(model_fn: ModelFn) -> dict[str, str]:
+    """``{second name: first name}`` of every tied parameter (one tensor under several
+    FQNs: a trainer's state dict holds each name; ``shapes_of`` the first)."""
+    first: dict[int, str] = {}
+    out = {}
+    for f, p in model_fn().named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[f] = first[id(p)]
+        else:
+            first[id(p)] = f
+    return out
 
 
 def shapes_of(model_fn: ModelFn) -> dict[str, tuple[int, ...]]:

@@ -6,6 +6,7 @@ import json
 import subprocess
 
 import pytest
+import torch
 from torch import nn
 
 from fsdp_conformance.scale.check import check_scale, cover_problems, sample_ranks
@@ -119,28 +120,109 @@ def test_dcp_plans_of_a_rank_are_checked_and_a_missing_saved_chunk_is_named():
     assert any(p.startswith("rank 3: model.") for p in wrong)
 
 
-def test_the_coordinator_deduplicates_every_ranks_save_plan_and_a_missed_replica_is_named(
-        monkeypatch):
-    """DCP's dedup_save_plans over all 256 ranks of a 4x64 HSDP mesh leaves every piece
-    written once; without it (planted: de-duplication that keeps everything) the replicas'
-    pieces and the plain keys are named as written more than once."""
-    import torch.distributed.checkpoint._dedup_save_plans as dedup
-
+def _coordinated(mesh_text: str, rank: int):
+    """Torch's coordinator over every rank of the mesh, the simulated rank's plan its own
+    (scale/plans.py ``coordinate``): ``(Coordinated, ckpt key table)``."""
     from fsdp_conformance.scale.models import build
-    from fsdp_conformance.scale.plans import checkpoint, global_save_problems
+    from fsdp_conformance.scale.plans import (checkpoint, coordinate, key_table,
+                                              local_save_plan, saved_metadata)
     from fsdp_conformance.scale.simulate import adam_state, shapes_of, simulated_rank
 
     fn = lambda: build("moe")  # noqa: E731
-    shapes, mesh = shapes_of(fn), Mesh.parse("4x64")
-    with simulated_rank(fn, mesh, 65) as (model, sd):
+    shapes, mesh = shapes_of(fn), Mesh.parse(mesh_text)
+    with simulated_rank(fn, mesh, rank) as (model, sd):
         ckpt = checkpoint(sd, adam_state(model, sd, flatten=False))
-        assert global_save_problems(ckpt, shapes, mesh, 65) == []
-        monkeypatch.setattr(dedup, "dedup_save_plans", lambda plans, **kw: plans)
-        problems = global_save_problems(ckpt, shapes, mesh, 65)
+        table = key_table(ckpt, shapes)[0]
+        return coordinate({rank: local_save_plan(ckpt)}, table, shapes, mesh,
+                          saved_metadata(ckpt, shapes, mesh)), table
+
+
+def test_the_coordinator_deduplicates_every_ranks_save_plan_and_a_missed_replica_is_named(
+        monkeypatch):
+    """torch's create_global_plan over all 256 ranks of a 4x64 HSDP mesh leaves every key
+    written once and writes the reference's metadata; without de-duplication (planted:
+    one that keeps everything) torch's coordinator refuses the plans and the replicas'
+    pieces and the plain keys are named as written more than once."""
+    import torch.distributed.checkpoint.default_planner as dp
+
+    c, _ = _coordinated("4x64", 65)
+    assert c.problems == () and c.metadata is not None
+    assert (c.from_torch, c.from_reference) == (1, 255)
+    monkeypatch.setattr(dp, "dedup_save_plans", lambda plans, *a, **kw: plans)
+    c, _ = _coordinated("4x64", 65)
+    problems = list(c.problems)
+    assert problems[0].startswith("torch's coordinator (create_global_plan) refused the 256 "
+                                  "ranks' plans"), problems[:3]
     assert any(p.startswith("model.layers.0.ffn_norm.weight: rows ") and "written twice" in p
                for p in problems), problems[:5]
     assert any(p.endswith("written by 256 ranks after de-duplication, expected 1")
                for p in problems), problems[:5]
+
+
+def test_a_plain_key_de_duplication_leaves_with_no_writer_is_named(monkeypatch):
+    """Planted in torch's de-duplication: every writer of one param's ``step`` dropped. "Each
+    plain key by one rank" must also catch a key written by none."""
+    import torch.distributed.checkpoint.default_planner as dp
+
+    real = dp.dedup_save_plans
+    gone = "optim.state.layers.0.ffn_norm.weight.step"
+
+    def dropping(plans, *a, **kw):
+        import dataclasses
+
+        return [dataclasses.replace(p, items=[i for i in p.items if i.index.fqn != gone])
+                for p in real(plans, *a, **kw)]
+    monkeypatch.setattr(dp, "dedup_save_plans", dropping)
+    c, table = _coordinated("16", 3)
+    assert gone in table
+    assert f"{gone}: written by no ranks after de-duplication, expected 1" in c.problems, \
+        c.problems
+
+
+def test_every_read_is_checked_by_position_and_key(monkeypatch):
+    """Planted in torch's load planner on a rank of 12 loading a save at 16: (1) the reads of
+    exp_avg take the saved exp_avg_sq (same chunks, another tensor); (2) one read takes the
+    wrong rows inside its saved chunk (its storage offset 2 rows short). Both were passed
+    by counting elements; by position each is named with the key and where it reads."""
+    import dataclasses
+
+    import torch
+    import torch.distributed.checkpoint.default_planner as dp
+
+    from fsdp_conformance.scale.models import build
+    from fsdp_conformance.scale.plans import checkpoint, load_problems, saved_metadata
+    from fsdp_conformance.scale.simulate import adam_state, shapes_of, simulated_rank
+
+    fn = lambda: build("moe")  # noqa: E731
+    shapes, saved, load = shapes_of(fn), Mesh.parse("16"), Mesh.parse("12")
+    key = "optim.state.layers.0.ffn_norm.weight.exp_avg"
+    real = dp.DefaultLoadPlanner.create_local_plan
+
+    def check(mutate):
+        def planted(self):
+            plan = real(self)
+            return dataclasses.replace(plan, items=[mutate(i) for i in plan.items])
+        monkeypatch.setattr(dp.DefaultLoadPlanner, "create_local_plan", planted)
+        try:
+            with simulated_rank(fn, load, 1) as (model, sd):
+                ckpt = checkpoint(sd, adam_state(model, sd, flatten=False))
+                return load_problems(ckpt, shapes, saved_metadata(ckpt, shapes, saved), load, 1)
+        finally:
+            monkeypatch.setattr(dp.DefaultLoadPlanner, "create_local_plan", real)
+
+    assert check(lambda i: i) == []
+    swapped = check(lambda i: dataclasses.replace(i, storage_index=dataclasses.replace(
+        i.storage_index, fqn=key + "_sq")) if i.dest_index.fqn == key else i)
+    assert f"rank 1: {key}: a read fills it from the saved '{key}_sq'" in swapped, swapped
+
+    def shifted(i):
+        if i.dest_index.fqn != key or i.storage_offsets[0] < 2:
+            return i
+        return dataclasses.replace(i, storage_offsets=torch.Size(
+            [i.storage_offsets[0] - 2, *i.storage_offsets[1:]]))
+    moved = check(shifted)
+    assert len(moved) == 1 and moved[0].startswith(f"rank 1: {key}: a read of ") \
+        and "takes the saved elements at" in moved[0], moved
 
 
 class TpModel(nn.Module):
@@ -199,3 +281,64 @@ def test_the_tiling_of_a_row_wise_grid():
                                                "row (1 block(s))")
     assert tiling_problem(shape, grid[:2] + [((0, 2), (4, 4))]) == \
         "the blocks at (0,) and (2,) overlap"
+
+
+class TiedWithBuffers(nn.Module):
+    """A trainer's model whose state dict is more than its parameters: an output head tied
+    to the embedding (two keys, one tensor), a BatchNorm's running statistics and a
+    persistent buffer of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(100, 12)
+        self.norm = nn.BatchNorm1d(12)
+        self.out = nn.Linear(12, 100, bias=False)
+        self.out.weight = self.embed.weight
+        self.register_buffer("seen", torch.zeros(5))
+
+
+def test_the_real_state_dict_is_planned_tied_names_and_buffers_included(monkeypatch):
+    """DSD's model state dict holds out.weight beside embed.weight and the buffers; every
+    one of those keys is planned and checked on both sides. A save plan that drops the
+    tied name's write on one rank, or FSDP2 padding a piece one row short, is named."""
+    import dataclasses
+
+    import torch.distributed.checkpoint.default_planner as dp
+
+    from fsdp_conformance.scale import check as scale_check
+    from fsdp_conformance.scale.plans import checkpoint, key_table
+    from fsdp_conformance.scale.simulate import (adam_state, aliases_of, shapes_of,
+                                                 simulated_rank)
+
+    r = check_scale(TiedWithBuffers, "64", "48")
+    assert r.ok, {k: (s.mismatches[:3], s.plans[:3], s.raised) for k, s in r.sides.items()}
+    def fn():
+        with torch.device("meta"):
+            return TiedWithBuffers()
+    assert aliases_of(fn) == {"out.weight": "embed.weight"}
+    with simulated_rank(fn, Mesh.parse("8"), 1) as (model, sd):
+        table = key_table(checkpoint(sd, adam_state(model, sd, flatten=False)),
+                          {**shapes_of(fn), "out.weight": (100, 12)})[0]
+    assert table["model.out.weight"].param == "out.weight"
+    assert table["model.norm.running_mean"].shape == (12,) and table["model.seen"].param is None
+
+    real = dp.DefaultSavePlanner.create_local_plan
+
+    def dropping(self):
+        plan = real(self)
+        return dataclasses.replace(plan, items=[i for i in plan.items
+                                                if i.index.fqn != "model.out.weight"])
+    monkeypatch.setattr(dp.DefaultSavePlanner, "create_local_plan", dropping)
+    r = check_scale(TiedWithBuffers, "8", "6")
+    monkeypatch.setattr(dp.DefaultSavePlanner, "create_local_plan", real)
+    assert not r.ok and "rank 0: model.out.weight: its save plan writes it nowhere, expected " \
+        "once" in r.sides["save"].plans, r.sides["save"].plans[:4]
+
+    padded = scale_check.torch_padding_of
+    monkeypatch.setattr(scale_check, "torch_padding_of", lambda m: {
+        f: (((s[0] - 1, *s[1:]), n) if f == "embed.weight" else (s, n))
+        for f, (s, n) in padded(m).items()})
+    r = check_scale(TiedWithBuffers, "8")
+    assert any(m.startswith("rank 0: embed.weight: torch pads its piece to (12, 12), the "
+                            "reference to (13, 12)") for m in r.sides["save"].mismatches), \
+        r.sides["save"].mismatches[:3]
