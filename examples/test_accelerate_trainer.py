@@ -21,6 +21,8 @@ from functools import partial
 
 import pytest
 
+from fsdp_conformance import size_id
+
 pytest.importorskip("accelerate", reason="the `trainers` extra (scripts/setup-env installs it)")
 
 from examples import accelerate_trainer as acc  # noqa: E402
@@ -147,7 +149,7 @@ def test_save_state_fsdp1_full_with_orig_params_kills_rank_0():
     assert r.rerun.rstrip().endswith("(second attempt: a rank died again)"), r.rerun
 
 
-@pytest.mark.parametrize("sizes", ["2", "2->3", "3->2", "2x2->2"])
+@pytest.mark.parametrize("sizes", ["2", "2->3", "3->2", "2x2->2"], ids=size_id)
 @pytest.mark.parametrize("state_dict_type", [FULL, SHARDED], ids=["full", "sharded"])
 def test_save_state_under_the_setup_hook(fsdp_roundtrip, state_dict_type, sizes):
     """The trainer's own construction (issue 45): the suite builds and shards, then

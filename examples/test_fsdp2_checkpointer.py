@@ -13,13 +13,15 @@ keeps float64 params and says it judges at float32's tolerance):
 """
 import pytest
 
+from fsdp_conformance import size_id
+
 from examples.fsdp2_checkpointer import (Decoder, data, dsd_load, dsd_save, make_optimizer,
                                          manual_load, manual_load_model,
                                          manual_load_optimizer, manual_save, shard,
                                          shard_bf16)
 
 
-@pytest.mark.parametrize("sizes", ["2", "2->3", "2x2->2"])
+@pytest.mark.parametrize("sizes", ["2", "2->3", "2x2->2"], ids=size_id)
 @pytest.mark.parametrize("shard_fn, judged", [
     (shard, "within rtol=0.0001, atol=1e-06"),
     # a bf16 MixedPrecisionPolicy in the user's shard_fn: the single-process run does not
@@ -60,7 +62,7 @@ def test_manual_checkpointer_names_the_parameter_swap(fsdp_roundtrip):
 
 
 
-@pytest.mark.parametrize("sizes", ["2", "2->3"])
+@pytest.mark.parametrize("sizes", ["2", "2->3"], ids=size_id)
 def test_manual_checkpointer_with_the_optimizer_built_after_the_model_load(fsdp_roundtrip,
                                                                            sizes):
     """The same hand-written code, as a trainer that loads the model first and builds its

@@ -5,11 +5,13 @@ applicable property (P0 layout, P2 training, P3 loaded state, P6 resume, P7 idem
 P10 partial state, P11 param groups, step and scheduler) is judged."""
 import pytest
 
+from fsdp_conformance import size_id
+
 from examples.fsdp2_trainer import (TinyTransformerish, batch, load_checkpoint,
                                     make_optimizer, make_scheduler, save_checkpoint, shard)
 
 
-@pytest.mark.parametrize("sizes", ["2", "2->3", "2x2->2"])
+@pytest.mark.parametrize("sizes", ["2", "2->3", "2x2->2"], ids=size_id)
 def test_trainer_checkpoint(fsdp_roundtrip, sizes):
     fsdp_roundtrip(TinyTransformerish, batch, fsdp_version=2, shard_fn=shard,
                    optimizer=make_optimizer, scheduler=make_scheduler,

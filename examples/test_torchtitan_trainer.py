@@ -11,6 +11,8 @@ raise (P10). Reproducers: notes/repro/torchtitan_*.py. Installed by the set-up (
 ``trainers`` extra)."""
 import pytest
 
+from fsdp_conformance import size_id
+
 pytest.importorskip("torchtitan", reason="the `trainers` extra (scripts/setup-env installs it)")
 
 from fsdp_conformance.user import RoundtripFailure, check  # noqa: E402
@@ -20,7 +22,7 @@ ARGS = dict(fsdp_version=2, shard_fn=tt.shard, optimizer=tt.make_optimizer,
             scheduler=tt.make_scheduler)
 
 
-@pytest.mark.parametrize("sizes", ["2", "2->3", "2x2->2"])
+@pytest.mark.parametrize("sizes", ["2", "2->3", "2x2->2"], ids=size_id)
 def test_checkpoint_manager(fsdp_roundtrip, sizes):
     [r] = fsdp_roundtrip(tt.TinyDecoder, tt.batch, **ARGS, save_fn=tt.save_checkpoint,
                          load_fn=tt.load_checkpoint, world_sizes=[sizes])

@@ -19,6 +19,7 @@ _EXPORTS = {
     "check_zoo": ("fsdp_conformance.user.driver", "check_zoo"),
     "check_scale": ("fsdp_conformance.scale.check", "check_scale"),
     "TrainState": ("fsdp_conformance.user.app_state", "TrainState"),
+    "size_id": ("fsdp_conformance.user.spec", "size_id"),
     "Case": ("fsdp_conformance.cases", "Case"),
     # the conformance run, its verdicts and reports
     "run_cases": ("fsdp_conformance.run.execute", "run_cases"),

@@ -178,5 +178,9 @@ def sorted_changes(changes: list[Change]) -> tuple[Change, ...]:
 
 
 def facts_notes(bf: dict, nf: dict, keys: Sequence[str]) -> list[str]:
-    return [f"{k} differs: {bf.get(k)} -> {nf.get(k)} (expected when gating an upgrade; "
-            "compared anyway)" for k in keys if bf.get(k) != nf.get(k)]
+    """A note per fact that differs between the reports (``None``, never printed: "none
+    recorded")."""
+    def said(v) -> str:
+        return "none recorded" if v is None else str(v)
+    return [f"{k} differs: {said(bf.get(k))} -> {said(nf.get(k))} (expected when gating an "
+            "upgrade; compared anyway)" for k in keys if bf.get(k) != nf.get(k)]

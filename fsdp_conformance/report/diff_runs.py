@@ -12,7 +12,7 @@ pass -> known                     newly known         yes
 known(key A) -> known(key B)      newly known         yes
 known -> known, another digest    known changed       yes
 pass -> n/a                       no longer checked   yes
-case or property only in BASE     missing in NEW      yes
+case or property only in BASE     missing in NEW      yes (of NEW's slice)
 fail / error -> pass              newly passing       no
 known -> pass                     known fixed         no
 n/a -> pass / known               newly checked       no
@@ -23,6 +23,11 @@ any other -> removed              API removed         no (its own
                                                       category)
 removed -> any other              API restored        no
 ================================  ==================  ===========
+
+A NEW run of part of its tier (``slice_of``: ``--case`` ids, ``-k``, fewer world sizes,
+``--bounds off``) is compared with the cases of BASE the same selection picks; BASE's other
+cases are outside the slice (one note says how many), not "missing in NEW". A case of the
+slice that NEW lacks is still missing.
 
 "removed" (run/removal.py) means NEW's torch no longer has the path's API: one change per
 verdict is kept for the record, but the comparison reports it per path ("API removed: 4
@@ -157,7 +162,8 @@ def comparable(base: dict, new: dict) -> tuple[bool, str]:
     if not (pb or pn):
         return True, ""
     if set(pb) != set(pn):
-        return False, "one report has no speed probes (written before them)"
+        return False, ("one report has no speed probes (written before them, or a run "
+                       "without bounds cases)")
     ratios = {k: pn[k] / pb[k] for k in pb if pb[k] > 0}
     off = {k: r for k, r in ratios.items() if not 1 / SAME_SPEED <= r <= SAME_SPEED}
     if off:
@@ -166,9 +172,46 @@ def comparable(base: dict, new: dict) -> tuple[bool, str]:
     return True, ""
 
 
+def slice_of(report: dict):
+    """``(in_slice(case dict) -> bool, what the slice is in words)`` of a report whose run
+    selected part of its tier: its ``--case`` ids (``selected_ids``), its ``-k`` expression
+    (``selection``, read as ``run -k`` reads it), its world sizes, and ``--bounds off`` (no
+    bounds case); ``(None, "")`` for a run of the whole tier. A case of another report is
+    in the slice when the same selection would have chosen it."""
+    from ..api_paths import PATH_NAMES
+    from ..selection import compile_keyword
+
+    ids = set(report.get("selected_ids") or ())
+    expr = report.get("selection")
+    sizes = set(report.get("world_sizes") or ())
+    no_bounds = report.get("bounds_mode") == "off"
+    said = []
+    if ids:
+        said.append(f"--case ({len(ids)} id{'s' if len(ids) != 1 else ''})")
+    if expr:
+        said.append(f"-k {expr!r}")
+    said.append(f"world sizes {sorted(sizes)}" if sizes else "")
+    said.append("--bounds off" if no_bounds else "")
+    match = compile_keyword(expr, PATH_NAMES) if expr else None
+
+    def in_slice(c: dict) -> bool:
+        if ids and c["id"] not in ids:
+            return False
+        if match is not None and not match(c["id"]):
+            return False
+        if no_bounds and c.get("bounds"):
+            return False
+        ws = {c.get("world_size"), c.get("load_world_size") or c.get("world_size")} - {None}
+        return not sizes or ws <= sizes
+    if not ids and not expr and not no_bounds:
+        return (in_slice, ", ".join(w for w in said if w)) if sizes else (None, "")
+    return in_slice, ", ".join(w for w in said if w)
+
+
 def _verdict_changes(base: dict, new: dict, same: bool = True) -> list[Change]:
     out: list[Change] = []
-    bcases = {c["id"]: c for c in base["cases"]}
+    in_slice, _ = slice_of(new)
+    bcases = {c["id"]: c for c in base["cases"] if in_slice is None or in_slice(c)}
     ncases = {c["id"]: c for c in new["cases"]}
     for cid in sorted(bcases.keys() | ncases.keys()):
         if cid not in ncases:
@@ -252,6 +295,11 @@ def _excess_exponent(s: dict) -> float:
 def _scaling_changes(base: dict, new: dict, th: Thresholds, same: bool = True) -> list[Change]:
     out: list[Change] = []
     bs, ns = base.get("scaling") or {}, new.get("scaling") or {}
+    in_slice, _ = slice_of(new)
+    if in_slice is not None and not all(in_slice(c) for c in base["cases"]):
+        # a slice: a path's fit is of it when a bounds case of that path is
+        paths = {c.get("api") for c in base["cases"] if c.get("bounds") and in_slice(c)}
+        bs = {k: v for k, v in bs.items() if k.split("/", 1)[0] in paths}
     for key in sorted(bs.keys() | ns.keys()):
         if key not in ns:
             out.append(Change("missing in NEW", key, "scaling", bs[key].get("status", "?"),
@@ -294,5 +342,12 @@ def compare_runs(base: dict, new: dict, th: Thresholds = Thresholds(), *,
         mchanges, notes = [], [_skipped_measurements(new, why)]
     changes += mchanges + _scaling_changes(base, new, th, same)
     bf, nf = run_facts(base), run_facts(new)
-    notes = facts_notes(bf, nf, ("torch", "backend", "tier", "selection", "fingerprint")) + notes
+    notes = facts_notes(bf, nf, ("torch", "backend", "tier", "fingerprint")) + notes
+    in_slice, what = slice_of(new)
+    if in_slice is not None:
+        outside = sum(1 for c in base["cases"] if not in_slice(c))
+        if outside:
+            notes.insert(0, f"NEW is a slice ({what}): {outside} of BASE's {len(base['cases'])} "
+                            f"cases are outside it and not compared; the rest are compared as "
+                            f"usual (a case of the slice missing in NEW is a regression)")
     return Comparison("run", base_path, new_path, bf, nf, th, sorted_changes(changes), tuple(notes))

@@ -7,7 +7,8 @@ Rules:
   computes, the same on any machine) holds when none of its (case, property) verdicts is
   ``fail`` or ``error``; **bounds** (P13 time, P14 memory: judged against a calibration and
   this machine's measured speed) holds when none of theirs is. ``bounds_mode`` says whether
-  the bounds verdict gates the run ("gate") or is reported only ("advisory").
+  the bounds verdict gates the run ("gate"), is reported only ("advisory"), or no bounds
+  case ran ("off": the run is a slice of its tier, report/diff_runs.py ``slice_of``).
 - A run is ``ok`` when correctness holds, the bounds hold or are advisory, and the run is
   complete. Exit status of ``fsdp-conformance run`` (``exit_code``): 0 ok; 1 correctness
   failed (or both); 3 correctness held and bounds failed under "gate"; 2 usage error;
@@ -150,7 +151,7 @@ def _unreadable_fixtures(cases: list[dict], removed: set[str]) -> list[str]:
 
 def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed: int,
                  world_sizes: Iterable[int], wall_time_s: float, argv: list[str],
-                 selection: str | None = None,
+                 selection: str | None = None, selected_ids: Iterable[str] = (),
                  tolerances: dict[str, dict[str, float]] | None = None,
                  calibration: str | os.PathLike | None = None,
                  scaling: dict | None = None, incomplete: str = "",
@@ -161,8 +162,9 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
     own block (run/execute.py ``Run.scaling``, computed once); when not given it is
     computed here under the bounds ``calibration`` file (default: the packaged one).
     ``incomplete``: why the run stopped early ("" = it did not); then the report holds the
-    ``planned`` count beside the decided cases. ``bounds_mode``: "gate" or "advisory" (module
-    rules); the report says which calibration the bounds were judged by."""
+    ``planned`` count beside the decided cases. ``bounds_mode``: "gate", "advisory" or "off"
+    (module rules); the report says which calibration the bounds were judged by.
+    ``selection`` / ``selected_ids``: the run's ``-k`` expression and ``--case`` ids."""
     import torch
 
     from .paths import portable
@@ -198,6 +200,7 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
         "seed": seed,
         "world_sizes": sorted(world_sizes),
         "selection": selection,
+        "selected_ids": list(selected_ids),
         "argv": list(argv),
         "machine_info": machine_info(),
         "started": started.isoformat(timespec="seconds"),
@@ -279,14 +282,14 @@ def failures(report: dict) -> list[tuple[str, str, dict]]:
 
 
 def rerun_command(case_id: str) -> str:
-    """The command that reruns exactly this case: ``fsdp-conformance run -k`` for a case of
-    the conformance matrix; ``pytest --fsdp-case`` for a case a test of the user's made (its
+    """The command that reruns exactly this case: ``fsdp-conformance run --case`` for a case
+    of the conformance matrix (a full-tier case's id is in the full tier only); ``pytest --fsdp-case`` for a case a test of the user's made (its
     own save/load, ``custom:``, or its own model: no zoo model), which only their tests
     can build."""
     quoted = "'" + case_id.replace("'", "'\"'\"'") + "'"
     if _plugin_case(case_id):
         return f"pytest --fsdp-case {quoted}"
-    return f"fsdp-conformance run -k {quoted}"
+    return f"fsdp-conformance run --case {quoted}"
 
 
 def _plugin_case(case_id: str) -> bool:

@@ -45,7 +45,12 @@ def add_parser(sub) -> None:
                         "case ids (a word matches an id that contains it, ignoring case) "
                         "with and / or / not and parentheses; words side by side are "
                         "joined by and, e.g. -k 'fsdp1.full or fsdp2.full', "
-                        "-k 'sched and not fsdp1'")
+                        "-k 'sched and not fsdp1'; a path's name selects that path's cases "
+                        "only")
+    p.add_argument("--case", dest="case_ids", action="append", default=None, metavar="ID",
+                   help="exactly the case of this id, whichever tier has it (repeatable; "
+                        "ids as --list and the reports print them): what a report's rerun "
+                        "line uses")
     add_out(p, default="reports/latest.json", old=("--json",),
             help="the JSON report; the Markdown (.md) and the HTML page (.html) go beside it "
                  "(default reports/latest.json)")
@@ -137,8 +142,18 @@ def main(args: argparse.Namespace) -> int:
         tier_cases = matrix.TIERS[args.tier](matrix.default_paths(), fixtures=args.fixtures)
     except FixtureError as exc:
         return _usage(f"--fixtures: {exc}")
+    ids = tuple(args.case_ids or ())
+    if ids and args.keyword:
+        return _usage("--case selects exact ids and -k by words: give one of them")
+    if ids and not {c.id for c in tier_cases} >= set(ids):  # an id is one case, any tier
+        other = "full" if args.tier == "quick" else "quick"
+        seen = {c.id for c in tier_cases}
+        tier_cases = list(tier_cases) + [
+            c for c in matrix.TIERS[other](matrix.default_paths(), fixtures=args.fixtures)
+            if c.id not in seen]
     try:
-        cases = matrix.select(tier_cases, world_sizes=world_sizes, keyword=args.keyword)
+        cases = matrix.select(tier_cases, world_sizes=world_sizes, keyword=args.keyword,
+                              ids=ids)
     except ValueError as exc:
         return _usage(str(exc))
     if args.bounds == "off":
@@ -146,8 +161,10 @@ def main(args: argparse.Namespace) -> int:
     if args.seed:
         cases = [dataclasses.replace(c, seed=args.seed) for c in cases]
     if not cases:
-        return _usage(f"no case of tier {args.tier!r} matches -k {args.keyword!r} and "
-                      f"world sizes {world_sizes}")
+        return _usage(matrix.no_match(tier_cases, args.tier, world_sizes=world_sizes,
+                                      keyword=args.keyword, ids=ids)
+                      + ("; --bounds off leaves out the bounds cases"
+                         if args.bounds == "off" and ids else ""))
     if args.list:
         for c in cases:
             print(c.id)
@@ -188,11 +205,11 @@ def main(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     report = build_report(run.results, tier=args.tier, backend=options.backend, seed=args.seed,
                           world_sizes=world_sizes, wall_time_s=wall,
-                          argv=command_line(), selection=args.keyword,
+                          argv=command_line(), selection=args.keyword, selected_ids=ids,
                           tolerances={k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()},
                           scaling=run.scaling, incomplete=run.interrupted, planned=run.planned,
                           calibration=options.calibration,
-                          bounds_mode="advisory" if args.bounds == "advisory" else "gate")
+                          bounds_mode=args.bounds)
     md = getattr(args, "md", None) or beside(args.out, ".md")
     write_run_report(report, args.out, md)
     from ..report.html import render_html

@@ -27,7 +27,7 @@ import itertools
 from typing import Iterable, Sequence
 
 from ..cases import FAULTS, SCHEDULE_NAMES, Case
-from ..api_paths import PATHS, api_path, family_of, is_full_path, resizable
+from ..api_paths import PATH_NAMES, PATHS, api_path, family_of, is_full_path, resizable
 from ..zoo import FUSED, MODELS, OPTIMIZERS, runs_on
 from ..zoo.optimizers import STATE_DTYPE_OPTIMIZERS
 
@@ -400,17 +400,53 @@ def _dedupe(cases: Iterable[Case]) -> list[Case]:
 
 
 def select(cases: Sequence[Case], *, world_sizes: Sequence[int] = (1, 2, 3, 4),
-           keyword: str | None = None) -> list[Case]:
+           keyword: str | None = None, ids: Sequence[str] = ()) -> list[Case]:
     """Cases whose save and load world sizes are allowed and whose id ``keyword`` selects
-    (run/keyword.py: pytest's ``-k`` grammar over words of case ids; ValueError for a
-    malformed one)."""
+    (selection.py: pytest's ``-k`` grammar over words of case ids, a path's name selecting
+    that path's cases; ValueError for a malformed one), or, with ``ids``, exactly the cases
+    of those ids (ValueError naming an id the cases lack, with the closest ids)."""
     allowed = set(world_sizes)
+    if ids:
+        by_id = {c.id: c for c in cases}
+        unknown = [i for i in ids if i not in by_id]
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], list(by_id), n=3, cutoff=0.5)
+            raise ValueError(f"no case has the id {unknown[0]!r}"
+                             + (f"; did you mean {' or '.join(map(repr, close))}?" if close
+                                else "") + " (`--list` lists the ids)")
+        cases = [by_id[i] for i in dict.fromkeys(ids)]
     out = [c for c in cases if c.world_size in allowed and c.dst_world_size in allowed]
     if keyword:
-        from .keyword import compile_keyword
+        from ..selection import compile_keyword
 
-        matches = compile_keyword(keyword)
+        matches = compile_keyword(keyword, PATH_NAMES)
         out = [c for c in out if matches(c.id)]
+    return out
+
+
+def no_match(cases: Sequence[Case], tier: str, *, world_sizes: Sequence[int],
+             keyword: str | None, ids: Sequence[str] = ()) -> str:
+    """Why ``select`` chose nothing, in words: the selection as given (never Python's
+    None), the world sizes the tier's cases use where the allowed ones miss them, and "did
+    you mean" for each word of ``keyword`` no id contains."""
+    from ..selection import unknown_words
+
+    said = []
+    if ids:
+        said.append(f"--case {' '.join(map(repr, ids))}")
+    if keyword:
+        said.append(f"-k {keyword!r}")
+    sizes = sorted({w for c in cases for w in (c.world_size, c.dst_world_size)})
+    out = (f"no case of tier {tier!r} matches {' and '.join(said) + ' at ' if said else ''}"
+           f"world sizes {list(world_sizes)}")
+    if not set(sizes) & set(world_sizes) or (not keyword and not ids):
+        out += f" (the tier's cases use world sizes {sizes})"
+    if keyword:
+        for word, close in unknown_words(keyword, [c.id for c in cases]).items():
+            out += (f"; no case id contains {word!r}"
+                    + (f": did you mean {' or '.join(map(repr, close))}?" if close else ""))
     return out
 
 

@@ -96,6 +96,9 @@ class CheckOptions:
     """"quick" or "full": how many world-size specs and paths by default."""
     only: Sequence[str] | None = None
     """Run just the cases with these ids."""
+    on_cases: Any = None
+    """``f(ids)``, called with the id of every case the check builds, before ``only`` keeps
+    some (the plugin's ``--fsdp-case`` names an id no test has, with the closest ones)."""
     # -- running and judging -------------------------------------------------------------------
     backend: str | None = None
     """"gloo" or "nccl" (None: nccl where there are GPUs, else gloo)."""

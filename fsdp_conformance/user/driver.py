@@ -60,6 +60,8 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
                        resume_steps=o.resume_steps, batch=o.batch, dtype=o.dtype, seed=o.seed,
                        groups=o.groups, tier=o.tier, fsdp_version=o.fsdp_version,
                        links=o.links, scheduler_after_load=o.scheduler_after_load)
+    if o.on_cases is not None:
+        o.on_cases([c.id for c in cases])
     if o.only:
         cases = [c for c in cases if c.id in set(o.only)]
     run_options = RunOptions.for_user(backend=o.backend, timeout=o.timeout)
@@ -105,7 +107,8 @@ def check_zoo(save_fn: SaveFn | str, load_fn: LoadFn | str, *,
               seed: int = 0, links: int = 2, setup_fn=None, backend: str | None = None,
               timeout: float = DEFAULT_TIMEOUT_S,
               known: Sequence = (), only: Sequence[str] | None = None,
-              rerun: Rerun | None = None, on_result: ResultSink | None = None) -> list:
+              rerun: Rerun | None = None, on_result: ResultSink | None = None,
+              on_cases=None) -> list:
     """Run the user's own ``save_fn`` / ``load_fn`` on the suite's zoo models
     (``zoo_cases``: buffers, tied weights, frozen and late-frozen params, an unused param,
     two param groups, bfloat16, HSDP with an "RxS" spec; each a chain of ``links``
@@ -118,6 +121,8 @@ def check_zoo(save_fn: SaveFn | str, load_fn: LoadFn | str, *,
                            setup=setup_fn)
     cases = zoo_cases(custom, models=models, world_sizes=world_sizes, optimizer=optimizer,
                       seed=seed, links=links)
+    if on_cases is not None:  # CheckOptions.on_cases
+        on_cases([c.id for c in cases])
     if only:
         cases = [c for c in cases if c.id in set(only)]
     options = RunOptions.for_user(backend=backend, timeout=timeout)

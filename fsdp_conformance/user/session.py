@@ -34,6 +34,11 @@ NESTED = pytest.StashKey[bool]()
 OUTER_TIER = pytest.StashKey[object]()
 REGISTRY = "fsdp_conformance.harness.registry"
 WORKER_KEY = "fsdpc_results"
+CANDIDATES = pytest.StashKey[set]()
+"""Every case id a round trip of this session built, before ``--fsdp-case`` kept some."""
+CANDIDATES_KEY = "fsdpc_candidates"
+UNMATCHED = pytest.StashKey[str]()
+"""Why ``--fsdp-case`` failed the session (an id no test's case has), if it did."""
 
 
 # --------------------------------------------------------------------------- options
@@ -190,7 +195,8 @@ def generate_tests(metafunc) -> None:
             marks = []
             if allowed is not None and not set(pair) <= allowed:
                 marks.append(pytest.mark.skip(
-                    reason=f"world size {pair_id(pair)[2:]} not in --fsdp-world-sizes "
+                    reason=f"world size {'->'.join(map(str, dict.fromkeys(pair)))} not in "
+                           f"--fsdp-world-sizes "
                            f"{','.join(map(str, sorted(allowed)))}"))
             elif be == "nccl" and gpu_count() < max(pair):
                 marks.append(pytest.mark.skip(
@@ -273,6 +279,9 @@ class Roundtrip:
         self.results.append(result)
         self._request.config.stash[RESULTS].append(result)
 
+    def _candidates(self, ids) -> None:
+        self._request.config.stash.setdefault(CANDIDATES, set()).update(ids)
+
     def rerun(self, case) -> str:
         return f"pytest '{self._request.node.nodeid}' --fsdp-case '{case.id}'"
 
@@ -313,7 +322,7 @@ class Roundtrip:
         results = self._fail_clean(
             check, model, data, world_sizes=self._pairs(world_sizes), backend=self.backend,
             timeout=self.timeout, known=self.known, only=self.only, rerun=self.rerun,
-            on_result=self._record, **kwargs)
+            on_result=self._record, on_cases=self._candidates, **kwargs)
         if self.only and not results:
             pytest.skip(f"no case of this test matches --fsdp-case {self.only}")
         return results
@@ -325,7 +334,8 @@ class Roundtrip:
 
         return self._fail_clean(check_zoo, save_fn, load_fn, backend=self.backend,
                                 timeout=self.timeout, known=self.known, only=self.only,
-                                rerun=self.rerun, on_result=self._record, **kwargs)
+                                rerun=self.rerun, on_result=self._record,
+                                on_cases=self._candidates, **kwargs)
 
     def check(self, case, user=None, custom=None):
         """Run one ready ``Case`` (a zoo model, or ``user``'s; through a built-in path or
@@ -377,6 +387,9 @@ def collect_worker(node) -> None:
     data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
     if data:
         node.config.stash[RESULTS].extend(decode_result(d) for d in json.loads(data))
+    seen = getattr(node, "workeroutput", {}).get(CANDIDATES_KEY)
+    if seen:
+        node.config.stash.setdefault(CANDIDATES, set()).update(json.loads(seen))
 
 
 def write_report(config, path: str) -> None:
@@ -399,6 +412,12 @@ def terminal_summary(terminalreporter, config) -> None:
     (as pytest lists xfails), and each case that ran twice because a rank died; passing
     tests hide both otherwise."""
     results = config.stash.get(RESULTS, [])
+    unmatched = config.stash.get(UNMATCHED, "")
+    if unmatched:
+        terminalreporter.write_sep("=", "fsdp-conformance: --fsdp-case matched nothing",
+                                   red=True)
+        for line in unmatched.splitlines():
+            terminalreporter.write_line(f"ERROR {line}")
 
     known: dict[str, tuple[set, list]] = {}
     declared: dict[str, str] = {}
@@ -427,6 +446,29 @@ def terminal_summary(terminalreporter, config) -> None:
                                     f"({r.rerun.splitlines()[0]})")
 
 
+def _unmatched_cases(config) -> str:
+    """Each ``--fsdp-case`` id that no case of this session ran (a typo, or a case of a
+    test not selected), with the closest ids the session's round trips built; "" when
+    every id ran or none was given."""
+    import difflib
+
+    only = config.getoption("fsdp_case", default=None) or []
+    if config.getoption("collectonly", default=False):
+        return ""  # nothing runs: nothing to match
+    ran = {r.case.id for r in config.stash.get(RESULTS, [])}
+    missing = [i for i in only if i not in ran]
+    if not missing:
+        return ""
+    seen = sorted(config.stash.get(CANDIDATES, set()))
+    lines = []
+    for i in missing:
+        close = difflib.get_close_matches(i, seen, n=3, cutoff=0.5)
+        lines.append(f"--fsdp-case {i!r}: no case of the tests that ran has this id"
+                     + (f"; did you mean {' or '.join(map(repr, close))}?" if close else
+                        f" ({len(seen)} case ids seen; a test's failure prints its own)"))
+    return "\n".join(lines)
+
+
 def finish(session) -> None:
     """Hand the results to the xdist controller, or write the report; close this session's
     pools."""
@@ -435,7 +477,14 @@ def finish(session) -> None:
         if hasattr(config, "workerinput"):  # xdist worker: hand results to the controller
             config.workeroutput[WORKER_KEY] = json.dumps(
                 [encode_result(r) for r in config.stash[RESULTS]])
+            config.workeroutput[CANDIDATES_KEY] = json.dumps(
+                sorted(config.stash.get(CANDIDATES, set())))
         else:
+            unmatched = _unmatched_cases(config)
+            if unmatched:  # a mistyped --fsdp-case must not pass CI as "skipped"
+                config.stash[UNMATCHED] = unmatched
+                if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+                    session.exitstatus = pytest.ExitCode.USAGE_ERROR
             path = option(config, "fsdp_report")
             if path:
                 write_report(config, str(path))

@@ -79,7 +79,21 @@ def world_size_pair(spec) -> tuple[int, int]:
 
 
 def pair_id(pair: tuple[int, int]) -> str:
-    """The test id of a (save, load) world-size pair: ``ws2``, ``ws2->3``."""
+    """The test id of a (save, load) world-size pair: ``ws2``, ``ws2to3``: characters
+    pytest's ``-k`` accepts (its expressions refuse ``>``), so ``pytest -k ws2to3`` selects
+    the resizing test. Case ids keep ``ws2->3``."""
     n, m = pair
-    return f"ws{n}" if n == m else f"ws{n}->{m}"
+    return f"ws{n}" if n == m else f"ws{n}to{m}"
+
+
+def size_id(spec) -> str:
+    """A test id for a world-size spec that pytest's ``-k`` can select: ``"2"`` -> ``ws2``,
+    ``"2->3"`` -> ``ws2to3``, ``"2x2->2"`` -> ``ws2x2to2``, ``(2, 3)`` -> ``ws2to3``
+    (``@pytest.mark.parametrize("sizes", ["2", "2->3"], ids=size_id)``: pytest's own id of
+    ``"2->3"`` holds ``>``, which ``-k`` refuses). A malformed spec is parse_sizes's
+    ValueError."""
+    parse_sizes(spec)  # refuse what is not a spec, naming it
+    if isinstance(spec, str):
+        return "ws" + spec.replace(" ", "").replace("->", "to")
+    return pair_id(world_size_pair(spec))
 

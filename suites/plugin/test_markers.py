@@ -81,7 +81,7 @@ def test_fsdp_marker_ids_world_size_filter_and_known_marker(run, rank_pool):
     res = run(MARKED, "-v", "--fsdp-world-sizes", "1,2", "-rsxX")
     out = res.out
     assert "test_sizes[ws1] PASSED" in out and "test_sizes[ws2] PASSED" in out
-    assert "test_sizes[ws2->4] SKIPPED" in out
+    assert "test_sizes[ws2to4] SKIPPED" in out
     assert "world size 2->4 not in --fsdp-world-sizes 1,2" in out
     assert "test_known_plain XFAIL" in out and "known torch limitation P1: torch gets P1 wrong" in out
     assert "test_known_but_passes FAILED" in out  # strict: XPASS(strict) fails
@@ -115,8 +115,14 @@ def test_fsdp_case_reruns_one_case_and_report_is_the_cli_schema(run, tmp_path):
     assert data["world_sizes"] == [1, 2] and data["argv"][0] == "pytest"
     assert data["cases"][0]["properties"]["P3"]["status"] == "pass"
     assert (tmp_path / "r.md").read_text().startswith("#")
-    res = run(ROUNDTRIP, "--fsdp-case", "no/such/case")
+    res = run(ROUNDTRIP, "--fsdp-case", "no/such/case")  # a typo does not pass CI
     res.assert_outcomes(skipped=1)
+    assert res.ret == 4, res.out[-2000:]
+    assert "--fsdp-case matched nothing" in res.out, res.out[-2000:]
+    assert "ERROR --fsdp-case 'no/such/case': no case of the tests that ran has this id" \
+        in res.out, res.out[-2000:]
+    res = run(ROUNDTRIP, "--fsdp-case", one[:-1])  # ...links2 -> ...links
+    assert res.ret == 4 and f"did you mean '{one}'" in res.out, res.out[-2000:]
 
 
 def test_options_are_validated(run):

@@ -388,3 +388,34 @@ def test_rich_rendering_lists_every_change():
     assert "Regressions (7)" in out and "Known limitations fixed (1)" in out
     # two table rows and the verdict line
     assert out.count("newly failing") == 3 and "REGRESSION: 7 regressions" in out
+
+
+def test_a_slice_is_compared_with_the_cases_of_base_its_selection_picks():
+    """NEW ran `-k 'fsdp2.sharded and sgd' --bounds off` against the committed full quick
+    baseline: BASE's other cases and the bounds fits are outside the slice (one note), not
+    hundreds of "missing in NEW"; a case of the slice that NEW lacks is still missing, and
+    --case ids and fewer world sizes slice alike. A run of the whole tier says nothing of
+    slices."""
+    from fsdp_conformance.api_paths import PATH_NAMES
+    from fsdp_conformance.selection import compile_keyword
+
+    base = json.loads(BASELINE.read_text())
+    pick = compile_keyword("fsdp2.sharded and sgd", PATH_NAMES)
+    new = {**copy.deepcopy(base), "selection": "fsdp2.sharded and sgd", "bounds_mode": "off",
+           "scaling": {}, "cases": [c for c in base["cases"] if pick(c["id"])
+                                    and not c.get("bounds")]}
+    cmp = compare_runs(base, new)
+    assert not cmp.regressed, render_text(cmp)[:2000]
+    assert any(n.startswith(f"NEW is a slice (-k 'fsdp2.sharded and sgd'") and
+               f"{len(base['cases']) - len(new['cases'])} of BASE's" in n for n in cmp.notes)
+    gone = new["cases"].pop()
+    cmp = compare_runs(base, new)
+    assert [(c.label, c.subject) for c in cmp.regressions] == [("missing in NEW", gone["id"])]
+    one = {**copy.deepcopy(base), "selected_ids": [gone["id"]], "cases": [gone],
+           "bounds_mode": "off", "scaling": {}}
+    assert not compare_runs(base, one).regressed
+    small = {**copy.deepcopy(base), "world_sizes": [1, 2], "bounds_mode": "off", "scaling": {},
+             "cases": [c for c in base["cases"] if not c.get("bounds") and
+                       {c["world_size"], c["load_world_size"] or c["world_size"]} <= {1, 2}]}
+    assert not compare_runs(base, small).regressed
+    assert not any("slice" in n for n in compare_runs(base, base).notes)

@@ -110,7 +110,7 @@ def test_markdown_failures_known_na_tolerances():
     assert "FAILED" in md and "| path | cases | P0 |" in md and "Legend:" in md
     failures = md.split("## Failures (1)")[1].split("## Known torch limitations")[0]
     assert cid in failures and FAIL_DETAIL in failures
-    assert f"fsdp-conformance run -k '{cid}'" in failures
+    assert f"fsdp-conformance run --case '{cid}'" in failures
     known = md.split("## Known torch limitations")[1].split("## Fixed upstream?")[0]
     assert f"**{KEY}**: 1 case (P1)" in known
     assert KNOWN[0].reason in known and KNOWN[0].upstream in known
@@ -288,7 +288,7 @@ def test_the_rerun_line_of_a_case_only_a_users_test_makes_is_a_pytest_command():
     from fsdp_conformance.report.run_report import rerun_command
 
     zoo = Case(api="fsdp1.full").id
-    assert rerun_command(zoo) == f"fsdp-conformance run -k '{zoo}'"
+    assert rerun_command(zoo) == f"fsdp-conformance run --case '{zoo}'"
     custom = "fsdp2.custom:manual_save/make_optimizer/Decoder.root/dtensor/ws2/fp64"
     assert rerun_command(custom) == f"pytest --fsdp-case '{custom}'"
     user = "fsdp2.full/make_optimizer/TinyTransformerish.root/dtensor/ws2->3/fp64"
@@ -306,7 +306,7 @@ def test_a_run_that_did_not_pass_says_what_to_do_next():
     assert next_steps(_build([CaseResult(Case(api="fsdp1.full"), {"P1": passed()}, {})])) == []
     failed = _build(_results())
     steps = next_steps(failed)
-    assert any("rerun one case alone: fsdp-conformance run -k" in s for s in steps), steps
+    assert any("rerun one case alone: fsdp-conformance run --case" in s for s in steps), steps
     assert "next: read each failure's detail" in render_markdown(failed)
     bounds_only = _build(_bounds_case(fail("work (CPU) 5 ms > bound 3 ms")))
     assert any("fsdp-conformance bounds calibrate" in s and "--bounds advisory" in s
