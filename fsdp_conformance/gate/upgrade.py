@@ -18,7 +18,10 @@ Steps (each one a subprocess with its own log file and time limit):
    directions (``fixture_directions``). The upgrade comparison (step 5) leaves out the
    candidate's fixtures (``upgrade_view``: no before/after pair there); a candidate's
    checkpoint the baseline fails to load, unexplained by a known limitation, is a rollback
-   failure (``rollback_failures``): listed, and the gate exits 1;
+   failure (``rollback_failures``): listed, and the gate exits 1; one a known limitation
+   explains (``rollback_known``: torch 2.13 cannot read the metadata 2.15 writes) is no
+   excuse for the person deciding the upgrade: the verdict starts "NO ROLLBACK: ..." naming
+   the entries and counts, and the gate exits 1 unless ``--allow-no-rollback``;
 4. both run the scaling benchmark (``--bench quick`` by default, ``full`` or ``none``);
 5. ``compare`` of the two run reports and of the two benchmark reports, with the gate's
    thresholds; timings and peaks flagged slower or bigger (benchmarks, and the bounds
@@ -92,6 +95,9 @@ class GateConfig:
     step_timeout: float = 3 * 3600.0
     allow_removed: bool = False
     """Accept paths whose API the candidate's torch removed (still listed)."""
+    allow_no_rollback: bool = False
+    """Pass although the baseline cannot load checkpoints the candidate writes, by known
+    torch limitations (still the headline)."""
     run_args: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -223,6 +229,7 @@ def gate(cfg: GateConfig) -> int:
     cand_release = release(versions["candidate"]) if len(writers) == 2 else None
     compared = {s.name: upgrade_view(out / s.name / "run.json", cand_release) for s in sides}
     rollback = rollback_failures(out / "baseline" / "run.json", cand_release)
+    no_rollback = rollback_known(out / "baseline" / "run.json", cand_release)
     verdicts = {}
     for kind in kinds:
         base_rep, cand_rep = ((compared["baseline"], compared["candidate"]) if kind == "run"
@@ -241,11 +248,20 @@ def gate(cfg: GateConfig) -> int:
             rechecks[kind] = recheck(kind, cfg, out, sides, thresholds, logs)
             verdicts[kind] = 1 if rechecks[kind]["confirmed"] or rechecks[kind]["other"] else 0
     regressed = any(verdicts.values())
-    rc = 1 if regressed or rollback or (removed["paths"] and not cfg.allow_removed) else 0
+    rc = 1 if (regressed or rollback or (removed["paths"] and not cfg.allow_removed)
+               or (no_rollback and not cfg.allow_no_rollback)) else 0
     verdict = "regression" if regressed else "no regression"
     if rollback:
         verdict += (f"; rollback: {len(rollback)} checkpoint(s) the candidate wrote do not load "
                     f"in the baseline")
+    if no_rollback:  # the headline: the person deciding the upgrade must see it first
+        n = sum(len(v) for v in no_rollback.values())
+        verdict = (f"NO ROLLBACK: torch {versions['baseline']} cannot load {n} checkpoint(s) "
+                   f"torch {versions['candidate']} writes (known torch limitation"
+                   f"{'s' if len(no_rollback) > 1 else ''} {', '.join(sorted(no_rollback))}): "
+                   f"after this upgrade, going back loses them"
+                   + (" (accepted: --allow-no-rollback)" if cfg.allow_no_rollback else "")
+                   + f"; {verdict}")
     if removed["paths"]:
         verdict = (f"API removed: {len(removed['paths'])} paths "
                    f"({', '.join(removed['paths'])}); {verdict}")
@@ -260,6 +276,8 @@ def gate(cfg: GateConfig) -> int:
         "rechecks": rechecks,
         "api_removed": removed["paths"],
         "rollback_failures": rollback,
+        "rollback_known": no_rollback,
+        "allow_no_rollback": cfg.allow_no_rollback,
         "removed_fixtures": removed["fixtures"],
         "allow_removed": cfg.allow_removed,
         "verdict": verdict,
@@ -275,6 +293,13 @@ def gate(cfg: GateConfig) -> int:
            "The comparison below leaves out the fixtures the candidate wrote (the baseline "
            "reads them as a rollback, the candidate as its own files: no before/after pair)."
            if cand_release else "", ""]
+    if no_rollback:
+        md += ["Rollback broken by known torch limitations (the candidate's checkpoints the "
+               "baseline cannot load, exactly as the entry models; a rollback after the "
+               "upgrade loses them):", ""]
+        for key, cases in sorted(no_rollback.items()):
+            md += [f"- {key}: {len(cases)} checkpoint(s), e.g. `{cases[0]}`"]
+        md += [""]
     if rollback:
         md += ["Rollback failures (the candidate's checkpoints the baseline cannot load, "
                "and no known limitation explains):", ""]
@@ -448,6 +473,24 @@ def rollback_failures(run_json: Path, cand_release: str | None) -> list[dict]:
     return out
 
 
+def rollback_known(run_json: Path, cand_release: str | None) -> dict[str, list[str]]:
+    """The baseline's P12 verdicts on the candidate's fixtures that a known limitation
+    explains: ``{entry key: [case id, ...]}``. Known is no excuse here: whatever the cause,
+    the baseline torch cannot load those checkpoints, so the upgrade cannot be rolled back
+    without losing them."""
+    import json
+
+    if cand_release is None:
+        return {}
+    data = json.loads(run_json.read_text(encoding="utf-8"))
+    out: dict[str, list[str]] = {}
+    for c in data["cases"]:
+        v = c["properties"].get("P12", {})
+        if fixture_writer(c) == cand_release and v.get("status") == "known":
+            out.setdefault(v.get("known") or "?", []).append(c["id"])
+    return out
+
+
 def fixture_writer(case: dict) -> str | None:
     """The torch release that wrote a report case's golden fixture (``"<version>/<name>"``),
     None for a case that is not a golden one."""
@@ -534,14 +577,43 @@ def add_parser(sub) -> None:
     g.add_argument("--allow-removed", action="store_true",
                    help="pass although the candidate removed some paths' API (they are still "
                         "listed as \"API removed\")")
+    g.add_argument("--allow-no-rollback", action="store_true",
+                   help="pass although the baseline torch cannot load checkpoints the "
+                        "candidate writes by a known limitation (still the headline: NO "
+                        "ROLLBACK)")
     g.add_argument("--step-timeout", type=float, default=3 * 3600.0,
                    help="seconds any one step may take (default 3 h)")
+
+
+def check_selection(tier: str, keyword: str | None, world_sizes: str | None) -> None:
+    """Refuse, before any environment is built or fixture written, a selection that picks
+    no case of the tier in this package's matrix (``run``'s words: the world sizes the tier
+    uses, "did you mean" for a ``-k`` word no id holds). A ``-k`` naming golden fixtures
+    (``golden:``) is left to the runs: the candidate's fixtures do not exist yet."""
+    if not keyword and not world_sizes:
+        return
+    from ..run import matrix
+    from ..usage import UsageError, parse_world_sizes
+
+    try:
+        sizes = parse_world_sizes(world_sizes) if world_sizes else [1, 2, 3, 4]
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+    cases = matrix.TIERS[tier](matrix.default_paths())
+    if keyword and "golden:" in keyword.lower():
+        from ..selection import compile_keyword
+
+        compile_keyword(keyword)  # still refuses a malformed expression
+        return
+    if not matrix.select(cases, world_sizes=sizes, keyword=keyword):
+        raise ValueError(matrix.no_match(cases, tier, world_sizes=sizes, keyword=keyword))
 
 
 def main(args: argparse.Namespace) -> int:
     try:
         cand = check_spec(args.candidate) if args.candidate else None
         base = check_spec(args.baseline) if args.baseline else None
+        check_selection(args.tier, args.keyword, args.world_sizes)
         for flag, py in (("--candidate-python", args.candidate_python),
                          ("--baseline-python", args.baseline_python)):
             if py is not None and not os.access(py, os.X_OK):
@@ -556,7 +628,8 @@ def main(args: argparse.Namespace) -> int:
                      tier=args.tier, keyword=args.keyword, world_sizes=args.world_sizes,
                      bench=args.bench, max_slowdown=args.max_slowdown,
                      max_memory_growth=args.max_memory_growth, step_timeout=args.step_timeout,
-                     allow_removed=args.allow_removed)
+                     allow_removed=args.allow_removed,
+                     allow_no_rollback=args.allow_no_rollback)
     try:
         return gate(cfg)
     except GateError as e:

@@ -198,3 +198,37 @@ def test_the_upgrade_comparison_leaves_out_the_candidates_fixtures_and_rollbacks
     assert rollback_failures(run, "2.15.0") == [
         {"case": "x/golden:2.15.0/b", "status": "fail", "detail": "fail detail"}]
     assert rollback_failures(run, None) == []
+
+
+def test_a_rollback_a_known_limitation_breaks_is_the_gates_headline(tmp_path):
+    """torch 2.13 cannot read the DCP metadata 2.15 writes: a known limitation, so no
+    rollback failure, but the person deciding the upgrade must read it first
+    (``rollback_known``: entry -> cases; the gate's verdict starts NO ROLLBACK)."""
+    import json
+
+    from fsdp_conformance.gate.upgrade import rollback_known
+
+    def case(golden, status, known=None):
+        return {"id": f"x/golden:{golden}", "golden": golden,
+                "properties": {"P12": {"status": status, "known": known}}}
+
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"cases": [case("2.15.0/a", "known", "dcp-strides"),
+                                         case("2.15.0/b", "known", "dcp-strides"),
+                                         case("2.13.0/c", "known", "other"),
+                                         case("2.15.0/d", "pass")]}))
+    assert rollback_known(run, "2.15.0") == {"dcp-strides": ["x/golden:2.15.0/a",
+                                                             "x/golden:2.15.0/b"]}
+    assert rollback_known(run, None) == {}
+
+
+def test_a_selection_of_nothing_stops_the_gate_before_any_environment(tmp_path, capsys):
+    out = tmp_path / "g"
+    assert main(["gate", "--candidate", "torch==2.15.0", "-k", "fsdp2.shardd", "--out",
+                 str(out), "--venvs", str(tmp_path / "venvs")]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'fsdp2.sharded'" in err, err
+    assert not out.exists() and not (tmp_path / "venvs").exists()
+    assert main(["gate", "--candidate", "torch==2.15.0", "--world-sizes", "64", "--out",
+                 str(out)]) == 2
+    assert "the tier's cases use world sizes [1, 2, 3, 4]" in capsys.readouterr().err
