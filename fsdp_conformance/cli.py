@@ -17,12 +17,26 @@ COMMANDS: dict[str, str] = {
     "fixtures": "run.fixtures_cli",
     "report": "report.cli",
     "compare": "report.cli",
+    "merge": "report.cli",
     "bench": "bench.cli",
     "inspect": "inspection.cli",
     "bounds": "run.bounds_cli",
     "reshard": "reshard.cli",
     "scale": "scale.cli",
 }
+
+
+def _seen() -> str:
+    """The torch and Python this command runs with (read from the installed packages'
+    metadata: without importing torch)."""
+    import platform
+    from importlib import metadata
+
+    try:
+        torch = f"torch {metadata.version('torch')}"
+    except metadata.PackageNotFoundError:
+        torch = "no torch installed"
+    return f"{torch}, Python {platform.python_version()}, {sys.executable}"
 
 
 def _module(name: str):
@@ -32,10 +46,12 @@ def _module(name: str):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fsdp-conformance",
                                 description="Conformance suite for optimizer-state "
-                                            "checkpointing under PyTorch FSDP.")
+                                            "checkpointing under PyTorch FSDP.",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     from . import __version__
 
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__} "
+                   f"({_seen()})")
     sub = p.add_subparsers(dest="command", required=True)
     for name in dict.fromkeys(COMMANDS.values()):  # each module once, in table order
         _module(name).add_parser(sub)

@@ -57,6 +57,19 @@ def add_parser(sub) -> None:
                         "regressed); they are still listed")
     add_out(c, help="also write the comparison as OUT.json and OUT.md (a suffix on OUT is "
                     "replaced)")
+    m = sub.add_parser(
+        "merge", help="join the reports of a run's parts (run --shard I/N) into one",
+        description="One run report from the reports of the parts of one run (`run --shard "
+                    "I/N` on N CI jobs): every case of every part, the summary counted again, "
+                    "each path's scaling; a part missing or incomplete makes the merged report "
+                    "incomplete. Writes OUT.json, OUT.md and OUT.html. Exit codes: as `run` "
+                    "(0 ok, 1 correctness failed or incomplete, 3 a bound failed), 2 usage "
+                    "error (parts of different runs, a case in two parts).")
+    m.add_argument("parts", nargs="+", help="the parts' JSON reports")
+    m.add_argument("--junit-xml", default=None, metavar="PATH",
+                   help="also write the merged report as JUnit XML")
+    add_out(m, help="the merged JSON report; the .md and .html go beside it (required)",
+            required=True)
     add_old(c, "--md", dest="md")
     add_old(c, "--json", dest="json")
 
@@ -145,8 +158,37 @@ def _compare(args) -> int:
     return 1 if cmp.blocked(args.allow_removed) else 0
 
 
+def _merge(args) -> int:
+    from .html import render_html
+    from .merge import merge_reports
+    from .run_report import exit_code, headline, render_markdown as run_markdown
+
+    if not args.out:
+        raise UsageError("merge needs --out: where the merged report goes")
+    base = Path(args.out)
+    outs = _written(list(args.parts), {k: (f"--out ({s})", beside(base, s))
+                                       for k, s in (("json", ".json"), ("md", ".md"),
+                                                    ("html", ".html"))})
+    report = merge_reports(args.parts)
+    write_json_atomic(outs["json"], report)
+    write_text_atomic(outs["md"], run_markdown(report))
+    write_text_atomic(outs["html"], render_html(report))
+    if args.junit_xml:
+        from .junit import to_junit
+
+        write_text_atomic(args.junit_xml, to_junit(report))
+    print(headline(report))
+    if report.get("incomplete"):
+        print(f"INCOMPLETE: {report['incomplete']}", file=sys.stderr)
+        return 1
+    print(f"wrote {outs['json']}, {outs['md']}, {outs['html']}")
+    return exit_code(report)
+
+
 def main(args) -> int:
     try:
+        if args.command == "merge":
+            return _merge(args)
         return _report(args) if args.command == "report" else _compare(args)
     except (UsageError, ReportFormatError) as e:
         print(f"fsdp-conformance {args.command}: error: {e}", file=sys.stderr)

@@ -174,7 +174,8 @@ def comparable(base: dict, new: dict) -> tuple[bool, str]:
 
 def slice_of(report: dict):
     """``(in_slice(case dict) -> bool, what the slice is in words)`` of a report whose run
-    selected part of its tier: its ``--case`` ids (``selected_ids``), its ``-k`` expression
+    selected part of its tier: its ``--case`` ids or its part's planned ids (``run
+    --shard``: ``selected_ids``), its ``-k`` expression
     (``selection``, read as ``run -k`` reads it), its world sizes, and ``--bounds off`` (no
     bounds case); ``(None, "")`` for a run of the whole tier. A case of another report is
     in the slice when the same selection would have chosen it."""
@@ -186,7 +187,10 @@ def slice_of(report: dict):
     sizes = set(report.get("world_sizes") or ())
     no_bounds = report.get("bounds_mode") == "off"
     said = []
-    if ids:
+    part = report.get("shard")
+    if part:
+        said.append(f"part {part['index']}/{part['count']} ({len(ids)} cases)")
+    elif ids:
         said.append(f"--case ({len(ids)} id{'s' if len(ids) != 1 else ''})")
     if expr:
         said.append(f"-k {expr!r}")

@@ -62,9 +62,30 @@ def add_parser(sub) -> None:
                         "of it)")
     p.add_argument("--lanes", type=int, default=None, metavar="N",
                    help="cases run side by side on N lanes, each with pools of its own "
-                        "(default: 2 with gloo on 2 or more cores, else 1; bounds cases "
-                        "always run alone)")
+                        "(default with gloo: one per two cores, 2 to 4 as the memory holds, "
+                        "1 on one core; bounds cases always run alone; a bigger machine or a "
+                        "job matrix: --shard)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run part I of N of the selection (a CI job matrix: cases that share "
+                        "a save, and each path's bounds cases, stay together; the parts are a "
+                        "function of the case ids alone); `fsdp-conformance merge` joins the "
+                        "parts' reports")
     p.add_argument("--list", action="store_true", help="list the selected case ids and exit")
+    p.add_argument("-x", "--exitfirst", dest="maxfail", action="store_const", const=1,
+                   help="stop at the first failing case (as --maxfail 1)")
+    p.add_argument("--maxfail", dest="maxfail", type=int, default=None, metavar="N",
+                   help="stop after N failing cases; the report holds what was decided and "
+                        "says it stopped early (exit 1)")
+    p.add_argument("--lf", "--last-failed", dest="last_failed", action="store_true",
+                   help="run only the cases that failed or errored in the last report at "
+                        "--out (all of the selection when it has none, as pytest does)")
+    p.add_argument("-v", "--verbose", dest="verbosity", action="count", default=0,
+                   help="a line per case as it is decided (PASS / KNOWN / FAIL and its id)")
+    p.add_argument("-q", "--quiet", dest="quiet", action="store_true",
+                   help="no matrix: the verdict line, the failures' ids and the report's "
+                        "paths")
+    p.add_argument("--junit-xml", default=None, metavar="PATH",
+                   help="also write the report as JUnit XML (a testcase per case) for CI")
     p.add_argument("--bounds", choices=["gate", "advisory", "off"], default="gate",
                    help="what the timing/memory bounds (P13/P14) do: gate (default: a bound "
                         "over fails the run with exit 3 when correctness holds), advisory "
@@ -104,6 +125,21 @@ def command_line() -> list[str]:
     return [prog, *sys.argv[1:]]
 
 
+def _last_failed(path: str) -> tuple[str, ...]:
+    """The ids of the cases that failed or errored in the report at ``path`` (``--lf``); none
+    when there is no report there yet. A file there that is no run report: ValueError."""
+    from ..report.run_report import ReportFormatError, load_report
+
+    if not os.path.exists(path):
+        return ()
+    try:
+        rep = load_report(path)
+    except ReportFormatError as exc:
+        raise ValueError(f"--lf reads the last report at --out: {exc}") from None
+    return tuple(c["id"] for c in rep["cases"]
+                 if any(v["status"] in ("fail", "error") for v in c["properties"].values()))
+
+
 def _usage(msg: str) -> int:
     print(f"fsdp-conformance run: error: {msg}", file=sys.stderr)
     return 2
@@ -134,6 +170,14 @@ def main(args: argparse.Namespace) -> int:
         return _usage("no world size fits this machine")
     if args.lanes is not None and args.lanes < 1:
         return _usage(f"--lanes must be at least 1, got {args.lanes}")
+    if args.maxfail is not None and args.maxfail < 1:
+        return _usage(f"--maxfail must be at least 1, got {args.maxfail}")
+    last: tuple[str, ...] = ()
+    if args.last_failed:
+        try:
+            last = _last_failed(args.out)
+        except ValueError as exc:
+            return _usage(str(exc))
     options = RunOptions(backend=backend, timeout=args.timeout,
                          calibration=args.calibration, lanes=args.lanes)
     from ..golden.manifest import FixtureError
@@ -160,6 +204,21 @@ def main(args: argparse.Namespace) -> int:
         cases = [c for c in cases if not c.bounds]
     if args.seed:
         cases = [dataclasses.replace(c, seed=args.seed) for c in cases]
+    part = None
+    if args.last_failed:  # the selection's cases that failed last time (pytest: all if none)
+        again = [c for c in cases if c.id in set(last)]
+        print(f"--lf: {len(again)} case(s) that failed in {args.out}" if again else
+              f"--lf: no case of this selection failed in {args.out} (or no report there): "
+              f"running all of it", file=sys.stderr)
+        cases = again or cases
+    if args.shard is not None and cases:
+        from .shards import parse_shard, shard
+
+        try:
+            part = parse_shard(args.shard)
+            cases = shard(cases, *part)
+        except ValueError as exc:
+            return _usage(str(exc))
     if not cases:
         return _usage(matrix.no_match(tier_cases, args.tier, world_sizes=world_sizes,
                                       keyword=args.keyword, ids=ids)
@@ -183,15 +242,23 @@ def main(args: argparse.Namespace) -> int:
 
         def on_result(r) -> None:
             nonlocal failed
-            if any(v.status in ("fail", "error") for v in r.properties.values()):
+            bad = any(v.status in ("fail", "error") for v in r.properties.values())
+            if bad:
                 failed += 1
                 if not progress.disable:
                     progress.console.print(f"[red]FAIL[/] {r.case.id}")
+            if args.verbosity and (progress.disable or not bad):
+                word = "FAIL" if bad else "KNOWN" if any(
+                    v.status == "known" for v in r.properties.values()) else "PASS"
+                print(f"{word} {r.case.id}", file=sys.stderr, flush=True)
             progress.update(task, advance=1, fails=f"failures: {failed}")
             done = progress.tasks[0].completed
             if progress.disable and (done % every == 0 or done == len(cases)):
                 print(f"[{done:.0f}/{len(cases)}] failing cases: {failed}, "
                       f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+            if args.maxfail is not None and failed >= args.maxfail and done < len(cases):
+                raise RunInterrupted(f"stopped after {failed} failing case(s) (--maxfail "
+                                     f"{args.maxfail})")
 
         def on_sigterm(signum, frame) -> None:
             raise RunInterrupted("interrupted (SIGTERM)")
@@ -205,11 +272,14 @@ def main(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     report = build_report(run.results, tier=args.tier, backend=options.backend, seed=args.seed,
                           world_sizes=world_sizes, wall_time_s=wall,
-                          argv=command_line(), selection=args.keyword, selected_ids=ids,
+                          argv=command_line(), selection=args.keyword,
+                          selected_ids=[c.id for c in cases] if part else ids,
                           tolerances={k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()},
                           scaling=run.scaling, incomplete=run.interrupted, planned=run.planned,
                           calibration=options.calibration,
                           bounds_mode=args.bounds)
+    if part:  # report/merge.py joins the parts
+        report["shard"] = {"index": part[0], "count": part[1], "case_ids": list(ids)}
     md = getattr(args, "md", None) or beside(args.out, ".md")
     write_run_report(report, args.out, md)
     from ..report.html import render_html
@@ -217,13 +287,28 @@ def main(args: argparse.Namespace) -> int:
 
     html = beside(args.out, ".html")  # the page a person looks at
     write_text_atomic(html, render_html(report))
-    # a log (CI) is not a terminal: rich would wrap the matrix at 80 columns
-    render_table(report, Console() if sys.stdout.isatty() else Console(width=200))
+    if args.junit_xml:
+        from ..report.junit import to_junit
+
+        write_text_atomic(args.junit_xml, to_junit(report))
+    if args.quiet:
+        from ..report.run_report import headline
+
+        print(headline(report))
+        for c in report["cases"]:
+            if any(v["status"] in ("fail", "error") for v in c["properties"].values()):
+                print(f"FAIL {c['id']}")
+    else:  # a log (CI) is not a terminal: rich would wrap the matrix at 80 columns
+        render_table(report, Console() if sys.stdout.isatty() else Console(width=200))
     reuse = [f"{run.shared_saves} loaded a shared save"] if run.shared_saves else []
     reuse += [f"{run.reused_trainings} saved a shared training"] if run.reused_trainings else []
     shared = f" ({', '.join(reuse)})" if reuse else ""
     print(f"{len(run.results)} cases in {wall:.0f} s{shared}; report: {args.out}, {md}, "
-          f"{html}")
+          f"{html}" + (f", {args.junit_xml}" if args.junit_xml else ""))
+    if run.interrupted and "--maxfail" in run.interrupted:
+        print(f"STOPPED: {run.interrupted}; the report holds the cases decided so far",
+              file=sys.stderr)
+        return 1
     if run.interrupted:
         print(f"INCOMPLETE: {run.interrupted}; the report holds the cases decided so far",
               file=sys.stderr)

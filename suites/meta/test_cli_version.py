@@ -11,4 +11,9 @@ def test_version_prints_the_package_version(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"fsdp-conformance {__version__}"
+    import platform
+    from importlib import metadata
+
+    out = capsys.readouterr().out.strip()  # and the torch and Python it runs with
+    assert out.startswith(f"fsdp-conformance {__version__} (torch {metadata.version('torch')}, "
+                          f"Python {platform.python_version()}, "), out

@@ -58,6 +58,9 @@ def test_the_installed_command_runs_the_conformance_run_with_its_shipped_fixture
                                                                                     tmp_path):
     v = _run([str(installed / "fsdp-conformance"), "--version"], tmp_path)
     assert v.returncode == 0 and v.stdout.startswith("fsdp-conformance 0.1.0"), v.stdout
+    import torch  # the version names the torch the command sees
+
+    assert f"(torch {torch.__version__}, Python " in v.stdout, v.stdout
     p = _run([str(installed / "fsdp-conformance"), "run", "-k", "fsdp2.sharded and golden",
               "--bounds", "off", "--out", "r.json"], tmp_path)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
