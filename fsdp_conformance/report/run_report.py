@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..known.declared import declared_reason
+from .detail import first_lines, readable
 from ..properties.verdict import STATUSES
 from .io import machine_info, write_json_atomic, write_text_atomic
 from .result import CaseResult  # noqa: F401  (re-exported: the report's record)
@@ -424,11 +425,6 @@ def machine_line(report: dict) -> str:
             f"CPUs, {gpus}{extra}{load})")
 
 
-def _first_lines(text: str, n: int) -> tuple[list[str], int]:
-    lines = text.splitlines() or [""]
-    return lines[:n], max(0, len(lines) - n)
-
-
 def render_table(report: dict, console=None) -> None:
     """Print the matrix (fail/error red, known yellow), then the failing (case, property)
     pairs with the first lines of each detail, then the "fixed upstream?" list."""
@@ -464,7 +460,7 @@ def render_table(report: dict, console=None) -> None:
         console.print(Text(f"Failures ({len(fails)}):", style="bold red"))
         for cid, p, v in fails:
             console.print(Text(f"  {cid}  {p}  {v['status']}", style="red"))
-            lines, more = _first_lines(v.get("detail", ""), DETAIL_LINES_TERM)
+            lines, more = first_lines(readable(v.get("detail", "")), DETAIL_LINES_TERM)
             for line in lines:
                 console.print(Text("      " + line))
             if more:
@@ -585,7 +581,7 @@ def render_markdown(report: dict) -> str:
     if not fails:
         out += ["None.", ""]
     for cid, p, v in fails:
-        lines, more = _first_lines(v.get("detail", ""), DETAIL_LINES_MD)
+        lines, more = first_lines(readable(v.get("detail", "")), DETAIL_LINES_MD)
         body = "\n".join(lines) + (f"\n... {more} more lines in the JSON report" if more else "")
         fence = _fence(body)
         out += [f"### `{cid}` {p}: {v['status']}", "", fence, body, fence, "",
@@ -599,7 +595,7 @@ def render_markdown(report: dict) -> str:
                 "attempt's (run/lifecycle.py). The first death is below: a torch crash that "
                 "does not come every time is still worth reporting upstream.", ""]
         for c in reruns:
-            lines, more = _first_lines(c["rerun"], DETAIL_LINES_MD)
+            lines, more = first_lines(c["rerun"], DETAIL_LINES_MD)
             body = "\n".join(lines) + (f"\n... {more} more lines in the JSON report"
                                        if more else "")
             fence = _fence(body)

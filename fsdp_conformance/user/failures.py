@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from ..properties.verdict import Verdict
+from ..report.detail import readable
 from .spec import PROPERTY_NAMES
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def failure_message(results, *, user: UserModel | None = None,
         for p, v in failing(r).items():
             groups.setdefault(v.detail.strip(), []).append((p, v))
         for detail, members in groups.items():
-            lines = detail.splitlines() or ["(no detail)"]
+            lines = readable(detail).splitlines() or ["(no detail)"]
             names = ", ".join(f"{p} ({PROPERTY_NAMES.get(p, '?')})" for p, _ in members)
             status = "/".join(sorted({v.status.upper() for _, v in members}))
             out.append(f"  {names} {status}: {lines[0]}")

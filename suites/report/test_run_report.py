@@ -351,3 +351,27 @@ def test_report_paths_rewrite_only_where_an_absolute_path_starts(text):
     # the same text made absolute, where a path starts, is rewritten (torch's file from torch/)
     short = "torch/x.py" if text.startswith(".venv/") else text
     assert portable_text(f'see "/opt/run/{text}"', prefixes) == f'see "{short}"'
+
+
+def test_a_detail_reads_cause_first_each_rank_once_and_cut_between_lines():
+    """report/detail.py: the scheduler and lr blocks before the per-param diffs they cause,
+    identical per-rank blocks as one naming the ranks, a known limitation's header first and
+    the raw observation after everything, whole lines only."""
+    from fsdp_conformance.report.detail import first_lines, readable
+
+    params = "params after resuming differ from uninterrupted training:\n" + "\n".join(
+        f"  ['p{i}']: value" for i in range(18))
+    groups = "param_groups after loading differ:\n  [0]['lr']: value; expected 0.1, got 0.2"
+    detail = "\n\n".join([params, "losses after resuming differ: step 1: 0.5, 0.6",
+                          *(f"rank {r}: {groups}" for r in range(3)),
+                          "rank 0: scheduler after resuming vs the uninterrupted run: x"])
+    out = readable(detail)
+    assert out.index("ranks 0, 1, 2: param_groups") < out.index("rank 0: scheduler") \
+        < out.index("params after resuming") < out.index("losses after")
+    assert out.count("param_groups after loading differ") == 1
+    residual = f"known limitation 'k' (m) explains part of this; what it does not explain:\n" \
+               f"{params}\n\nrank 0: {groups}\n\nas observed:\n{detail}"
+    out = readable(residual)
+    assert out.startswith("known limitation 'k'") and out.endswith(detail)
+    lines, more = first_lines(out, 5)
+    assert len(lines) == 5 and more == len(out.splitlines()) - 5
