@@ -24,7 +24,9 @@ from ..harness import RankPool, probes, wire
 from ..report import machine_info, write_json_atomic
 from .stats import summarize
 
-SCHEMA = "fsdp-conformance/bench-harness/1"
+SCHEMA = "fsdp-conformance/bench/1"
+"""The benchmark contract ``compare`` reads (report/diff_bench.py): ``benchmarks``, one per
+measured quantity, beside this benchmark's own ``results`` table."""
 
 
 def _spawned_rank(rank: int, world_size: int, store_path: str, backend: str) -> None:
@@ -163,9 +165,28 @@ def run_bench(world_sizes=(2, 4), noop_rounds: int = 200, task_rounds: int = 15,
     progress("timing the message encoding (60-tensor record, echoed by a child process)")
     encodings = {enc: summarize(wire_roundtrips(enc, noop_rounds))
                  for enc in ENCODINGS}
-    return {"schema": SCHEMA, "machine_info": machine_info(), "results": results,
+    return {"schema": SCHEMA, "bench": "harness", "machine_info": machine_info(),
+            "benchmarks": benchmarks_of(results, encodings), "results": results,
             "wire": encodings,
             "targets": {"speedup_at_ws4_min": 50.0, "noop_roundtrip_max_ms": 10.0}}
+
+
+def benchmarks_of(results: list[dict], encodings: dict) -> list[dict]:
+    """The measurements as ``compare`` reads benchmarks (one per quantity, named
+    ``harness/ws<N>/<quantity>`` and ``harness/wire/<encoding>``; ``stats`` as measured)."""
+    out = []
+    for r in results:
+        for key in ("noop_roundtrip", "record_roundtrip", "fsdp_task_pool",
+                    "fsdp_task_spawn_per_task"):
+            if key in r:
+                out.append({"name": f"harness/ws{r['world_size']}/{key}", "group": "harness",
+                            "params": {"world_size": r["world_size"]},
+                            "stats": {k: v for k, v in r[key].items() if k != "data"},
+                            "extra_info": {"backend": r["backend"]}})
+    for enc, st in encodings.items():
+        out.append({"name": f"harness/wire/{enc}", "group": "wire", "params": {"encoding": enc},
+                    "stats": {k: v for k, v in st.items() if k != "data"}, "extra_info": {}})
+    return out
 
 
 def render_table(report: dict) -> str:

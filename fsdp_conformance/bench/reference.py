@@ -43,7 +43,8 @@ from .stats import summarize
 from ..bounds.timing import RssSampler, reset_hwm, status_kib
 from ..harness import RankPool
 
-SCHEMA = "fsdp-conformance/bench-reference/1"
+SCHEMA = "fsdp-conformance/bench/1"
+"""The benchmark contract ``compare`` reads (report/diff_bench.py)."""
 WORLD_SIZE = 4
 DST_WORLD_SIZE = 3
 STATES = ("exp_avg", "exp_avg_sq")
@@ -350,7 +351,7 @@ def run_bench(quick: bool = False, progress=print, with_torch: bool = True) -> d
     if with_torch:
         benches.extend(_torch_group(3 if quick else 10, progress))
     info = machine_info()
-    report = {"schema": SCHEMA, "machine_info": info, "commit_info": info.get("commit_info"),
+    report = {"schema": SCHEMA, "bench": "reference", "machine_info": info, "commit_info": info.get("commit_info"),
               "datetime": info.get("datetime"), "version": _version(), "quick": quick,
               "benchmarks": benches,
               "targets": {"gather_x_floor_max": TARGET_GATHER_X_FLOOR, "gather_x_floor_at": max(sizes),

@@ -290,7 +290,7 @@ def build_report(points: Sequence[Point], benchmarks: list[dict], failed: list[d
 
     info = machine_info()
     return {
-        "schema": SCHEMA, "machine_info": info, "commit_info": info.get("commit_info"),
+        "schema": SCHEMA, "bench": "scaling", "machine_info": info, "commit_info": info.get("commit_info"),
         "datetime": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "version": _version(), "benchmark": "scaling", "quick": quick,
         "backend": backend or "gloo", "wall_time_s": wall_time_s,

@@ -62,6 +62,16 @@ def _chunk_semantics(shape: tuple[int, ...], chunks: Sequence[Chunk], world: int
         tuple(c.sizes[1:]) == tuple(shape[1:]) for c in got)
 
 
+def _short(value) -> str:
+    """A value beside the optimizer as one short text (a 0-dim tensor as its number)."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.dim() == 0:
+        value = value.item()
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def summarise_dcp(path: Path, key: str | None, values: bool) -> Summary:
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -116,6 +126,10 @@ def summarise_dcp(path: Path, key: str | None, values: bool) -> Summary:
                       f"{_ranks(world)} (FSDP1 SHARDED / FSDP2 Shard(0))")
     if other:
         layout.append(f"{len(other)} state tensors placed otherwise: {few(other, 4)}")
+    for holder, fields in dcp.beside().items():  # an app state's scheduler, step, ...
+        shown = ", ".join(f"{k} {_short(v)}" for k, v in list(fields.items())[:8])
+        more = f" (+{len(fields) - 8} more)" if len(fields) > 8 else ""
+        layout.append(f"beside the optimizer, {holder or '<top level>'}: {shown}{more}")
     layout.append("DCP stores global tensors: loadable at any world size")
     layout.append("tensor values " + ("read" if values else "not read (only steps and param "
                                       "groups; --values reads them and checks for NaN/Inf)"))

@@ -42,6 +42,10 @@ def compare_files(base_path: str | os.PathLike, new_path: str | os.PathLike,
         names = {"run": f"a run report ({RUN_SCHEMA})", "bench": f"a benchmark report ({BENCH_SCHEMA})"}
         raise ReportFormatError(f"{new_path}: is {names[nkind]} but BASE {base_path} is "
                                 f"{names[bkind]}: compare two run reports or two benchmark reports")
+    if bkind == "bench" and (base.get("bench") or "scaling") != (new.get("bench") or "scaling"):
+        raise ReportFormatError(f"{new_path}: is the {new.get('bench') or 'scaling'} benchmark "
+                                f"but BASE {base_path} the {base.get('bench') or 'scaling'} "
+                                f"one: compare two reports of one benchmark")
     fn = compare_runs if bkind == "run" else compare_benches
     return fn(base, new, th, base_path=str(base_path), new_path=str(new_path))
 

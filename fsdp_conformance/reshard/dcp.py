@@ -64,6 +64,14 @@ class DcpFull:
                              f"({names}); pass one of them", path=self.path)
         self.metadata = md  # torch.distributed.checkpoint Metadata (shapes, dtypes, chunks)
         self.prefix = sel[0]
+        # what a trainer keeps beside its optimizer (an app state's scheduler, step, epoch):
+        # every entry outside the optimizer dicts that is no positive-dim tensor
+        optims = {f for d in found.values() for v in d["state"].values() for f, _, _ in v}
+        optims |= {f for d in found.values() for f in d["groups"]}
+        self._beside = {flat: tuple(pdata.get(flat, (flat,)))
+                        for flat, meta in md.state_dict_metadata.items()
+                        if flat not in optims
+                        and not (isinstance(meta, TensorStorageMetadata) and len(meta.size))}
         entry = found[self.prefix]
         self._state_keys = {clean_name(f): v for f, v in entry["state"].items()}
         self._raw_fqn = {clean_name(f): f for f in entry["state"]}
@@ -118,6 +126,30 @@ class DcpFull:
             if "params" in g2:
                 g2["params"] = [clean_name(k) if isinstance(k, str) else k for k in g2["params"]]
             out.append(g2)
+        return out
+
+    def beside(self) -> dict[str, dict]:
+        """What the checkpoint holds beside its optimizer dicts that is no positive-dim
+        tensor (an app state's LR scheduler, step, epoch), read: ``{dotted path of its
+        holder: {field: value}}`` (``{"app": {"step": 3}, "app.scheduler": {...}}``)."""
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+        if not self._beside:
+            return {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                sd = _load_state_dict_from_keys(set(self._beside), checkpoint_id=str(self.path))
+            except Exception as e:  # noqa: BLE001
+                raise UsageError(f"cannot read {sorted(self._beside)[:3]}...: "
+                                 f"{type(e).__name__}: {e}", path=self.path) from e
+        out: dict[str, dict] = {}
+        for flat, path_ in sorted(self._beside.items()):
+            value = sd
+            for part in path_:
+                value = value[part]
+            holder = ".".join(map(str, path_[:-1]))
+            out.setdefault(holder, {})[str(path_[-1])] = value
         return out
 
     def fetch(self, fqns: Sequence[str], skip: Collection[str] = ()) -> dict[str, dict]:

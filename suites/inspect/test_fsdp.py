@@ -79,3 +79,19 @@ def test_fsdp2_dtensors_of_one_rank_are_the_whole_state(rank_pool, tmp_path):
     assert s.world_size == 1 and s.warnings == ()
     assert s.layout == ("8 params as DTensor saved at world size 1: the file holds the whole "
                         "state",)
+
+
+def test_an_app_states_scheduler_and_step_are_shown_beside_the_optimizer(rank_pool, tmp_path):
+    """A trainer's DCP app state (model, optimizer, LR scheduler, step) on 2 ranks: inspect
+    finds the optimizer under 'app.optim' and shows what the resume needs beside it: the
+    scheduler's fields and the step, read from the checkpoint."""
+    from suites.inspect.ranks import fsdp2_app_state_dcp
+
+    rank_pool(WS).run(fsdp2_app_state_dcp, str(tmp_path / "ckpt"), timeout=120)
+    s = inspect_path(tmp_path / "ckpt")
+    assert s.description == "DCP checkpoint, optimizer dict under 'app.optim'"
+    sched = next(line for line in s.layout if line.startswith("beside the optimizer, "
+                                                                "app.scheduler: "))
+    assert "last_epoch 3" in sched and "gamma 0.9" in sched and "base_lrs [0.1]" in sched
+    assert "beside the optimizer, app: step 3" in s.layout
+    assert not any("app.model" in line for line in s.layout)  # the weights are no such field

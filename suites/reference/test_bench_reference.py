@@ -18,7 +18,7 @@ def test_bench_reference_quick_writes_the_report(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "gather / floor" in text and f"wrote {out}" in text
     report = json.loads(out.read_text())
-    assert report["schema"] == "fsdp-conformance/bench-reference/1"
+    assert report["schema"] == "fsdp-conformance/bench/1" and report["bench"] == "reference"
     for key in ("machine_info", "commit_info", "datetime", "version", "benchmarks", "targets",
                 "results"):
         assert key in report, key

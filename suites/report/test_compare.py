@@ -419,3 +419,31 @@ def test_a_slice_is_compared_with_the_cases_of_base_its_selection_picks():
                        {c["world_size"], c["load_world_size"] or c["world_size"]} <= {1, 2}]}
     assert not compare_runs(base, small).regressed
     assert not any("slice" in n for n in compare_runs(base, base).notes)
+
+
+def test_the_harness_benchmark_is_comparable_and_another_benchmark_is_refused(tmp_path):
+    """bench harness writes the contract compare reads (one benchmark per quantity beside its
+    own table); a harness report against a scaling one is refused, naming both."""
+    from fsdp_conformance.bench.harness import SCHEMA, benchmarks_of
+    from fsdp_conformance.bench.stats import summarize
+
+    def harness(scale: float) -> dict:
+        results = [{"world_size": ws, "backend": "gloo",
+                    **{k: summarize([scale * 0.001 * (i + 1) for i in range(5)])
+                       for k in ("noop_roundtrip", "record_roundtrip", "fsdp_task_pool",
+                                 "fsdp_task_spawn_per_task")}} for ws in (1, 2)]
+        wire = {"pickle": summarize([0.002] * 3)}
+        return {"schema": SCHEMA, "bench": "harness", "machine_info": {"node": "vm"},
+                "benchmarks": benchmarks_of(results, wire), "results": results}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(harness(1.0)))
+    b.write_text(json.dumps(harness(1.0)))
+    cmp = compare_files(a, b)
+    assert cmp.kind == "bench" and not cmp.regressed
+    assert any("9 benchmark(s) in both reports compared" in n for n in cmp.notes), cmp.notes
+    scaling = json.loads(b.read_text())
+    del scaling["bench"]  # the scaling benchmark's reports before the field
+    b.write_text(json.dumps(scaling))
+    with pytest.raises(ReportFormatError, match="is the scaling benchmark but BASE .* the "
+                                                "harness one"):
+        compare_files(a, b)
