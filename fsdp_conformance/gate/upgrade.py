@@ -267,7 +267,7 @@ def gate(cfg: GateConfig) -> int:
                    f"({', '.join(removed['paths'])}); {verdict}")
     summary = {
         "schema": "fsdp-conformance/gate/1",
-        **{s.name: {"spec": s.spec, "python": s.python, "torch": versions[s.name]}
+        **{s.name: {"spec": s.spec, "python": _portable(s.python), "torch": versions[s.name]}
            for s in sides},
         "tier": cfg.tier, "bench": cfg.bench,
         "thresholds": {"max_slowdown": cfg.max_slowdown, "max_memory_growth": cfg.max_memory_growth},
@@ -471,6 +471,14 @@ def rollback_failures(run_json: Path, cand_release: str | None) -> list[dict]:
             out.append({"case": c["id"], "status": v["status"],
                         "detail": (v.get("detail") or "")[:300]})
     return out
+
+
+def _portable(path: str) -> str:
+    """An interpreter's path as the record keeps it: relative to the directory the gate ran
+    in where it lies below it (``.gate-venvs/torch-2.15.0/bin/python``), so a committed
+    record names no directory of the machine that wrote it; else as given."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 def rollback_known(run_json: Path, cand_release: str | None) -> dict[str, list[str]]:
