@@ -313,7 +313,7 @@ def _entry(op: str, group: str, params: dict, samples: list[float], nbytes: int,
     extra = {"bytes": nbytes, "gb_per_s": nbytes / stats["median"] / 1e9, "note": note}
     if peak is not None:
         extra["memory"] = peak
-    return {"name": f"{op}[{params['elements']:.0e}]".replace("e+0", "e"), "group": group,
+    return {"name": f"{op}[{group}]", "group": group,  # unique: compare matches by name
             "fullname": f"bench/reference.py::{op}[{group}]", "params": {"op": op, **params},
             "stats": stats, "extra_info": extra}
 

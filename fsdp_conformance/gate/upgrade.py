@@ -483,20 +483,53 @@ def _portable(path: str) -> str:
 
 def rollback_known(run_json: Path, cand_release: str | None) -> dict[str, list[str]]:
     """The baseline's P12 verdicts on the candidate's fixtures that a known limitation
-    explains: ``{entry key: [case id, ...]}``. Known is no excuse here: whatever the cause,
-    the baseline torch cannot load those checkpoints, so the upgrade cannot be rolled back
-    without losing them."""
+    explains, where that limitation is the candidate's files' doing: ``{entry key: [case
+    id, ...]}``. Known is no excuse here: the baseline torch cannot load those checkpoints
+    as it loads its own, so the upgrade cannot be rolled back without losing them. A
+    limitation the baseline shows on its own release's checkpoints too (the same case
+    loading its own fixture of that name, or any of its own fixtures: a tuple that comes
+    back a list on every load), or whose entry applies whoever wrote the file (the same case
+    with the fixture its own release wrote: a stateless SGD dict that no full load takes),
+    is no rollback's doing and is left out."""
     import json
 
     if cand_release is None:
         return {}
     data = json.loads(run_json.read_text(encoding="utf-8"))
+    by_id = {c["id"]: c for c in data["cases"]}
+    own = release(data.get("torch_version", ""))
+    on_own = {c["properties"].get("P12", {}).get("known") for c in data["cases"]
+              if fixture_writer(c) == own}
     out: dict[str, list[str]] = {}
     for c in data["cases"]:
         v = c["properties"].get("P12", {})
-        if fixture_writer(c) == cand_release and v.get("status") == "known":
-            out.setdefault(v.get("known") or "?", []).append(c["id"])
+        if fixture_writer(c) != cand_release or v.get("status") != "known":
+            continue
+        twin = by_id.get(c["id"].replace(f"golden:{cand_release}/", f"golden:{own}/"))
+        tv = (twin or {}).get("properties", {}).get("P12", {})
+        if v.get("known") in on_own or _not_the_writers(c, v.get("known"), cand_release, own) or (
+                twin is not None and tv.get("status") == "known"
+                and tv.get("known") == v.get("known")):
+            continue  # the baseline reads its own checkpoints the same way
+        out.setdefault(v.get("known") or "?", []).append(c["id"])
     return out
+
+
+def _not_the_writers(case: dict, key: str | None, cand_release: str, own: str) -> bool:
+    """Whether entry ``key`` applies to the report's ``case`` with its fixture written by
+    ``own`` instead of ``cand_release`` (known/entries.py: then the writer is not its cause)."""
+    import dataclasses
+
+    from ..cases import Case
+    from ..known.entries import known_all
+
+    fields = {f.name for f in dataclasses.fields(Case)}
+    try:
+        c = Case(**{k: v for k, v in case.items() if k in fields})
+        other = dataclasses.replace(c, golden=c.golden.replace(f"{cand_release}/", f"{own}/", 1))
+    except (TypeError, ValueError):
+        return False
+    return any(e.key == key for e in known_all(other, "P12"))
 
 
 def fixture_writer(case: dict) -> str | None:
