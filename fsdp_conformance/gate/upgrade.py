@@ -125,8 +125,8 @@ def run_step(name: str, argv: Sequence[str], log: Path, *, timeout: float,
     log.parent.mkdir(parents=True, exist_ok=True)
     _log(f"{name}: {shlex.join(argv)}  (log: {log})")
     t0 = time.monotonic()
-    with open(log, "w") as f:
-        f.write(f"$ {shlex.join(argv)}\n")
+    with open(log, "w") as f:  # the command as the record keeps it (_portable)
+        f.write(f"$ {shlex.join([_portable(a) if os.path.isabs(a) else a for a in argv])}\n")
         f.flush()
         proc = subprocess.Popen(list(argv), stdout=f, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {}), "FSDPC_PROGRESS": "0"},
@@ -285,7 +285,7 @@ def gate(cfg: GateConfig) -> int:
     }
     write_json_atomic(out / "gate.json", summary)
     md = [f"# Gate: torch {versions['baseline']} -> {versions['candidate']}", "",
-          f"**{summary['verdict'].upper()}** (tier {cfg.tier}, bench {cfg.bench}, "
+          f"**{_headline(summary['verdict'])}** (tier {cfg.tier}, bench {cfg.bench}, "
           f"{summary['wall_s']:.0f} s)", "", "## The two runs", ""]
     md += [run_line(s.name, out / s.name / "run.json") for s in sides] + [""]
     md += ["## Golden fixtures, both directions", "",
@@ -471,6 +471,15 @@ def rollback_failures(run_json: Path, cand_release: str | None) -> list[dict]:
             out.append({"case": c["id"], "status": v["status"],
                         "detail": (v.get("detail") or "")[:300]})
     return out
+
+
+def _headline(verdict: str) -> str:
+    """The verdict as gate.md's first line: its leading words in capitals ("NO REGRESSION",
+    "NO ROLLBACK: ...") and every name as it is spelled (entry keys stay greppable)."""
+    head, sep, rest = verdict.partition(":")
+    if not sep:
+        head, sep, rest = verdict.partition(";")
+    return head.upper() + sep + rest
 
 
 def _portable(path: str) -> str:

@@ -37,6 +37,7 @@ def compare_benches(base: dict, new: dict, th: Thresholds = Thresholds(), *,
                 changes.append(Change(label, name, "memory", mib_text(max(bp, default=0)),
                                       mib_text(max(np_, default=0)), detail))
     bf, nf = bench_facts(base), bench_facts(new)
-    notes = facts_notes(bf, nf, ("torch", "machine"))
+    # the machine by its fingerprint: its line also holds the load, which differs every run
+    notes = facts_notes(bf, nf, ("torch", "fingerprint"))
     notes.append(f"{len(bb.keys() & nb.keys())} benchmark(s) in both reports compared")
     return Comparison("bench", base_path, new_path, bf, nf, th, sorted_changes(changes), tuple(notes))

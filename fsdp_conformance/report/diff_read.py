@@ -124,5 +124,5 @@ def bench_facts(report: dict) -> dict:
     m = report.get("machine_info") or {}
     commit = report.get("commit_info") or m.get("commit_info") or {}
     return {"torch": m.get("torch_version"), "benchmarks": len(report["benchmarks"]),
-            "machine": machine_line(report), "commit": commit.get("id"),
-            "datetime": report.get("datetime")}
+            "machine": machine_line(report), "fingerprint": m.get("fingerprint"),
+            "commit": commit.get("id"), "datetime": report.get("datetime")}
