@@ -8,7 +8,10 @@ Rules (``readable``; the JSON report keeps the detail as the judge wrote it)
   text after it) are one block naming the ranks (``ranks 0, 1, 2: ...``).
 - Blocks about the training state a resume restores (the LR scheduler, the learning rate,
   the step, the param groups) come before blocks of per-parameter differences, which a
-  wrong learning rate or step causes; otherwise the judge's order stands.
+  wrong learning rate or step causes; blocks that are information only (every line says
+  "(information: ...)") come last; otherwise the judge's order stands.
+- ``block_lines``: each block keeps at most that many lines, the rest counted in one line,
+  so no long list of per-parameter differences hides the blocks after it.
 - ``first_lines``: the first ``n`` lines and how many were left out: whole lines only.
 """
 from __future__ import annotations
@@ -42,7 +45,19 @@ def _merge_ranks(blocks: list[str]) -> list[str]:
     return out
 
 
-def readable(detail: str) -> str:
+def _info_only(block: str) -> bool:
+    lines = [ln for ln in block.splitlines() if ln.strip()]
+    return bool(lines) and all("(information:" in ln for ln in lines)
+
+
+def _cut(block: str, n: int | None) -> str:
+    lines = block.splitlines()
+    if n is None or len(lines) <= n:
+        return block
+    return "\n".join(lines[:n] + [f"  ... {len(lines) - n} more line(s) of this block"])
+
+
+def readable(detail: str, block_lines: int | None = None) -> str:
     """``detail`` in reading order (module rules)."""
     text = detail.strip("\n")
     head, sep, observed = text.partition("\n\nas observed:\n")
@@ -54,9 +69,10 @@ def readable(detail: str) -> str:
         lead = first
     else:
         lead, rest = [], _merge_ranks(blocks)
-    causes = [b for b in rest if _CAUSES.search(b.splitlines()[0])]
-    others = [b for b in rest if b not in causes]
-    out = "\n\n".join(lead + causes + others)
+    info = [b for b in rest if _info_only(b)]
+    causes = [b for b in rest if b not in info and _CAUSES.search(b.splitlines()[0])]
+    others = [b for b in rest if b not in causes and b not in info]
+    out = "\n\n".join(_cut(b, block_lines) for b in lead + causes + others + info)
     return out + (f"{sep}{observed}" if sep else "")
 
 

@@ -460,7 +460,7 @@ def render_table(report: dict, console=None) -> None:
         console.print(Text(f"Failures ({len(fails)}):", style="bold red"))
         for cid, p, v in fails:
             console.print(Text(f"  {cid}  {p}  {v['status']}", style="red"))
-            lines, more = first_lines(readable(v.get("detail", "")), DETAIL_LINES_TERM)
+            lines, more = first_lines(readable(v.get("detail", ""), 8), DETAIL_LINES_TERM)
             for line in lines:
                 console.print(Text("      " + line))
             if more:
