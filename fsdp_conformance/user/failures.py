@@ -10,10 +10,6 @@ from ..properties.verdict import Verdict
 from ..report.detail import readable
 from .spec import PROPERTY_NAMES
 
-BLOCK_LINES = 8
-"""Lines of one block of a failure's detail in the message (report/detail.py ``readable``):
-the JSON report and ``--fsdp-report`` keep all of it."""
-
 if TYPE_CHECKING:
     from ..cases import Case
     from .model import CustomPath, UserModel
@@ -71,7 +67,7 @@ def failure_message(results, *, user: UserModel | None = None,
         for p, v in failing(r).items():
             groups.setdefault(v.detail.strip(), []).append((p, v))
         for detail, members in groups.items():
-            lines = readable(detail, BLOCK_LINES).splitlines() or ["(no detail)"]
+            lines = readable(detail).splitlines() or ["(no detail)"]
             names = ", ".join(f"{p} ({PROPERTY_NAMES.get(p, '?')})" for p, _ in members)
             status = "/".join(sorted({v.status.upper() for _, v in members}))
             out.append(f"  {names} {status}: {lines[0]}")
