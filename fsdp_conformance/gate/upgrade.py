@@ -495,17 +495,15 @@ def rollback_known(run_json: Path, cand_release: str | None) -> dict[str, list[s
     explains, where that limitation is the candidate's files' doing: ``{entry key: [case
     id, ...]}``. Known is no excuse here: the baseline torch cannot load those checkpoints
     as it loads its own, so the upgrade cannot be rolled back without losing them. A
-    limitation the baseline shows on its own release's checkpoints too (the same case
-    loading its own fixture of that name, or any of its own fixtures: a tuple that comes
-    back a list on every load), or whose entry applies whoever wrote the file (the same case
-    with the fixture its own release wrote: a stateless SGD dict that no full load takes),
-    is no rollback's doing and is left out."""
+    limitation the baseline shows on any of its own release's checkpoints too (a tuple that
+    comes back a list on every load), or whose entry applies whoever wrote the file (the
+    same case with the fixture its own release wrote: a stateless SGD dict that no full load
+    takes), is no rollback's doing and is left out."""
     import json
 
     if cand_release is None:
         return {}
     data = json.loads(run_json.read_text(encoding="utf-8"))
-    by_id = {c["id"]: c for c in data["cases"]}
     own = release(data.get("torch_version", ""))
     on_own = {c["properties"].get("P12", {}).get("known") for c in data["cases"]
               if fixture_writer(c) == own}
@@ -514,11 +512,7 @@ def rollback_known(run_json: Path, cand_release: str | None) -> dict[str, list[s
         v = c["properties"].get("P12", {})
         if fixture_writer(c) != cand_release or v.get("status") != "known":
             continue
-        twin = by_id.get(c["id"].replace(f"golden:{cand_release}/", f"golden:{own}/"))
-        tv = (twin or {}).get("properties", {}).get("P12", {})
-        if v.get("known") in on_own or _not_the_writers(c, v.get("known"), cand_release, own) or (
-                twin is not None and tv.get("status") == "known"
-                and tv.get("known") == v.get("known")):
+        if v.get("known") in on_own or _not_the_writers(c, v.get("known"), cand_release, own):
             continue  # the baseline reads its own checkpoints the same way
         out.setdefault(v.get("known") or "?", []).append(c["id"])
     return out
@@ -649,12 +643,12 @@ def check_selection(tier: str, keyword: str | None, world_sizes: str | None) -> 
         sizes = parse_world_sizes(world_sizes) if world_sizes else [1, 2, 3, 4]
     except UsageError as exc:
         raise ValueError(str(exc)) from None
-    cases = matrix.TIERS[tier](matrix.default_paths())
     if keyword and "golden:" in keyword.lower():
         from ..selection import compile_keyword
 
         compile_keyword(keyword)  # still refuses a malformed expression
         return
+    cases = matrix.TIERS[tier](matrix.default_paths())
     if not matrix.select(cases, world_sizes=sizes, keyword=keyword):
         raise ValueError(matrix.no_match(cases, tier, world_sizes=sizes, keyword=keyword))
 

@@ -131,6 +131,15 @@ def _replicas_run(case: Case, exp: Expectation) -> LocalRun:
         starts.append(_modelled_start(exp.on_rank(r), run.optim_at_save))
     distinct: list[dict] = []
     replica_of = [0] * len(starts)
+
+    def copy_of(st: dict) -> int:
+        """The copy trained from ``st``: starts bitwise the same train as one."""
+        k = next((i for i, d in enumerate(distinct) if not diff_state_dicts(d, st)), None)
+        if k is None:
+            distinct.append(st)
+            k = len(distinct) - 1
+        return k
+
     groups = _load_replicas(case, exp)
     stitched = False
     for group in groups:  # one replica is one copy of the state: one start
@@ -139,23 +148,10 @@ def _replicas_run(case: Case, exp: Expectation) -> LocalRun:
         if apart and not _stitchable(case, groups):
             raise ValueError(f"the modelled load gives ranks {apart} another state than rank "
                              f"{group[0]} of their replica {list(group)}: not modelled")
-        if apart:  # every rank its own start; its rows stitched (module rules)
-            stitched = True
-            for r in group:
-                k = next((i for i, d in enumerate(distinct) if not diff_state_dicts(d, starts[r])),
-                         None)
-                if k is None:
-                    distinct.append(starts[r])
-                    k = len(distinct) - 1
-                replica_of[r] = k
-            continue
-        # replicas with bitwise the same start train as one
-        k = next((i for i, d in enumerate(distinct) if not diff_state_dicts(d, st)), None)
-        if k is None:
-            distinct.append(st)
-            k = len(distinct) - 1
+        stitched |= bool(apart)  # every rank its own start; its rows stitched (module rules)
+        k = copy_of(st)
         for r in group:
-            replica_of[r] = k
+            replica_of[r] = copy_of(starts[r]) if apart else k
     if len(distinct) == 1:
         return run
     reps = [_started(case, run.params_at_save, st, run.sched_at_save) for st in distinct]

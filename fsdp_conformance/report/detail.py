@@ -10,8 +10,6 @@ Rules (``readable``; the JSON report keeps the detail as the judge wrote it)
   the step, the param groups) come before blocks of per-parameter differences, which a
   wrong learning rate or step causes; blocks that are information only (every line says
   "(information: ...)") come last; otherwise the judge's order stands.
-- ``block_lines``: each block keeps at most that many lines, the rest counted in one line,
-  so no long list of per-parameter differences hides the blocks after it.
 - ``first_lines``: the first ``n`` lines and how many were left out: whole lines only.
 """
 from __future__ import annotations
@@ -50,29 +48,20 @@ def _info_only(block: str) -> bool:
     return bool(lines) and all("(information:" in ln for ln in lines)
 
 
-def _cut(block: str, n: int | None) -> str:
-    lines = block.splitlines()
-    if n is None or len(lines) <= n:
-        return block
-    return "\n".join(lines[:n] + [f"  ... {len(lines) - n} more line(s) of this block"])
-
-
-def readable(detail: str, block_lines: int | None = None) -> str:
+def readable(detail: str) -> str:
     """``detail`` in reading order (module rules)."""
     text = detail.strip("\n")
     head, sep, observed = text.partition("\n\nas observed:\n")
     blocks = [b for b in head.split("\n\n") if b.strip()]
     if not blocks:
         return detail
-    first, rest = blocks[:1], _merge_ranks(blocks[1:])
-    if first and first[0].startswith("known limitation "):  # the residual's header stays first
-        lead = first
-    else:
-        lead, rest = [], _merge_ranks(blocks)
+    # a known limitation's residual: its header stays first
+    lead = blocks[:1] if blocks[0].startswith("known limitation ") else []
+    rest = _merge_ranks(blocks[len(lead):])
     info = [b for b in rest if _info_only(b)]
     causes = [b for b in rest if b not in info and _CAUSES.search(b.splitlines()[0])]
     others = [b for b in rest if b not in causes and b not in info]
-    out = "\n\n".join(_cut(b, block_lines) for b in lead + causes + others + info)
+    out = "\n\n".join(lead + causes + others + info)
     return out + (f"{sep}{observed}" if sep else "")
 
 

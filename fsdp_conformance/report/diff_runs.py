@@ -207,14 +207,15 @@ def slice_of(report: dict):
             return False
         ws = {c.get("world_size"), c.get("load_world_size") or c.get("world_size")} - {None}
         return not sizes or ws <= sizes
-    if not ids and not expr and not no_bounds:
-        return (in_slice, ", ".join(w for w in said if w)) if sizes else (None, "")
+    if not (ids or expr or no_bounds or sizes):
+        return None, ""
     return in_slice, ", ".join(w for w in said if w)
 
 
-def _verdict_changes(base: dict, new: dict, same: bool = True) -> list[Change]:
+def _verdict_changes(base: dict, new: dict, same: bool = True, in_slice=None) -> list[Change]:
+    """The (case, property) changes; ``in_slice``: NEW's selection (``slice_of``), BASE's
+    cases outside it left out."""
     out: list[Change] = []
-    in_slice, _ = slice_of(new)
     bcases = {c["id"]: c for c in base["cases"] if in_slice is None or in_slice(c)}
     ncases = {c["id"]: c for c in new["cases"]}
     for cid in sorted(bcases.keys() | ncases.keys()):
@@ -296,12 +297,13 @@ def _excess_exponent(s: dict) -> float:
     return float(s["exponent"]) - (float(fe) if isinstance(fe, (int, float)) else 0.0)
 
 
-def _scaling_changes(base: dict, new: dict, th: Thresholds, same: bool = True) -> list[Change]:
+def _scaling_changes(base: dict, new: dict, th: Thresholds, same: bool = True,
+                     in_slice=None) -> list[Change]:
+    """The scaling fits' changes; ``in_slice``: NEW's selection where BASE has cases
+    outside it (a path's fit is of the slice when a bounds case of that path is)."""
     out: list[Change] = []
     bs, ns = base.get("scaling") or {}, new.get("scaling") or {}
-    in_slice, _ = slice_of(new)
-    if in_slice is not None and not all(in_slice(c) for c in base["cases"]):
-        # a slice: a path's fit is of it when a bounds case of that path is
+    if in_slice is not None:
         paths = {c.get("api") for c in base["cases"] if c.get("bounds") and in_slice(c)}
         bs = {k: v for k, v in bs.items() if k.split("/", 1)[0] in paths}
     for key in sorted(bs.keys() | ns.keys()):
@@ -339,19 +341,18 @@ def compare_runs(base: dict, new: dict, th: Thresholds = Thresholds(), *,
                  base_path: str = "BASE", new_path: str = "NEW") -> Comparison:
     """Compare two run reports (module docstring's rules)."""
     same, why = comparable(base, new)
-    changes = _verdict_changes(base, new, same)
+    in_slice, what = slice_of(new)
+    outside = 0 if in_slice is None else sum(1 for c in base["cases"] if not in_slice(c))
+    changes = _verdict_changes(base, new, same, in_slice)
     if same:
         mchanges, notes = _measurement_changes(base, new, th, base_path, new_path)
     else:
         mchanges, notes = [], [_skipped_measurements(new, why)]
-    changes += mchanges + _scaling_changes(base, new, th, same)
+    changes += mchanges + _scaling_changes(base, new, th, same, in_slice if outside else None)
     bf, nf = run_facts(base), run_facts(new)
     notes = facts_notes(bf, nf, ("torch", "backend", "tier", "fingerprint")) + notes
-    in_slice, what = slice_of(new)
-    if in_slice is not None:
-        outside = sum(1 for c in base["cases"] if not in_slice(c))
-        if outside:
-            notes.insert(0, f"NEW is a slice ({what}): {outside} of BASE's {len(base['cases'])} "
-                            f"cases are outside it and not compared; the rest are compared as "
-                            f"usual (a case of the slice missing in NEW is a regression)")
+    if outside:
+        notes.insert(0, f"NEW is a slice ({what}): {outside} of BASE's {len(base['cases'])} "
+                        f"cases are outside it and not compared; the rest are compared as "
+                        f"usual (a case of the slice missing in NEW is a regression)")
     return Comparison("run", base_path, new_path, bf, nf, th, sorted_changes(changes), tuple(notes))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .run_report import prop_key, rerun_command
+from .run_report import FAILING, prop_key, rerun_command
 
 DETAIL_LIMIT = 4000
 """Characters of one property's detail kept in the XML (the JSON report holds all)."""
@@ -32,7 +32,7 @@ def to_junit(report: dict) -> str:
         props = c.get("properties") or {}
         case = ET.SubElement(suite, "testcase", classname=path, name=rest or path,
                              time=f"{float((c.get('timings') or {}).get('total', 0.0)):.3f}")
-        bad = {p: v for p, v in props.items() if v["status"] in ("fail", "error")}
+        bad = {p: v for p, v in props.items() if v["status"] in FAILING}
         if bad:
             kind = "failure" if any(v["status"] == "fail" for v in bad.values()) else "error"
             failures += kind == "failure"

@@ -22,7 +22,7 @@ import os
 from typing import Sequence
 
 from ..usage import UsageError
-from .run_report import load_report, summarize
+from .run_report import load_report, summarize, verdict_flags
 
 SAME = ("torch_version", "backend", "tier", "seed", "selection", "world_sizes", "bounds_mode")
 """The fields every part of one run has alike."""
@@ -63,8 +63,8 @@ def merge_reports(paths: Sequence[str | os.PathLike]) -> dict:
             seen[c["id"]] = path
             cases.append(c)
         scaling.update(d.get("scaling") or {})
-        lacking = [i for i in d.get("selected_ids") or () if i not in
-                   {c["id"] for c in d["cases"]}]
+        decided = {c["id"] for c in d["cases"]}
+        lacking = [i for i in d.get("selected_ids") or () if i not in decided]
         if d.get("incomplete") or lacking:
             why.append(f"part {d['shard']['index']}/{count} ({path}): "
                        + (d.get("incomplete") or f"{len(lacking)} planned case(s) not decided"))
@@ -73,8 +73,6 @@ def merge_reports(paths: Sequence[str | os.PathLike]) -> dict:
         why.append(f"part(s) {', '.join(f'{i}/{count}' for i in missing)} not given")
     cases.sort(key=lambda c: c["id"])
     summary = summarize(cases)
-    correct = summary["correctness"]["fail"] == 0 and summary["correctness"]["error"] == 0
-    bounds_ok = summary["bounds"]["fail"] == 0 and summary["bounds"]["error"] == 0
     planned = sum(len(d.get("selected_ids") or d["cases"]) for _, d in docs)
     out = {k: v for k, v in first.items() if k not in ("cases", "summary", "scaling", "shard",
                                                       "incomplete", "planned_cases")}
@@ -88,9 +86,7 @@ def merge_reports(paths: Sequence[str | os.PathLike]) -> dict:
                   for path, d in sorted(docs, key=lambda pd: pd[1]["shard"]["index"])],
         "started": min(d["started"] for _, d in docs),
         "finished": max(d["finished"] for _, d in docs),
-        "ok": correct and (bounds_ok or first.get("bounds_mode") == "advisory") and not why,
-        "correctness_ok": correct,
-        "bounds_ok": bounds_ok,
+        **verdict_flags(summary, first.get("bounds_mode", "gate"), "; ".join(why)),
         "summary": summary,
     })
     if scaling:

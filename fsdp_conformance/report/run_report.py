@@ -189,8 +189,6 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
         from ..bounds.rules import calibration_facts
 
         extra["bounds_calibration"] = portable(calibration_facts(calibration))
-    correct = summary["correctness"]["fail"] == 0 and summary["correctness"]["error"] == 0
-    bounds_ok = summary["bounds"]["fail"] == 0 and summary["bounds"]["error"] == 0
     finished = _now()
     started = finished - timedelta(seconds=float(wall_time_s))
     return {
@@ -208,14 +206,21 @@ def build_report(results: Iterable[CaseResult], *, tier: str, backend: str, seed
         "finished": finished.isoformat(timespec="seconds"),
         "wall_time_s": float(wall_time_s),
         "tolerances": dict(tolerances or {}),
-        "ok": correct and (bounds_ok or bounds_mode == "advisory") and not incomplete,
-        "correctness_ok": correct,
-        "bounds_ok": bounds_ok,
+        **verdict_flags(summary, bounds_mode, incomplete),
         "bounds_mode": bounds_mode,
         "summary": summary,
         **extra,
         "cases": cases,
     }
+
+
+def verdict_flags(summary: dict, bounds_mode: str, incomplete: str) -> dict:
+    """``ok``, ``correctness_ok`` and ``bounds_ok`` of a report with this ``summary``
+    (module rules): a run of one job and the parts of a run merged (report/merge.py) alike."""
+    correct = summary["correctness"]["fail"] == 0 and summary["correctness"]["error"] == 0
+    bounds_ok = summary["bounds"]["fail"] == 0 and summary["bounds"]["error"] == 0
+    return {"ok": correct and (bounds_ok or bounds_mode == "advisory") and not incomplete,
+            "correctness_ok": correct, "bounds_ok": bounds_ok}
 
 
 def check_schema(data: Any, source: str | os.PathLike = "<report>") -> dict:
@@ -280,6 +285,11 @@ def failures(report: dict) -> list[tuple[str, str, dict]]:
     return [(c["id"], p, v) for c in report["cases"]
             for p, v in sorted(c["properties"].items(), key=lambda kv: prop_key(kv[0]))
             if v["status"] in FAILING]
+
+
+def failing_ids(report: dict) -> tuple[str, ...]:
+    """The ids of the cases with a failing (case, property), in ``failures`` order."""
+    return tuple(dict.fromkeys(cid for cid, _, _ in failures(report)))
 
 
 def rerun_command(case_id: str) -> str:
@@ -460,7 +470,7 @@ def render_table(report: dict, console=None) -> None:
         console.print(Text(f"Failures ({len(fails)}):", style="bold red"))
         for cid, p, v in fails:
             console.print(Text(f"  {cid}  {p}  {v['status']}", style="red"))
-            lines, more = first_lines(readable(v.get("detail", ""), 8), DETAIL_LINES_TERM)
+            lines, more = first_lines(readable(v.get("detail", "")), DETAIL_LINES_TERM)
             for line in lines:
                 console.print(Text("      " + line))
             if more:

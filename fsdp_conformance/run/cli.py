@@ -128,16 +128,14 @@ def command_line() -> list[str]:
 def _last_failed(path: str) -> tuple[str, ...]:
     """The ids of the cases that failed or errored in the report at ``path`` (``--lf``); none
     when there is no report there yet. A file there that is no run report: ValueError."""
-    from ..report.run_report import ReportFormatError, load_report
+    from ..report.run_report import ReportFormatError, failing_ids, load_report
 
     if not os.path.exists(path):
         return ()
     try:
-        rep = load_report(path)
+        return failing_ids(load_report(path))
     except ReportFormatError as exc:
         raise ValueError(f"--lf reads the last report at --out: {exc}") from None
-    return tuple(c["id"] for c in rep["cases"]
-                 if any(v["status"] in ("fail", "error") for v in c["properties"].values()))
 
 
 def _usage(msg: str) -> int:
@@ -189,9 +187,9 @@ def main(args: argparse.Namespace) -> int:
     ids = tuple(args.case_ids or ())
     if ids and args.keyword:
         return _usage("--case selects exact ids and -k by words: give one of them")
-    if ids and not {c.id for c in tier_cases} >= set(ids):  # an id is one case, any tier
+    seen = {c.id for c in tier_cases}
+    if ids and not seen >= set(ids):  # an id is one case, whichever tier has it
         other = "full" if args.tier == "quick" else "quick"
-        seen = {c.id for c in tier_cases}
         tier_cases = list(tier_cases) + [
             c for c in matrix.TIERS[other](matrix.default_paths(), fixtures=args.fixtures)
             if c.id not in seen]
@@ -292,12 +290,11 @@ def main(args: argparse.Namespace) -> int:
 
         write_text_atomic(args.junit_xml, to_junit(report))
     if args.quiet:
-        from ..report.run_report import headline
+        from ..report.run_report import failing_ids, headline
 
         print(headline(report))
-        for c in report["cases"]:
-            if any(v["status"] in ("fail", "error") for v in c["properties"].values()):
-                print(f"FAIL {c['id']}")
+        for cid in failing_ids(report):
+            print(f"FAIL {cid}")
     else:  # a log (CI) is not a terminal: rich would wrap the matrix at 80 columns
         render_table(report, Console() if sys.stdout.isatty() else Console(width=200))
     reuse = [f"{run.shared_saves} loaded a shared save"] if run.shared_saves else []

@@ -283,7 +283,7 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
     recorded and the next rank simulated. Returns the side and, on the save side, the
     metadata the save wrote (torch's coordinator's; the reference's where it refused)."""
     from .plans import (checkpoint, coordinate, key_table, load_problems, local_save_plan,
-                        save_problems, saved_metadata)
+                        save_problems, saved_chunks, saved_metadata)
     from .simulate import adam_state
 
     t0 = time.perf_counter()
@@ -295,6 +295,7 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
     reference_md: dict[bool, object] = {}
     mismatches, plans, raised = [], [], {}
     saved = {} if saved is None else dict(saved)
+    index = {flatten: saved_chunks(md) for flatten, md in saved.items()}  # once, every rank
     by_reference: set[bool] = set()
     for r in ranks:
         try:
@@ -306,8 +307,10 @@ def _side(name: str, model_fn: Callable, shapes, mesh: Mesh,
                     if saved_at is not None:
                         if flatten not in saved:  # torch wrote none: the reference's
                             saved[flatten] = saved_metadata(ckpt, planned, saved_at)
+                            index[flatten] = saved_chunks(saved[flatten])
                             by_reference.add(flatten)
-                        plans += load_problems(ckpt, planned, saved[flatten], mesh, r)
+                        plans += load_problems(ckpt, planned, saved[flatten], mesh, r,
+                                               index[flatten])
                         continue
                     plan = local_save_plan(ckpt)
                     plans += save_problems(ckpt, planned, mesh, r, plan)
@@ -362,9 +365,9 @@ def _sources(mesh: Mesh, sampled: int, load: bool, by_reference: bool) -> tuple[
            "param, a tied one under each name, the persistent buffers; "
            "get_optimizer_state_dict of an Adam)"]
     if not load:
-        out += [f"save plans: torch's DefaultSavePlanner.create_local_plan on each sampled "
-                f"rank (the params and torch's Adam state, DSD flattening off and on), "
-                f"every write item by key and global position",
+        out += ["save plans: torch's DefaultSavePlanner.create_local_plan on each sampled "
+                "rank (the params and torch's Adam state, DSD flattening off and on), "
+                "every write item by key and global position",
                 f"coordinator: torch's DefaultSavePlanner.create_global_plan over all "
                 f"{mesh.world_size} ranks' plans: {sampled} torch's own, "
                 f"{mesh.world_size - sampled} built from the reference (the first sampled "

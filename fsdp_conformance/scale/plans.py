@@ -330,9 +330,18 @@ def metadata_problems(got, want) -> list[str]:
     return out
 
 
-def load_problems(sd: dict, shapes: dict, metadata, mesh: Mesh, rank: int) -> list[str]:
+def saved_chunks(metadata) -> dict[str, dict[tuple, tuple]]:
+    """``{key: {chunk offsets: chunk sizes}}`` of every tensor in a checkpoint's
+    ``metadata``: what a read may name (built once per metadata: every load rank reads it)."""
+    return {key: {tuple(c.offsets): tuple(c.sizes) for c in m.chunks}
+            for key, m in metadata.state_dict_metadata.items() if hasattr(m, "chunks")}
+
+
+def load_problems(sd: dict, shapes: dict, metadata, mesh: Mesh, rank: int,
+                  chunks: dict | None = None) -> list[str]:
     """Where the rank's DCP load plan of ``sd`` against ``metadata`` does not read every key
-    from itself, each element from its own position (module rules)."""
+    from itself, each element from its own position (module rules); ``chunks``:
+    ``saved_chunks(metadata)`` where the caller has it."""
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
     planner = DefaultLoadPlanner()
@@ -340,8 +349,8 @@ def load_problems(sd: dict, shapes: dict, metadata, mesh: Mesh, rank: int) -> li
                            planner.create_local_plan())[1])
     table, unplaced = key_table(sd, shapes)
     layout = reference_layout(shapes, mesh)
-    chunks = {key: {tuple(c.offsets): tuple(c.sizes) for c in m.chunks}
-              for key, m in metadata.state_dict_metadata.items() if hasattr(m, "chunks")}
+    if chunks is None:
+        chunks = saved_chunks(metadata)
     out = [f"rank {rank}: {u}" for u in unplaced]
     reads: dict[str, list] = collections.defaultdict(list)
     for item in plan.items:

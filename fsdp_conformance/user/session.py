@@ -26,7 +26,7 @@ import pytest
 from ..options import DEFAULT_TIMEOUT_S, RunOptions
 from ..known.declared import declared_reason
 from .limitations import Limitation
-from .spec import ACTIVE, DEFAULT_PAIRS, TIERS, pair_id, world_size_pair
+from .spec import ACTIVE, DEFAULT_PAIRS, TIERS, pair_id, pair_text, world_size_pair
 
 RESULTS = pytest.StashKey[list]()
 STARTED = pytest.StashKey[float]()
@@ -195,8 +195,7 @@ def generate_tests(metafunc) -> None:
             marks = []
             if allowed is not None and not set(pair) <= allowed:
                 marks.append(pytest.mark.skip(
-                    reason=f"world size {'->'.join(map(str, dict.fromkeys(pair)))} not in "
-                           f"--fsdp-world-sizes "
+                    reason=f"world size {pair_text(pair)} not in --fsdp-world-sizes "
                            f"{','.join(map(str, sorted(allowed)))}"))
             elif be == "nccl" and gpu_count() < max(pair):
                 marks.append(pytest.mark.skip(

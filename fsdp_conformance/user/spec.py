@@ -78,12 +78,18 @@ def world_size_pair(spec) -> tuple[int, int]:
     return n, m
 
 
+def pair_text(pair: tuple[int, int]) -> str:
+    """A (save, load) world-size pair as a spec writes it: ``(2, 2)`` -> ``"2"``, ``(2, 3)``
+    -> ``"2->3"``."""
+    n, m = pair
+    return str(n) if n == m else f"{n}->{m}"
+
+
 def pair_id(pair: tuple[int, int]) -> str:
     """The test id of a (save, load) world-size pair: ``ws2``, ``ws2to3``: characters
     pytest's ``-k`` accepts (its expressions refuse ``>``), so ``pytest -k ws2to3`` selects
     the resizing test. Case ids keep ``ws2->3``."""
-    n, m = pair
-    return f"ws{n}" if n == m else f"ws{n}to{m}"
+    return "ws" + pair_text(pair).replace("->", "to")
 
 
 def size_id(spec) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from ..harness import get_pool
 from .driver import check, run_checked
 from .failures import RoundtripFailure
-from .spec import world_size_pair
+from .spec import pair_text, world_size_pair
 from ..options import DEFAULT_TIMEOUT_S, RunOptions
 
 
@@ -50,8 +50,7 @@ def world_sizes(*sizes):
     """``parameterized.expand`` over world sizes (ints or "N->M"): one test method per size,
     named ``<test>_ws2`` / ``<test>_ws2_to_4``; the size is the method's argument."""
     def name(func, num, param):
-        n, m = world_size_pair(param.args[0])
-        return f"{func.__name__}_{_safe(f'ws{n}' if n == m else f'ws{n}->{m}')}"
+        return f"{func.__name__}_{_safe('ws' + pair_text(world_size_pair(param.args[0])))}"
 
     return _parameterized().expand([(s,) for s in sizes], name_func=name)
 

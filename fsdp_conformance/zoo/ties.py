@@ -119,18 +119,21 @@ def _untie(factory, copies: tuple[tuple[str, ...], ...]) -> nn.Module:
 
 def untied_variant(model: str, plan: str) -> str | None:
     """The name of ``model`` with its ties across ``plan``'s units broken (module rules),
-    registered as a variant on first use; None when it has none."""
+    registered as a variant on first use (``<model>_untied``; ``<model>_untied@<plan>``
+    where another plan of the model split its ties otherwise); None when it has none."""
     ties = ties_across_units(model, plan)
     if not ties:
         return None
+    copies: list[tuple[str, ...]] = []
+    for t in ties:  # per tie, the names of each unit but the first name's
+        per_unit: dict[str, list[str]] = {}
+        for fqn, unit in zip(t.names, t.units):
+            per_unit.setdefault(unit, []).append(fqn)
+        copies.extend(tuple(v) for u, v in per_unit.items() if u != t.units[0])
     name = f"{model}{UNTIED_SUFFIX}"
+    if name in VARIANTS and VARIANTS[name].factory.args[1] != tuple(copies):
+        name = f"{name}@{plan}"
     if name not in VARIANTS:
-        copies: list[tuple[str, ...]] = []
-        for t in ties:  # per tie, the names of each unit but the first name's
-            per_unit: dict[str, list[str]] = {}
-            for fqn, unit in zip(t.names, t.units):
-                per_unit.setdefault(unit, []).append(fqn)
-            copies.extend(tuple(v) for u, v in per_unit.items() if u != t.units[0])
         spec = model_spec(model)
         VARIANTS[name] = dataclasses.replace(
             spec, name=name, factory=functools.partial(_untie, spec.factory, tuple(copies)))

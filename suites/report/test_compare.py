@@ -406,7 +406,7 @@ def test_a_slice_is_compared_with_the_cases_of_base_its_selection_picks():
                                     and not c.get("bounds")]}
     cmp = compare_runs(base, new)
     assert not cmp.regressed, render_text(cmp)[:2000]
-    assert any(n.startswith(f"NEW is a slice (-k 'fsdp2.sharded and sgd'") and
+    assert any(n.startswith("NEW is a slice (-k 'fsdp2.sharded and sgd'") and
                f"{len(base['cases']) - len(new['cases'])} of BASE's" in n for n in cmp.notes)
     gone = new["cases"].pop()
     cmp = compare_runs(base, new)
