@@ -28,6 +28,14 @@ IMPLS = ("default", "forloop", "foreach", "fused")
 # Bad inputs a load path must reject with a clear error (P15); "" = a normal case.
 FAULTS = ("", "missing_fqn", "extra_fqn", "shape", "dtype", "mixed_keys", "wrong_model",
           "truncated_file", "corrupt_file")
+# Kills inside a save (P16): "<point>.<who>.<layout>" (``crash_parts``). The point: "start"
+# (before the rank writes anything), "torn" (inside its first data file, at a seeded byte or
+# item), "own_file" (after its own data file(s), before any commit), "commit" (DCP: every
+# data file written, the coordinator killed before it writes ``.metadata``; rank 0 only).
+# Who: "rank<r>" or "all". The layout: "fresh" (the second save writes a new step folder)
+# or "over" (it overwrites the first save's folder, a "latest" folder).
+CRASH_POINTS = ("start", "torn", "own_file", "commit")
+CRASH_LAYOUTS = ("fresh", "over")
 # Test-only faults planted into a bounds case's measured calls (measure.py), never set by the
 # matrix: "slow" makes the call 3x as costly (CPU and wall), "slow10" 10x, "copy" keeps a
 # clone of the call's output (save: the returned dict; load: the optimizer state) alive.
@@ -393,6 +401,10 @@ class Case(Axes):
 
     fault: str = axis("", shown="/fault:{}", single_process="")
     """A bad input planted into the load (``FAULTS``; P15 only). "" = none."""
+    crash: str = axis("", shown="/crash:{}", single_process="")
+    """A kill inside a second save (P16 only): ``"<point>.<who>.<layout>"`` (``CRASH_POINTS``,
+    "rank<r>" or "all", ``CRASH_LAYOUTS``); the load after it must restore the first save
+    exactly or raise an error that says the checkpoint is incomplete. "" = none."""
     golden: str = axis("", shown="/golden:{}")
     """Golden-fixture case (P12 only): "<torch version>/<fixture name>" of a checkpoint
     stored under ``fixtures``, loaded through ``api`` at ``dst_world_size``. "" = a normal
@@ -414,13 +426,18 @@ class Case(Axes):
                             or not all(self.golden.split("/"))):
             raise ValueError(f"golden must be '<torch version>/<fixture name>' (and fault empty), "
                              f"got golden={self.golden!r}, fault={self.fault!r}")
+        if self.crash:
+            crash_parts(self.crash, self.world_size)  # raises on a bad value
+            if self.fault or self.golden or self.bounds:
+                raise ValueError(f"crash={self.crash!r} is a kind of its own: no fault, golden "
+                                 f"fixture or bounds with it")
         super().__post_init__()
         if self.inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS[1:]} (or empty), got {self.inject!r}")
         if self.inject and not self.bounds:
             raise ValueError(f"inject={self.inject!r} is planted into measured calls: it needs "
                              f"bounds=True")
-        if self.links > 1 and (self.bounds or self.golden or self.fault
+        if self.links > 1 and (self.bounds or self.golden or self.fault or self.crash
                                or self.api in FAMILIES):
             raise ValueError(f"links={self.links} chains round trips: a bounds, golden, fault "
                              f"or differential ({'/'.join(FAMILIES)}) case has one checkpoint, "
@@ -508,7 +525,7 @@ ID_SEGMENTS: tuple[str, ...] = (
     "api", "optim", "model", "layout", "sizes", "dtype", "steps", "seed", "fault", "golden",
     "bounds", "inject", "compiled", "flatten_optimizer_state_dict", "cpu_offload",
     "mixed_precision", "async_save", "app_state", "nonstrict", "no_broadcast",
-    "ignore_frozen_params", "batch", "links")
+    "ignore_frozen_params", "batch", "links", "crash")
 """The order of the id's segments: a shared one by its name (``SHARED_SEGMENTS``), an axis
 with a segment of its own by the axis's name. A new axis is appended, so that every earlier
 id stays as it was."""
@@ -535,6 +552,30 @@ LOAD_ONLY: dict[str, Any] = {f.name: f.default for f in fields(Case) if f.metada
 SINGLE_PROCESS: dict[str, Any] = {f.name: f.metadata["single_process"] for f in fields(Case)
                                   if f.metadata["single_process"] is not KEEP}
 """What the single-process baseline trains with, per field it resets (``axis``)."""
+
+
+def crash_parts(crash: str, world_size: int) -> tuple[str, tuple[int, ...], str]:
+    """``(point, killed ranks, layout)`` of a ``Case.crash`` value at ``world_size``; a
+    ValueError that names the part that is wrong."""
+    parts = crash.split(".")
+    if len(parts) != 3:
+        raise ValueError(f"crash must be '<point>.<who>.<layout>' (e.g. 'commit.rank0.over'), "
+                         f"got {crash!r}")
+    point, who, layout = parts
+    if point not in CRASH_POINTS:
+        raise ValueError(f"crash point must be one of {CRASH_POINTS}, got {point!r}")
+    if layout not in CRASH_LAYOUTS:
+        raise ValueError(f"crash layout must be one of {CRASH_LAYOUTS}, got {layout!r}")
+    if who == "all":
+        ranks = tuple(range(world_size))
+    elif who.startswith("rank") and who[4:].isdigit() and int(who[4:]) < world_size:
+        ranks = (int(who[4:]),)
+    else:
+        raise ValueError(f"crash must kill 'all' or 'rank<r>' with r < {world_size}, got {who!r}")
+    if point == "commit" and ranks != (0,):
+        raise ValueError(f"the 'commit' point is the coordinator's (rank 0 writes DCP's "
+                         f".metadata): who must be 'rank0', got {who!r}")
+    return point, ranks, layout
 
 
 def shard_group_size(case: Case, world_size: int) -> int:

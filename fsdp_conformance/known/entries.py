@@ -174,6 +174,17 @@ _LAZY_STATE = ("sgd_momentum", "adam", "adamw", "adadelta", "rmsprop")  # state 
 _ALL_BUT = lambda *ps: tuple(p for p in ALL_PROPS if p not in ps)  # noqa: E731
 
 
+def _dcp_overwrite_killed_after_data(c: Case) -> bool:
+    """A crash case on a DCP-writing path whose second save, over the first, was killed
+    after its ranks wrote their data files (``own_file`` or ``commit``)."""
+    if not c.crash or c.api not in PATH_NAMES or api_path(c.api).writes != "dcp":
+        return False
+    from ..cases import crash_parts
+
+    point, _, layout = crash_parts(c.crash, c.world_size)
+    return layout == "over" and point in ("own_file", "commit")
+
+
 def _release(version: str) -> tuple[int, ...]:
     """(major, minor, patch) of a torch version string ("2.15.0+cu132" -> (2, 15, 0))."""
     return tuple(int(x) for x in re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version).groups("0"))
@@ -1207,6 +1218,31 @@ KNOWN: tuple[KnownLimitation, ...] = (
         also=("P6", "P10"),
         model=Effect(what="every param of a stateless optimizer gets state {} by the load",
                      load=empty_state_for_every_param)),
+    KnownLimitation(
+        "dcp-overwrite-reads-uncommitted-data", ("P16",),
+        _dcp_overwrite_killed_after_data,
+        "2.13, 2.15",
+        "A DCP save into the folder of an earlier checkpoint that is killed after its ranks "
+        "wrote their data files but before the coordinator committed .metadata leaves the "
+        "earlier save's .metadata over the new data files, and the load reads them without "
+        "an error: every rank gets the killed save's state. FileSystemWriter overwrites by "
+        "default (overwrite=True, filesystem.py:595; :653-661 only warns 'Detected an "
+        "existing checkpoint'), writes each data file in place under its final name "
+        "(create_stream(file_name, 'wb'), :422) and commits .metadata last through "
+        ".metadata.tmp and a rename (finish, :758-790); metadata names the data by file name "
+        "and offset only. Seen here: killed at 'own_file' (one rank or every rank; the other "
+        "ranks had passed the plan exchange and wrote theirs) or at 'commit', sync and "
+        "async_save, FSDP1 and FSDP2, resharded loads too. Killed at 'start' nothing of save "
+        "2 is written (a rank that dies before the plan exchange stops every rank), and a "
+        "torn data file makes the load raise EOFError: both pass. With one file per item a "
+        "kill between files mixes the two saves key by key (minimal reproducer: "
+        "notes/repro/dcp_overwrite_killed_before_commit.py). Workaround: a new folder per "
+        "checkpoint, marked complete atomically (examples/crash_consistency).",
+        "no upstream issue found; default overwrite: "
+        "https://github.com/pytorch/pytorch/pull/125877, overwrite=False by default proposed "
+        "in https://github.com/pytorch/pytorch/pull/192183 (open)",
+        model=Outcome(headline=r".*: loaded silently save 2 on every rank, although save 2 was "
+                               r"killed before it returned:")),
     KnownLimitation(
         "scatter-rank0-error-strands-others", ("P15",),
         lambda c: c.fault == "truncated_file" and _rank0_scatters(c),

@@ -1,4 +1,4 @@
-"""The catalogue of properties P0-P15: id, name, what each checks, which cases decide it and
+"""The catalogue of properties P0-P16: id, name, what each checks, which cases decide it and
 why it can be n/a. The run, the report, the plugin and the properties reference page
 (docs/reference/properties.md) read it from here.
 
@@ -16,14 +16,14 @@ class Property:
     """One property of the conformance run."""
 
     id: str
-    """``"P0"`` .. ``"P15"``."""
+    """``"P0"`` .. ``"P16"``."""
     name: str
     """Short name (``"layout"``, ``"gather"``...)."""
     checks: str
     """What it checks, in one sentence (the reference page's table text)."""
     decided_by: str
     """Which cases decide it: ``"round trip"``, ``"rekey path"``, ``"golden"``, ``"bounds"``,
-    ``"fault"``."""
+    ``"fault"``, ``"crash"``."""
     module: str
     """The module under ``fsdp_conformance.properties`` that decides it."""
     na_reasons: tuple[str, ...] = ()
@@ -96,10 +96,19 @@ CATALOGUE: tuple[Property, ...] = (
                     "model's checkpoint, a truncated or corrupted file make every rank raise an "
                     "error that names it; a silent load, a dead rank, stranded ranks or a hang "
                     "fail"),
+    Property(id="P16", name="crash", decided_by="crash", module="crash_props",
+             checks="a second save killed (SIGKILL, one rank or every rank) before it writes, "
+                    "inside or after its own data file, or before DCP's metadata commit, into "
+                    "a new step folder or over the first save: the load restores the first "
+                    "save exactly (bitwise, as P3) or every rank that raises says the "
+                    "checkpoint is incomplete; a silent mix (keys named by save), the "
+                    "unfinished save's data, a hang or a dead rank fail",
+             na_reasons=("the path's save has no such point (it completed without meeting "
+                         "it)",)),
 )
 PROPS: tuple[str, ...] = tuple(p.id for p in CATALOGUE)
 BY_ID = {p.id: p for p in CATALOGUE}
-assert PROPS == tuple(f"P{i}" for i in range(16)), PROPS
+assert PROPS == tuple(f"P{i}" for i in range(17)), PROPS
 BOUNDS_PROPS: tuple[str, ...] = tuple(p.id for p in CATALOGUE if p.verdict == "bounds")
 """The properties of the bounds verdict (P13, P14); every other one is correctness."""
 
@@ -110,6 +119,7 @@ ONLY_BOUNDS = {
     "P14": "not a bounds case (P14 is checked by the bounds cases: .../bounds)",
 }
 ONLY_FAULT = "not a bad-input case (P15 has its own cases: .../fault:<kind>)"
+ONLY_CRASH = "not a crash case (P16 has its own cases: .../crash:<point>.<who>.<layout>)"
 NO_REKEY = "this path does not rekey"
 
 

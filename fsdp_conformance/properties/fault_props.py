@@ -31,6 +31,16 @@ def exception_line(text: str) -> str:
     return hits[-1] if hits else (lines[-1] if lines else text)
 
 
+def sorted_failures(outcome: RankError) -> tuple[list, list, list, str]:
+    """A failed load's ranks by what happened: (raised, stuck: left waiting or hung, died),
+    and each raising rank's exception line, one per line."""
+    raised = [f for f in outcome.failures if f.kind.startswith("exception")]
+    stuck = [f for f in outcome.failures if f.kind in ("stuck-after-error", "hung")]
+    died = [f for f in outcome.failures if f.kind == "died"]
+    msgs = "\n".join(f"rank {f.rank}: {exception_line(f.detail)}" for f in raised)
+    return raised, stuck, died, msgs
+
+
 def p15_verdict(case: Case, what: dict[str, Any], outcome: Any) -> Verdict:
     """Judge the load of damaged input (module docstring)."""
     desc = f"{what['kind']} in {what['file']}" + (f" ({what['names'][0]})" if what["names"] else "")
@@ -38,10 +48,7 @@ def p15_verdict(case: Case, what: dict[str, Any], outcome: Any) -> Verdict:
         return fail(f"{desc}: the load hung (no rank finished in time):\n{outcome}")
     if not isinstance(outcome, RankError):
         return fail(f"{desc}: loaded silently on every rank: no error was raised")
-    raised = [f for f in outcome.failures if f.kind.startswith("exception")]
-    stuck = [f for f in outcome.failures if f.kind in ("stuck-after-error", "hung")]
-    died = [f for f in outcome.failures if f.kind == "died"]
-    msgs = "\n".join(f"rank {f.rank}: {exception_line(f.detail)}" for f in raised)
+    raised, stuck, died, msgs = sorted_failures(outcome)
     if died:
         return fail(f"{desc}: rank(s) {[f.rank for f in died]} died while loading "
                     f"({died[0].detail.strip()[:200]}):\n{msgs}")

@@ -19,6 +19,7 @@ n/a -> pass / known               newly checked       no
 fail <-> error, fail/error ->     changed             no
 known / n/a, known -> n/a
 case or property only in NEW      added in NEW        no
+                                  (a property BASE's run never had, n/a in NEW: one note)
 any other -> removed              API removed         no (its own
                                                       category)
 removed -> any other              API restored        no
@@ -212,12 +213,28 @@ def slice_of(report: dict):
     return in_slice, ", ".join(w for w in said if w)
 
 
+def new_properties(base: dict, new: dict) -> dict[str, int]:
+    """The properties no case of BASE has (added to the catalogue since BASE ran), with how
+    many of NEW's cases that BASE has too report each n/a: those verdicts are one note, not
+    a change per case (``_verdict_changes`` leaves them out)."""
+    had = {p for c in base["cases"] for p in c["properties"]}
+    bids = {c["id"] for c in base["cases"]}
+    out: dict[str, int] = {}
+    for c in new["cases"]:
+        for p, v in c["properties"].items():
+            if p not in had and c["id"] in bids and v["status"] == "n/a":
+                out[p] = out.get(p, 0) + 1
+    return out
+
+
 def _verdict_changes(base: dict, new: dict, same: bool = True, in_slice=None) -> list[Change]:
     """The (case, property) changes; ``in_slice``: NEW's selection (``slice_of``), BASE's
-    cases outside it left out."""
+    cases outside it left out; a property BASE's run never had, n/a in NEW, is no change
+    (``new_properties``)."""
     out: list[Change] = []
     bcases = {c["id"]: c for c in base["cases"] if in_slice is None or in_slice(c)}
     ncases = {c["id"]: c for c in new["cases"]}
+    unseen = set(new_properties(base, new))
     for cid in sorted(bcases.keys() | ncases.keys()):
         if cid not in ncases:
             st = Counter(v["status"] for v in bcases[cid]["properties"].values())
@@ -234,6 +251,8 @@ def _verdict_changes(base: dict, new: dict, same: bool = True, in_slice=None) ->
             if prop not in np_:
                 out.append(Change("missing in NEW", cid, prop, _status_text(bp[prop]), "absent"))
             elif prop not in bp:
+                if prop in unseen and np_[prop]["status"] == "n/a":
+                    continue  # a property added since BASE ran, not checked here: one note
                 out.append(Change("added in NEW", cid, prop, "absent", _status_text(np_[prop])))
             else:
                 label = classify_status(bp[prop], np_[prop])
@@ -351,6 +370,9 @@ def compare_runs(base: dict, new: dict, th: Thresholds = Thresholds(), *,
     changes += mchanges + _scaling_changes(base, new, th, same, in_slice if outside else None)
     bf, nf = run_facts(base), run_facts(new)
     notes = facts_notes(bf, nf, ("torch", "backend", "tier", "fingerprint")) + notes
+    for prop, n in sorted(new_properties(base, new).items(), key=lambda kv: prop_key(kv[0])):
+        notes.append(f"{prop} is not in BASE's run (added since): n/a in {n} case(s) both "
+                     f"runs have, not listed")
     if outside:
         notes.insert(0, f"NEW is a slice ({what}): {outside} of BASE's {len(base['cases'])} "
                         f"cases are outside it and not compared; the rest are compared as "

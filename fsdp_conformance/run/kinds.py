@@ -6,7 +6,7 @@ Rules
   that runs it (``"module:Class"``, imported when a case of that kind runs). The first kind
   whose flag is set on the case runs it: a bounds case (``case.bounds``) measures; a golden
   case (``case.golden``) loads a stored fixture; a fault case (``case.fault``) damages what
-  was saved; a case with none of them is a round trip (the kind without a flag, last).
+  was saved; a crash case (``case.crash``) kills a save at a chosen point; a case with none of them is a round trip (the kind without a flag, last).
 - Adding a kind is its module and one line here; this is the one place that reads those
   flags. How the run schedules a kind's cases is the record's (``alone``) and the kind's
   (its optional ``again`` and ``finish``, run/lifecycle.py ``CaseKind``): the run itself
@@ -50,6 +50,7 @@ KINDS: tuple[KindRecord, ...] = (
                alone=True),
     KindRecord(name="golden", flag="golden", impl="fsdp_conformance.run.golden_kind:GoldenKind"),
     KindRecord(name="fault", flag="fault", impl="fsdp_conformance.run.fault_kind:FaultKind"),
+    KindRecord(name="crash", flag="crash", impl="fsdp_conformance.run.crash_kind:CrashKind"),
     KindRecord(name="round trip", flag="", shares=True,
                impl="fsdp_conformance.run.roundtrip_kind:RoundTripKind"),
 )

@@ -6,10 +6,13 @@ Rules
   the optimizers), plus every zoo model, use_orig_params both ways, every sharding
   strategy (FSDP2: HSDP meshes resharded, ``fsdp2_meshes``; compiled models, ``compiled``), several param groups with an LR scheduler, the foreach/fused/for-loop
   implementations, float32, a bfloat16 round trip per path, partial state, a second wrapping plan on the load side,
-  and the bad-input (P15) cases. Quick is what ``make run`` runs: minutes on 2 cores.
+  the bad-input (P15) cases and a slice of the crash (P16) cases (``QUICK_CRASHES``). Quick
+  is what ``make run`` runs: minutes on 2 cores.
 - full: everything quick has, plus the product of paths x optimizers x world-size pairs x
   use_orig_params (mlp), every zoo model x use_orig_params x four world-size pairs x three
   optimizer kinds, every implementation and every dtype.
+- Crash cases (P16, ``crashes``): full has every path at every kill point, three choices of
+  killed ranks, each layout the path's save can be judged in (``crash_layouts``).
 - Golden fixtures (P12, ``fixtures.golden``): full has every stored fixture through every
   load path that reads it at every world size; quick one case per fixture.
 - Bounds cases (P13/P14, ``bounds``): both tiers, one per path at each world size 1-4: Adam,
@@ -26,7 +29,7 @@ import dataclasses
 import itertools
 from typing import Iterable, Sequence
 
-from ..cases import FAULTS, SCHEDULE_NAMES, Case
+from ..cases import CRASH_POINTS, FAULTS, SCHEDULE_NAMES, Case
 from ..api_paths import PATH_NAMES, PATHS, api_path, family_of, is_full_path, resizable
 from ..zoo import FUSED, MODELS, OPTIMIZERS, runs_on
 from ..zoo.optimizers import STATE_DTYPE_OPTIMIZERS
@@ -132,6 +135,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer="adam", model="frozen", world_size=3,
                           use_orig_params=True))
     cases += faults(paths)
+    cases += crashes(paths, "quick")
     cases += golden(paths, fixtures, "quick")
     cases += bounds(paths)
     return _dedupe(c for c in cases if groups_fit_units(c))
@@ -177,6 +181,7 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                       + mixed_precision(api, OPTS) + dcp_writes(api, OPTS)
                       + nonstrict(api, OPTS) + frozen_left_out(api, OPTS)
                       + tensor_parallel(api, OPTS))
+    cases += crashes(paths, "full")
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
 
@@ -375,6 +380,75 @@ def faults(paths: Sequence[str]) -> list[Case]:
             if dict_fault and (not is_full_path(api) or api_path(api).rekeys):
                 continue  # dict faults need an FQN-keyed full dict on disk
             out.append(Case(api=api, optimizer="adam", world_size=2, fault=fault))
+    return out
+
+
+QUICK_CRASHES: tuple[tuple[str, str, str, int, int, bool], ...] = (
+    ("fsdp1", "full", "own_file.rank0.fresh", 2, 2, False),
+    ("fsdp1", "dcp", "commit.rank0.over", 2, 3, False),
+    ("fsdp1", "dcp", "torn.rank1.fresh", 2, 2, False),
+    ("fsdp2", "full", "torn.rank0.fresh", 2, 3, False),
+    ("fsdp2", "dcp", "own_file.all.over", 2, 2, False),
+    ("fsdp2", "dcp", "own_file.rank1.over", 2, 3, True),
+    ("fsdp2", "dcp", "start.rank0.over", 2, 3, False),
+    ("fsdp2", "dcp", "torn.rank0.over", 2, 2, False),
+    ("fsdp2", "per_rank", "start.rank1.fresh", 2, 2, False),
+)
+"""The quick tier's P16 slice: (family, what the path writes, crash, save and load world
+sizes, async_save where the path has it), each on the family's first run path that writes
+so (a primary one first: ``crash_path``): both families, a full file, DCP and a file per
+rank, every point, both layouts, 2 and 2 -> 3."""
+
+
+def crash_path(family: str, writes: str, paths: Sequence[str]) -> str | None:
+    """The path of ``paths`` a quick crash case of ``family`` writing ``writes`` runs on: a
+    primary path of the family that writes so, else the first that does; None: none."""
+    fits = [a for a in paths if family_of(a) == family and api_path(a).writes == writes]
+    return next((a for a in fits if api_path(a).primary), fits[0] if fits else None)
+
+
+def crash_layouts(api: str) -> tuple[str, ...]:
+    """The layouts a path's crash cases take: a new step folder for every path; over the
+    first save's folder where the save writes DCP, whose commit (``.metadata`` last) is
+    torch's claim to test. A torch.save path has no commit step: whether files overwritten
+    in place survive a kill is the trainer's file handling (the plugin judges a trainer's
+    own: examples/crash_consistency), and the run's own writes are atomic per file."""
+    return ("fresh", "over") if api_path(api).writes == "dcp" else ("fresh",)
+
+
+def crashes(paths: Sequence[str], tier: str) -> list[Case]:
+    """P16 cases (run/crash_kind.py). Quick: ``QUICK_CRASHES`` on the paths run. Full: every
+    path at every point (``CRASH_POINTS``; the DCP commit where the path writes DCP), killing
+    rank 0, the last rank and every rank, in each of its ``crash_layouts``, loaded at 2 and
+    resharded 2 -> 3 (every rank killed) where the path can; torn files at two more seeds;
+    DCP's ``async_save`` where the path has it."""
+    if tier == "quick":
+        out = []
+        for family, writes, crash, n, m, async_save in QUICK_CRASHES:
+            api = crash_path(family, writes, paths)
+            if api is not None:
+                out.append(Case(api=api, optimizer="adam", world_size=n, load_world_size=m,
+                                crash=crash,
+                                async_save=async_save and "async_save" in api_path(api).axes))
+        return out
+    out = []
+    for api in paths:
+        dcp = api_path(api).writes == "dcp"
+        for point, who, layout in itertools.product(CRASH_POINTS, ("rank0", "rank1", "all"),
+                                                    crash_layouts(api)):
+            if point == "commit" and (not dcp or who != "rank0"):
+                continue
+            crash = f"{point}.{who}.{layout}"
+            out.append(Case(api=api, optimizer="adam", world_size=2, crash=crash))
+            if who == "all" or point == "commit":
+                out.append(Case(api=api, optimizer="adam", world_size=2, load_world_size=3,
+                                crash=crash))
+            if point == "torn":
+                out += [Case(api=api, optimizer="adam", world_size=2, crash=crash, seed=s)
+                        for s in (1, 2)]
+            if "async_save" in api_path(api).axes and point in ("own_file", "torn"):
+                out.append(Case(api=api, optimizer="adam", world_size=2, crash=crash,
+                                async_save=True))
     return out
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import shutil
 
 from ..cases import Case
-from ..properties.catalogue import NO_REKEY, ONLY_BOUNDS, ONLY_FAULT, ONLY_GOLDEN, PROPS
+from ..properties.catalogue import (NO_REKEY, ONLY_BOUNDS, ONLY_CRASH, ONLY_FAULT, ONLY_GOLDEN,
+                                     PROPS)
 from ..properties.expectation import EXACT, Expectation
 from ..properties.roundtrip import ROUND_TRIP, round_trip_verdicts
 from ..properties.verdict import Verdict, error, na
@@ -45,7 +46,7 @@ class RoundTripKind:
 
     def undecided(self, case: Case) -> dict[str, Verdict]:
         out = {"P12": na(ONLY_GOLDEN), **{p: na(w) for p, w in ONLY_BOUNDS.items()},
-               "P15": na(ONLY_FAULT)}
+               "P15": na(ONLY_FAULT), "P16": na(ONLY_CRASH)}
         if not _rekeys(case):
             out["P5"] = na(NO_REKEY)
         return out

@@ -6,6 +6,7 @@ build it, the ranks receive it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +25,9 @@ class SideAsks:
     """A chain (``Case.links``): after the resumed training the load side saves again
     through the path into this directory, as ``Case.next_link``'s save side, and records it
     (``LoadRecord.next_save``); "" = no next link."""
+    kill: Any = None
+    """A crash case (P16): the ``sut.crash_points.KillPlan`` armed around the save's write
+    (its ranks are SIGKILLed at its point); None = no kill."""
     keeps_training: bool = True
     """The save side may reuse a training kept from an earlier case that trains alike, and
     keep its own (sut/trained.py); False where the kind does more to the trained state than

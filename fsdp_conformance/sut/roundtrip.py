@@ -54,6 +54,7 @@ import torch
 from ..cases import Case
 from ..zoo import build_optimizer, build_scheduler, freeze_at_save, scheduler_state
 from .common import guarded, is_error, timed
+from .crash_points import armed
 from .family import rank_family
 from .files import atomic_save, devices_of, read_saved
 from .fsdp1 import named_local, optimizer_keys, train
@@ -304,7 +305,7 @@ def save_side(ctx, case: Case, workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -
                  keeps=asks.keeps_training)
     run = runs[0] if runs else tr.model  # a kept training is never a compiled one (trained.py)
     record = save_trained(ctx, case, run, tr.model, tr.optim, tr.sched, tr.keys, tr.losses,
-                          workdir, reused=tr.reused)
+                          workdir, reused=tr.reused, kill=asks.kill)
     if asks.keeps_training:
         keep(tr)  # for the next path that trains alike (sut/trained.py)
     return record
@@ -312,11 +313,12 @@ def save_side(ctx, case: Case, workdir: str, asks: SideAsks = ROUND_TRIP_ASKS) -
 
 def save_trained(ctx, case: Case, run, model, optim, sched, keys: list[str],
                  losses: list[float], workdir: Path, *, reused: bool = False,
-                 flip: bool = True) -> SaveRecord:
+                 flip: bool = True, kill=None) -> SaveRecord:
     """Save what has trained to ``case.steps`` through the path, write it under ``workdir``
     (rank 0: the full params and the LR scheduler's state beside it), and record it: the
     save side's second half, and a chain's next save (``Case.next_link``, on the load side
-    that resumed). ``flip``: also the P9 save with the path's flags flipped."""
+    that resumed). ``flip``: also the P9 save with the path's flags flipped. ``kill``: a crash
+    case's ``crash_points.KillPlan``, armed around the write (this rank may not return)."""
     fam, path, rec = rank_family(case), steps(case), api_path(case.api)
     sched_at_save = scheduler_state(sched)  # before an async write's racing step moves it
     mesh, meta = mesh_of(model, fam.mesh_shape(ctx, case, False)), fam.meta(model)
@@ -345,7 +347,8 @@ def save_trained(ctx, case: Case, run, model, optim, sched, keys: list[str],
     live = Live(model=run, optim=optim, sched=sched, step=case.steps,
                 race=race if case.async_save else None)  # the records are copies
     if not is_error(saved):
-        timings["write"] = write(ctx, case, live, saved, workdir)
+        with armed(kill, ctx.rank):
+            timings["write"] = write(ctx, case, live, saved, workdir)
     if ctx.rank == 0:
         atomic_save(params, workdir / MODEL_FILE)
         if sched is not None:

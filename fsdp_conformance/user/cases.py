@@ -4,6 +4,7 @@ rank runs.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from ..cases import DTYPE_NAMES, Case
@@ -75,13 +76,49 @@ def _paths(fsdp_version: int, tier: str, paths, custom: CustomPath | None) -> li
     return apis
 
 
+DEFAULT_CRASHES: tuple[str, ...] = ("start.rank0.over", "torn.rank0.over",
+                                    "own_file.rank1.over", "own_file.all.over",
+                                    "commit.rank0.over")
+"""The kill points ``crash=True`` checks a user's save at: before it writes, inside a file,
+after one rank's and after every rank's files, at DCP's commit; each saving into the first
+save's directory, as a trainer's next checkpoint does."""
+
+
+def crash_cases(cases: Sequence[Case], crash, custom: CustomPath | None) -> list[Case]:
+    """A crash case (P16, ``Case.crash``) per value of ``crash`` (True:
+    ``DEFAULT_CRASHES``) for each distinct world-size pair of ``cases`` whose save side has
+    the ranks it kills; a chain of checkpoints is not one (``links`` 1). A bad value is a
+    ValueError that names it."""
+    if not crash:
+        return []
+    if custom is None:
+        raise ValueError("crash= needs save_fn/load_fn: it kills your save")
+    from ..cases import crash_parts
+
+    values = DEFAULT_CRASHES if crash is True else tuple(crash)
+    out, seen = [], set()
+    for c in cases:
+        for value in values:
+            try:
+                crash_parts(value, c.world_size)
+            except ValueError as exc:
+                if "rank<r>" in str(exc) and value.split(".")[1] != "all":
+                    continue  # kills a rank this world size does not have
+                raise
+            key = (c.world_size, c.dst_world_size, c.strategy, value)
+            if key not in seen:
+                seen.add(key)
+                out.append(dataclasses.replace(c, crash=value, links=1))
+    return out
+
+
 def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
                world_sizes: Sequence | None = None, use_orig_params: bool = False,
                custom: CustomPath | None = None, steps: int = 2, resume_steps: int = 2,
                batch: int = 12, dtype: str | None = None, seed: int = 0,
                groups: int | None = None,
                tier: str = "quick", fsdp_version: int = 2, links: int = 1,
-               scheduler_after_load: bool = False) -> list[Case]:
+               scheduler_after_load: bool = False, crash=False) -> list[Case]:
     """The cases of one round trip: each path (or the custom one) x each world-size spec
     (``spec.parse_sizes``: an HSDP spec runs as HYBRID_SHARD). Paths that cannot change
     world size or wrapping (``api_paths.resizable``) keep their same-size pairs only. The
@@ -89,7 +126,9 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
     save/load takes the training state (then the zoo's, if they gave none). ``dtype``
     None: the model runs as it computes (``model_dtype``). ``links``: checkpoints in a
     chain (``Case.links``); ``scheduler_after_load``: the scheduler built after the user's
-    load (``Case.scheduler_after_load``)."""
+    load (``Case.scheduler_after_load``); ``crash``: True (``DEFAULT_CRASHES``) or the
+    ``Case.crash`` values of the user's save's crash cases (P16), each at every world-size
+    spec whose save side has the ranks it kills, after the round trips."""
     user.register()
     if dtype is None:
         dtype = model_dtype(user, seed)
@@ -129,6 +168,7 @@ def user_cases(user: UserModel, *, paths: Sequence[str] | None = None,
                             scheduler=scheduler, links=links,
                             scheduler_after_load=scheduler_after_load and scheduler,
                             strategy="HYBRID_SHARD" if hsdp else "FULL_SHARD"))
+    out += crash_cases(out, crash, custom)
     if out and fsdp_version == 1:  # unit membership depends on the plans only: one check
         check_units_fit_groups(user, out[0])
     if not out:

@@ -58,6 +58,14 @@ class CheckOptions:
     """The user's load, the same shape as ``save_fn`` (both or neither)."""
     custom_name: str | None = None
     """The name the user's save/load path has in case ids (None: ``save_fn``'s)."""
+    crash: Any = False
+    """Crash consistency of your save (P16): True adds a case per default kill point
+    (``DEFAULT_CRASHES``) at each world-size spec, or a sequence of ``Case.crash`` values
+    (``"<point>.<who>.<layout>"``, e.g. ``"commit.rank0.over"``). Each trains and saves
+    with your ``save_fn``, saves again one step later killed (SIGKILL) at that point, and
+    loads with your ``load_fn``: the load must restore the first save exactly or raise an
+    error that says the checkpoint is incomplete. Needs save_fn/load_fn (pytest:
+    ``--fsdp-crash`` turns it on for every such check)."""
     setup_fn: Any = None
     """``setup_fn(state)``: your framework's setup of the training state (``TrainState``),
     run on every rank after the suite built model, optimizer and scheduler (your factories)
@@ -119,6 +127,10 @@ class CheckOptions:
                              "checkpoint: pass them too")
         if self.shard_fn is not None and self.fsdp_version != 2:
             raise ValueError("shard_fn= applies fully_shard: it needs fsdp_version=2")
+        if self.crash and self.save_fn is None:
+            raise ValueError("crash= kills your save at chosen points: it needs save_fn/load_fn "
+                             "(the built-in paths' crash cases are the conformance run's: "
+                             "fsdp-conformance run -k crash)")
         if self.scheduler_after_load and self.save_fn is None:
             raise ValueError("scheduler_after_load=True is the construction order of your own "
                              "load: it needs save_fn/load_fn (the built-in paths' load "

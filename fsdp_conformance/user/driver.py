@@ -59,7 +59,8 @@ def check(model: ModelFactory | str | None = None, data: DataFn | str | None = N
                        use_orig_params=o.use_orig_params, custom=custom, steps=o.steps,
                        resume_steps=o.resume_steps, batch=o.batch, dtype=o.dtype, seed=o.seed,
                        groups=o.groups, tier=o.tier, fsdp_version=o.fsdp_version,
-                       links=o.links, scheduler_after_load=o.scheduler_after_load)
+                       links=o.links, scheduler_after_load=o.scheduler_after_load,
+                       crash=o.crash)
     if o.on_cases is not None:
         o.on_cases([c.id for c in cases])
     if o.only:

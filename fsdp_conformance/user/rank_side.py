@@ -47,6 +47,7 @@ from ..sut import fsdp1, roundtrip
 from ..sut.family import rank_family
 from ..sut.files import atomic_save
 from ..sut.asks import ROUND_TRIP_ASKS, SideAsks
+from ..sut.crash_points import armed
 from ..sut.records import LoadRecord, SaveRecord
 from ..api_paths import MODEL_FILE, api_path
 from ..zoo import build_scheduler, scheduler_state
@@ -323,10 +324,12 @@ def _stage_train(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
     return out
 
 
-def _stage_save(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
-    """Save side, 2: the user's save (``_user_save``) of the state kept."""
+def _stage_save(ctx, custom: CustomPath, case: Case, workdir: Path, kill=None) -> dict:
+    """Save side, 2: the user's save (``_user_save``) of the state kept; ``kill``: a crash
+    case's ``sut.crash_points.KillPlan``, armed around it (this rank may not return)."""
     state, keys = _take(ctx, case)
-    return _user_save(ctx, custom, state, keys, workdir, case)
+    with armed(kill, ctx.rank):
+        return _user_save(ctx, custom, state, keys, workdir, case)
 
 
 def _stage_chain(ctx, custom: CustomPath, case: Case, workdir: Path) -> dict:
@@ -415,14 +418,16 @@ STAGES = {"train": _stage_train, "save": _stage_save, "load": _stage_load,
 
 
 def rank_custom(ctx, user: UserModel | None, custom: CustomPath, case: Case, workdir: str,
-                stage: str) -> dict:
+                stage: str, kill=None) -> dict:
     """One stage of a custom round trip on a rank (``STAGES``). The stages are separate
     pool calls, and the user's code is not wrapped: an exception on any rank reaches the
     controller with its traceback (and the stacks of ranks left waiting) at once, and the
-    observations of the earlier stages survive it."""
+    observations of the earlier stages survive it. ``kill``: the save stage of a crash
+    case (P16) runs the user's save under it."""
     if user is not None:
         user.register()
-    return STAGES[stage](ctx, custom, case, Path(workdir))
+    return STAGES[stage](ctx, custom, case, Path(workdir),
+                         **({"kill": kill} if kill is not None else {}))
 
 
 def rank_save(ctx, user: UserModel | None, custom: CustomPath | None, case: Case,

@@ -4,7 +4,8 @@ save, load and judge it in the controller. Never raises for a torch or rank fail
 Rules
 - Zoo cases without a custom path run as any case of the conformance run (``kind_of``).
 - A user model through a built-in path is a ``UserModelKind`` case; the user's own
-  save/load functions a ``CustomPathKind`` case (user/kinds.py).
+  save/load functions a ``CustomPathKind`` case (user/kinds.py), and under a kill
+  (``Case.crash``, P16) a ``CustomCrashKind`` case (user/crash_kind.py).
 - Verdicts go through the known torch limitations (in the lifecycle), then through the
   declared limitations (``limitations.apply_declared``).
 """
@@ -19,6 +20,7 @@ from typing import Sequence
 from ..cases import Case
 from ..run.kinds import kind_of
 from ..run.lifecycle import CaseEnv, execute
+from .crash_kind import CustomCrashKind
 from .kinds import CustomPathKind, UserModelKind
 from .limitations import Limitation, apply_declared, known_view
 from .model import CustomPath, UserModel
@@ -32,7 +34,9 @@ def run_user_case(case: Case, user: UserModel | None = None, custom: CustomPath 
     rundir = Path(tempfile.mkdtemp(prefix="fsdpc-rt-"))
     try:
         env = CaseEnv(rundir=rundir, options=options)
-        if custom is not None:
+        if custom is not None and case.crash:
+            kind = CustomCrashKind(custom=custom, user=user)
+        elif custom is not None:
             kind = CustomPathKind(custom=custom, user=user)
         elif user is not None:
             kind = UserModelKind(user=user)

@@ -59,6 +59,9 @@ def add_options(parser) -> None:
                          "this session ran")
     group.addoption("--fsdp-case", action="append", default=None, metavar="ID",
                     help="run only the round-trip case with this id (repeatable)")
+    group.addoption("--fsdp-crash", action="store_true", default=False,
+                    help="add crash cases (P16) to every check of your own save_fn/load_fn: "
+                         "your save killed at the default points (CheckOptions.crash=True)")
     group.addoption("--fsdp-reproducer", action="store_true", default=False,
                     help="print a standalone reproducer script under each failing case "
                          "(default: the failure, its likely cause and the rerun line only)")
@@ -316,6 +319,11 @@ class Roundtrip:
         from .driver import check
 
         kwargs.setdefault("tier", self.tier)
+        opts = kwargs.get("options")
+        if self._request.config.getoption("fsdp_crash", default=False) and (
+                kwargs.get("save_fn") is not None
+                or (opts is not None and opts.save_fn is not None)):
+            kwargs.setdefault("crash", True)  # --fsdp-crash
         if world_sizes is None and kwargs.get("options") is not None:
             world_sizes = kwargs["options"].world_sizes
         results = self._fail_clean(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..cases import Case
-from ..properties.catalogue import ONLY_BOUNDS, ONLY_GOLDEN
+from ..properties.catalogue import ONLY_BOUNDS, ONLY_CRASH, ONLY_GOLDEN
 from ..properties.expectation import EXACT, Expectation
 from ..properties.roundtrip import judge_round_trip
 from ..properties.torch_files import TorchFiles
@@ -30,7 +30,8 @@ CUSTOM_DECIDES: tuple[str, ...] = ("P0", "P2", "P3", "P6", "P7", "P10", "P11")
 def custom_undecided() -> dict[str, Verdict]:
     """The n/a of a custom-path round trip beyond P0-P11's (``OwnCode.undecided``)."""
     return {"P12": na(ONLY_GOLDEN), **{p: na(w) for p, w in ONLY_BOUNDS.items()},
-            "P15": na("not a bad-input case"), **{p: na(THEIRS) for p in NOT_THEIRS}}
+            "P15": na("not a bad-input case"), "P16": na(ONLY_CRASH),
+            **{p: na(THEIRS) for p in NOT_THEIRS}}
 
 
 def evaluate_custom(case: Case, save_obs: list[SaveRecord], load_obs: list[LoadRecord] | None,

@@ -24,7 +24,7 @@ TRY = {
     "app_state": [True], "nonstrict": [True], "no_broadcast": [True],
     "ignore_frozen_params": [True], "tensor_parallel": [2], "load_tensor_parallel": [2],
     "links": [2],
-    "fault": ["shape"], "golden": ["2.13.0/some-fixture"],
+    "fault": ["shape"], "golden": ["2.13.0/some-fixture"], "crash": ["commit.rank0.over"],
     "bounds": [True], "inject": ["slow"],
 }
 BASES = [Case(api="fsdp1.full", world_size=2),

@@ -1,4 +1,4 @@
-"""The property catalogue is the one source of P0-P15: the table in
+"""The property catalogue is the one source of P0-P16: the table in
 docs/reference/properties.md, the plugin's names and the run's property set all come from it."""
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ def test_reference_property_table_is_the_catalogue():
         "fsdp_conformance.properties.catalogue import markdown_table; print(markdown_table())'")
 
 
-def test_catalogue_covers_p0_to_p15_once_and_the_plugin_reads_it():
-    assert PROPS == tuple(f"P{i}" for i in range(16))
-    assert len({p.name for p in CATALOGUE}) == 16
+def test_catalogue_covers_p0_to_p16_once_and_the_plugin_reads_it():
+    assert PROPS == tuple(f"P{i}" for i in range(17))
+    assert len({p.name for p in CATALOGUE}) == 17
     assert PROPERTY_NAMES == {p.id: p.name for p in CATALOGUE}
 
 

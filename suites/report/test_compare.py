@@ -110,6 +110,19 @@ def test_run_reports_every_classification_and_regression_flag():
     assert "Known limitations fixed (1):" in text and "known fixed: " + A.id + "  P4" in text
 
 
+def test_a_property_added_since_base_ran_is_one_note_where_it_is_na():
+    """A property the catalogue gained after BASE ran (P16) is n/a in every case both runs
+    have: one note, not a change per case; where NEW decides it, it is listed."""
+    base = make_report([CaseResult(A, {"P0": passed()}), CaseResult(B, {"P0": passed()})])
+    new = make_report([CaseResult(A, {"P0": passed(), "P16": na("not a crash case")}),
+                       CaseResult(B, {"P0": passed(), "P16": fail("a mix")})])
+    cmp = compare_runs(base, new)
+    assert [(c.subject, c.item, c.label) for c in cmp.changes] == [
+        (B.id, "P16", "added in NEW")]
+    assert ("P16 is not in BASE's run (added since): n/a in 1 case(s) both runs have, not "
+            "listed") in cmp.notes
+
+
 def test_same_report_no_changes():
     r = make_report(base_results())
     cmp = compare_runs(r, copy.deepcopy(r))

@@ -1,0 +1,150 @@
+"""P16, crash consistency (run/crash_kind.py, properties/crash_props.py): a second save killed
+at a chosen point, then the load.
+
+- The rules of the judgement on hand-made states (no ranks): one save's state, the other's,
+  a mix by key, a tensor whose elements come from both, a value from neither.
+- The quick tier's crash slice on real ranks: each case's verdict, and the harness deciding
+  a case whose killed rank left the others waiting in a collective in seconds.
+- A planted DCP writer that commits ``.metadata`` before its data (suites/conformance/
+  crash_plants.py) fails P16 where torch's own writer passes.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from fsdp_conformance.cases import Case, crash_parts
+from fsdp_conformance.properties.crash_props import classify, p16_verdict
+from fsdp_conformance.sut.crash_points import plan_of
+from suites.conformance.crash_plants import SETUP
+from suites.conftest import PYTHON, ROOT, env_for_subprocess
+
+CLI = [PYTHON, "-m", "fsdp_conformance"]
+
+
+def _state(exp_avg, step=2.0) -> dict:
+    return {"state": {"fc.weight": {"exp_avg": torch.tensor(exp_avg, dtype=torch.float64),
+                                    "step": torch.tensor(step)}}}
+
+
+# -- the judgement --------------------------------------------------------------------------
+
+def test_classify_names_which_save_each_entry_came_from():
+    one, two = _state([1.0, 1.0]), _state([2.0, 2.0], step=3.0)
+    assert classify(_state([1.0, 1.0]), one, two)[0] == "save 1"
+    assert classify(_state([2.0, 2.0], step=3.0), one, two)[0] == "save 2"
+    kind, keys = classify(_state([2.0, 2.0]), one, two)  # save 2's moment, save 1's step
+    assert kind == "mix"
+    assert keys["save 1"] == ["state['fc.weight']['step']"]
+    assert keys["save 2"] == ["state['fc.weight']['exp_avg']"]
+    kind, keys = classify(_state([1.0, 2.0]), one, two)  # elements of both in one tensor
+    assert kind == "mix" and keys["both"] == ["state['fc.weight']['exp_avg']"]
+    kind, keys = classify(_state([1.0, 7.0]), one, two)  # an element no save has
+    assert kind == "neither" and keys["neither"] == ["state['fc.weight']['exp_avg']"]
+    missing = {"state": {"fc.weight": {"step": torch.tensor(2.0)}}}
+    assert classify(missing, one, two)[0] == "neither"
+
+
+def test_a_silent_load_passes_only_as_save_1_on_every_rank():
+    class Rec:
+        def __init__(self, rank, loaded):
+            self.rank, self.loaded = rank, loaded
+
+    one, two = _state([1.0]), _state([2.0], step=3.0)
+
+    def views(rec):
+        return one, two, rec.loaded
+
+    ok = p16_verdict("kill", [Rec(0, _state([1.0])), Rec(1, _state([1.0]))], views, 2)
+    assert ok.status == "pass" and "restored save 1 exactly on every rank" in ok.detail
+    both = p16_verdict("kill", [Rec(0, _state([2.0], 3.0)), Rec(1, _state([2.0], 3.0))],
+                       views, 2)
+    assert both.status == "fail" and both.detail.startswith(
+        "kill: loaded silently save 2 on every rank, although save 2 was killed before it "
+        "returned:")
+    mixed = p16_verdict("kill", [Rec(0, _state([1.0])), Rec(1, _state([2.0], 3.0))], views, 2)
+    assert mixed.status == "fail" and "a mix of save 1 and save 2 (save 1 on rank(s) [0], " \
+        "save 2 on rank(s) [1])" in mixed.detail
+
+
+def test_crash_values_are_checked_where_the_case_is_made():
+    assert crash_parts("commit.rank0.over", 2) == ("commit", (0,), "over")
+    assert crash_parts("own_file.all.fresh", 3) == ("own_file", (0, 1, 2), "fresh")
+    for bad, words in (("commit.rank1.over", "coordinator"), ("own_file.rank2.over", "r < 2"),
+                       ("late.rank0.over", "crash point"), ("start.rank0.latest", "layout"),
+                       ("start.rank0", "<point>.<who>.<layout>")):
+        with pytest.raises(ValueError, match=words.replace("<", ".").replace(">", ".")):
+            Case(api="fsdp2.sharded", crash=bad)
+    with pytest.raises(ValueError, match="kind of its own"):
+        Case(api="fsdp2.sharded", crash="start.rank0.over", fault="shape")
+
+
+def test_a_torn_kill_lands_where_the_seed_says():
+    a, b = plan_of("torn.rank0.over", 2, 0), plan_of("torn.rank0.over", 2, 0)
+    assert a == b and 0.2 <= a.fraction <= 0.8
+    assert plan_of("torn.rank0.over", 2, 1).fraction != a.fraction
+
+
+# -- real ranks -----------------------------------------------------------------------------
+
+def _run(tmp_path, name: str, *args: str, plant: bool = False) -> dict:
+    out = tmp_path / f"{name}.json"
+    env = {**env_for_subprocess(), **({"FSDPC_RANK_SETUP": SETUP} if plant else {})}
+    p = subprocess.run([*CLI, "run", *args, "--bounds", "off", "--out", str(out)], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def _p16(report: dict) -> dict[str, dict]:
+    return {c["id"].rsplit("/crash:", 1)[1] + (" async" if "/async_save/" in c["id"] else "")
+            + f" {c['id'].split('/')[0]}": c for c in report["cases"]}
+
+
+@pytest.mark.slow
+def test_the_quick_crash_slice(tmp_path):
+    """Every crash case of the quick tier, as torch 2.13 does it: the DCP overwrite killed
+    after the data is the known entry; every other point restores save 1 or refuses with
+    an error that says so; a killed rank never leaves the case waiting."""
+    report = _run(tmp_path, "quick", "-k", "crash")
+    cases = _p16(report)
+    assert len(cases) == 9, sorted(cases)
+    statuses = {k: c["properties"]["P16"]["status"] for k, c in cases.items()}
+    known = {k for k, s in statuses.items() if s == "known"}
+    assert known == {"commit.rank0.over fsdp1.sharded", "own_file.all.over fsdp2.sharded",
+                     "own_file.rank1.over async fsdp2.sharded"}, statuses
+    assert all(s == "pass" for k, s in statuses.items() if k not in known), statuses
+    for k in known:
+        assert cases[k]["properties"]["P16"]["known"] == "dcp-overwrite-reads-uncommitted-data"
+    detail = {k: c["properties"]["P16"]["detail"] for k, c in cases.items()}
+    assert "restored save 1 exactly on every rank (3 rank(s), bitwise)" in \
+        detail["start.rank0.over fsdp2.sharded"]
+    assert "EOFError" in detail["torn.rank0.over fsdp2.sharded"]
+    assert "No such file" in detail["own_file.rank0.fresh fsdp1.full"]
+    # rank 1 killed after its file: rank 0 waits in DCP's gather; the case is decided by
+    # the pool's error grace, not the call timeout (120 s)
+    killed = cases["own_file.rank1.over async fsdp2.sharded"]
+    assert killed["timings"]["total"] < 60, killed["timings"]
+
+
+@pytest.mark.slow
+def test_a_writer_that_commits_metadata_before_its_data_fails(tmp_path):
+    """The planted writer commits ``.metadata`` before any data file: a save killed after
+    one rank's data leaves a new folder that reads as complete, and its load returns the
+    killed save silently. torch's own writer leaves no ``.metadata`` there: the load
+    refuses."""
+    case = "fsdp2.sharded/adam/mlp.nested/dtensor/ws2/fp64/crash:own_file.rank1.fresh"
+    clean = _run(tmp_path, "clean", "--case", case)["cases"][0]["properties"]["P16"]
+    assert clean["status"] == "pass" and "refused the incomplete checkpoint" in \
+        clean["detail"] and ".metadata" in clean["detail"], clean
+    planted = _run(tmp_path, "planted", "--case", case, plant=True)["cases"][0]
+    p16 = planted["properties"]["P16"]
+    assert p16["status"] == "fail", p16
+    assert p16["detail"].startswith(
+        "save 2 (step 3) killed at 'own_file' on rank 1, written into a new directory beside "
+        "save 1's: loaded silently save 2 on every rank, although save 2 was killed before "
+        "it returned:"), p16["detail"]
+    assert planted["timings"]["total"] < 60, planted["timings"]
