@@ -2,10 +2,11 @@
 ``crash=`` (or ``--fsdp-crash``) adds cases that kill the save (SIGKILL, one rank or every
 rank) at a point and then run the trainer's own load.
 
-- The "latest folder" trainer fails where the kill falls after the ranks wrote their data
-  and before DCP committed ``.metadata``: the load reads the unfinished save through the
-  previous save's metadata, silently. Killed before anything is written, or inside a data
-  file, its load restores the previous save or raises: those pass.
+- The "latest folder" trainer fails where the kill falls after DCP's plan exchange and
+  before it committed ``.metadata``: the load reads the unfinished save through the
+  previous save's metadata, silently: whole where every rank wrote its data, mixed with
+  the previous save where one rank had not. Killed before anything is written, or inside a
+  data file, its load restores the previous save or raises: those pass.
 - The step-folder trainer, which renames a finished folder into place, passes at every
   point: the load restores the previous checkpoint exactly.
 """
@@ -14,8 +15,8 @@ import pytest
 from examples.crash_consistency import (data, latest_load, latest_save, make_model, step_load,
                                         step_save)
 
-KILLS = ("start.rank0.over", "torn.rank0.over", "own_file.rank1.over", "own_file.all.over",
-         "commit.rank0.over")
+KILLS = ("start.rank0.over", "before_file.rank1.over", "torn.rank0.over",
+         "own_file.rank1.over", "own_file.all.over", "commit.rank0.over")
 
 
 def _p16(results) -> dict:
@@ -33,9 +34,13 @@ def test_latest_folder_loads_the_unfinished_save(fsdp_roundtrip):
         assert p16[crash].status == "fail", (crash, p16[crash])
         assert p16[crash].detail.startswith(
             "save 2 (step 3) killed at '%s'" % crash.split(".")[0]), p16[crash]
-        assert ("loaded silently save 2 on every rank, although save 2 was killed before "
-                "it returned") in p16[crash].detail
+        assert ("loaded silently save 2 on every rank, although save 2 is not complete on "
+                "disk (latest/.metadata is the earlier save's, not its own commit)") \
+            in p16[crash].detail
         assert crash in str(failure.value)
+    # rank 1 stopped as it opens its file, rank 0 wrote its own: a mix of the two saves
+    mix = p16["before_file.rank1.over"]
+    assert mix.status == "fail" and "loaded silently a mix of save 1 and save 2" in mix.detail
     # nothing written yet: the previous save, exactly; a torn data file: a clear error
     assert p16["start.rank0.over"].status == "pass"
     assert "restored save 1 exactly" in p16["start.rank0.over"].detail

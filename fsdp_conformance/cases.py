@@ -29,12 +29,14 @@ IMPLS = ("default", "forloop", "foreach", "fused")
 FAULTS = ("", "missing_fqn", "extra_fqn", "shape", "dtype", "mixed_keys", "wrong_model",
           "truncated_file", "corrupt_file")
 # Kills inside a save (P16): "<point>.<who>.<layout>" (``crash_parts``). The point: "start"
-# (before the rank writes anything), "torn" (inside its first data file, at a seeded byte or
-# item), "own_file" (after its own data file(s), before any commit), "commit" (DCP: every
-# data file written, the coordinator killed before it writes ``.metadata``; rank 0 only).
+# (before the rank writes anything), "staging" (``dcp.async_save``'s staging), "before_file" (about to open its first data file: after
+# DCP's plan exchange, so the other ranks write theirs), "torn" (inside its first data file,
+# at a seeded byte or item), "own_file" (after its own data file(s), before any commit),
+# "commit" (DCP: every data file written, the coordinator killed before it writes
+# ``.metadata``; rank 0 only).
 # Who: "rank<r>" or "all". The layout: "fresh" (the second save writes a new step folder)
 # or "over" (it overwrites the first save's folder, a "latest" folder).
-CRASH_POINTS = ("start", "torn", "own_file", "commit")
+CRASH_POINTS = ("start", "staging", "before_file", "torn", "own_file", "commit")
 CRASH_LAYOUTS = ("fresh", "over")
 # Test-only faults planted into a bounds case's measured calls (measure.py), never set by the
 # matrix: "slow" makes the call 3x as costly (CPU and wall), "slow10" 10x, "copy" keeps a

@@ -174,15 +174,39 @@ _LAZY_STATE = ("sgd_momentum", "adam", "adamw", "adadelta", "rmsprop")  # state 
 _ALL_BUT = lambda *ps: tuple(p for p in ALL_PROPS if p not in ps)  # noqa: E731
 
 
-def _dcp_overwrite_killed_after_data(c: Case) -> bool:
-    """A crash case on a DCP-writing path whose second save, over the first, was killed
-    after its ranks wrote their data files (``own_file`` or ``commit``)."""
-    if not c.crash or c.api not in PATH_NAMES or api_path(c.api).writes != "dcp":
-        return False
+def _crash_parts(c: Case):
+    """``(point, killed ranks, layout)`` of a crash case, None for any other."""
+    if not c.crash:
+        return None
     from ..cases import crash_parts
 
-    point, _, layout = crash_parts(c.crash, c.world_size)
-    return layout == "over" and point in ("own_file", "commit")
+    return crash_parts(c.crash, c.world_size)
+
+
+def _crash_leaves_rank0_file_missing(c: Case) -> bool:
+    """A crash case that kills rank 0 before its file is in the new folder."""
+    parts = _crash_parts(c)
+    return parts is not None and parts[2] == "fresh" and 0 in parts[1]
+
+
+def _crash_kills_one_rank_file(c: Case) -> bool:
+    """A crash case that kills one rank (not every rank) before its file is in the new
+    folder."""
+    parts = _crash_parts(c)
+    return (parts is not None and parts[2] == "fresh" and len(parts[1]) == 1
+            and c.world_size > 1)
+
+
+def _dcp_overwrite_killed_after_data(c: Case) -> bool:
+    """A crash case on a DCP-writing path whose second save, over the first, was killed
+    after the plan exchange, before its commit (``before_file`` with a rank left to write
+    its data, ``own_file``, ``commit``)."""
+    parts = _crash_parts(c)
+    if parts is None or c.api not in PATH_NAMES or api_path(c.api).writes != "dcp":
+        return False
+    point, ranks, layout = parts
+    some_write = point != "before_file" or len(ranks) < c.world_size  # every rank stopped
+    return layout == "over" and point in ("before_file", "own_file", "commit") and some_write
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -951,7 +975,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "time. Minimal reproducer: notes/repro/dsd_fsdp1_zero_local_shards.py.",
         "https://github.com/pytorch/pytorch/pull/163480 (describes this failure; closed) and "
         "https://github.com/pytorch/pytorch/issues/137327 (the 2.3/2.4 key formats)",
-        also=("P4", "P6", "P7", "P10", "P11", "P13", "P14"),
+        also=("P4", "P6", "P7", "P10", "P11", "P13", "P14", "P16"),
         model=Raises(exc="RuntimeError",
                      message=r"^Missing key in checkpoint state_dict: optim\.param_groups\.$",
                      where=("create_default_local_load_plan",),
@@ -1222,27 +1246,56 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "dcp-overwrite-reads-uncommitted-data", ("P16",),
         _dcp_overwrite_killed_after_data,
         "2.13, 2.15",
-        "A DCP save into the folder of an earlier checkpoint that is killed after its ranks "
-        "wrote their data files but before the coordinator committed .metadata leaves the "
-        "earlier save's .metadata over the new data files, and the load reads them without "
-        "an error: every rank gets the killed save's state. FileSystemWriter overwrites by "
-        "default (overwrite=True, filesystem.py:595; :653-661 only warns 'Detected an "
-        "existing checkpoint'), writes each data file in place under its final name "
-        "(create_stream(file_name, 'wb'), :422) and commits .metadata last through "
-        ".metadata.tmp and a rename (finish, :758-790); metadata names the data by file name "
-        "and offset only. Seen here: killed at 'own_file' (one rank or every rank; the other "
-        "ranks had passed the plan exchange and wrote theirs) or at 'commit', sync and "
-        "async_save, FSDP1 and FSDP2, resharded loads too. Killed at 'start' nothing of save "
-        "2 is written (a rank that dies before the plan exchange stops every rank), and a "
-        "torn data file makes the load raise EOFError: both pass. With one file per item a "
-        "kill between files mixes the two saves key by key (minimal reproducer: "
-        "notes/repro/dcp_overwrite_killed_before_commit.py). Workaround: a new folder per "
-        "checkpoint, marked complete atomically (examples/crash_consistency).",
+        "A DCP save into the folder of an earlier checkpoint that is killed after some or all "
+        "of its ranks wrote their data files, before the coordinator committed .metadata, "
+        "leaves the earlier save's .metadata over the new data files, and the load reads them "
+        "without an error. FileSystemWriter overwrites by default (overwrite=True, "
+        "filesystem.py:595; :653-661 only warns 'Detected an existing checkpoint'), writes "
+        "each data file in place under its final name (create_stream(file_name, 'wb'), :422) "
+        "and commits .metadata last through .metadata.tmp and a rename (finish, :758-790); "
+        "metadata names the data by file name and offset only. Seen here: a rank killed as it "
+        "opens its data file ('before_file', after the plan exchange) while the others write "
+        "theirs gives a mix of both saves, entry by entry and, resharded, inside tensors "
+        "(exp_avg of step 3 with the step counter of step 2); killed at 'own_file' or "
+        "'commit' every rank gets the killed save's state; sync and async_save, FSDP1 and "
+        "FSDP2. Killed at 'start' nothing of save 2 is written (a rank that dies before the "
+        "plan exchange stops every rank), and a torn data file makes the load raise "
+        "EOFError: both pass. Minimal reproducer: "
+        "notes/repro/dcp_overwrite_killed_before_commit.py. Workaround: a new folder per "
+        "checkpoint, renamed into place when complete (examples/crash_consistency.py).",
         "no upstream issue found; default overwrite: "
         "https://github.com/pytorch/pytorch/pull/125877, overwrite=False by default proposed "
         "in https://github.com/pytorch/pytorch/pull/192183 (open)",
-        model=Outcome(headline=r".*: loaded silently save 2 on every rank, although save 2 was "
-                               r"killed before it returned:")),
+        model=Outcome(headline=r".*: loaded silently (save 2 on every rank, although|a mix of "
+                               r"save 1 and save 2 \(.*\);) save 2 is not complete on disk "
+                               r"\(dcp/\.metadata is the earlier save's, not its own "
+                               r"commit\):")),
+    KnownLimitation(
+        "scatter-rank0-missing-file-strands-others", ("P16",),
+        lambda c: _rank0_scatters(c) and _crash_leaves_rank0_file_missing(c),
+        "2.13",
+        "The P16 face of scatter-rank0-error-strands-others: a save killed before rank 0 "
+        "renamed its full file into the new folder leaves no optim.pt; with "
+        "scatter_full_optim_state_dict only rank 0 reads the file, so it raises "
+        "FileNotFoundError while the other ranks wait in the broadcast until the "
+        "process-group timeout (a hang on a real job). The harness shows their stacks.",
+        model=Outcome(headline=STRANDED,
+                 raises=(Raises(exc="FileNotFoundError",
+                                message=r"^\[Errno 2\] No such file or directory: .*optim\.pt'$"),))),
+    KnownLimitation(
+        "per-rank-missing-file-strands-others", ("P16",),
+        lambda c: c.api == "fsdp1.legacy_sharded" and _crash_kills_one_rank_file(c),
+        "2.13",
+        "The P16 face of per-rank-file-error-strands-others: a save killed before one rank "
+        "renamed its own file into the new folder leaves that rank without optim_rank<r>.pt; "
+        "it raises FileNotFoundError in torch.load while the others enter "
+        "flatten_sharded_optim_state_dict's collectives and wait for it until the "
+        "process-group timeout (a hang on a real job). Every rank killed: every rank raises "
+        "and the case passes.",
+        model=Outcome(headline=STRANDED,
+                 raises=(Raises(exc="FileNotFoundError",
+                                message=r"^\[Errno 2\] No such file or directory: "
+                                        r".*optim_rank\d+\.pt'$"),))),
     KnownLimitation(
         "scatter-rank0-error-strands-others", ("P15",),
         lambda c: c.fault == "truncated_file" and _rank0_scatters(c),

@@ -98,11 +98,12 @@ CATALOGUE: tuple[Property, ...] = (
                     "fail"),
     Property(id="P16", name="crash", decided_by="crash", module="crash_props",
              checks="a second save killed (SIGKILL, one rank or every rank) before it writes, "
-                    "inside or after its own data file, or before DCP's metadata commit, into "
-                    "a new step folder or over the first save: the load restores the first "
-                    "save exactly (bitwise, as P3) or every rank that raises says the "
-                    "checkpoint is incomplete; a silent mix (keys named by save), the "
-                    "unfinished save's data, a hang or a dead rank fail",
+                    "in async_save's staging, as it opens, inside or after its own data file, "
+                    "or before DCP's metadata commit, into a new step folder or over the "
+                    "first save: the load restores the newest save complete on disk exactly "
+                    "(bitwise, as P3) or every rank that raises says the checkpoint is "
+                    "incomplete; a silent mix (keys named by save), an unfinished save's "
+                    "data, a hang or a dead rank fail",
              na_reasons=("the path's save has no such point (it completed without meeting "
                          "it)",)),
 )

@@ -1,21 +1,27 @@
 """P16: after a save killed at a chosen point (sut/crash_points.py), the load must restore the
-last complete checkpoint exactly, or fail with an error that says the checkpoint is
-incomplete. Decided by the crash cases (run/crash_kind.py).
+newest checkpoint that is complete on disk exactly, or fail with an error that says the
+checkpoint is incomplete. Decided by the crash cases (run/crash_kind.py, user/crash_kind.py).
 
 Rules
-- Save 1 completed (at step N); save 2 (step N + 1) was killed before its commit. The
-  state a correct load gives rank r from each save is the reference's
-  (``FamilyReference.loaded_shard`` of the full dict that save wrote: save 2's from a copy
-  saved without the kill), compared bitwise as P3 compares.
-- The load returned on every rank: pass only where every rank holds save 1's state. Save
-  2's state on every rank (its data read through save 1's metadata), a mix (each entry
-  one save's, named by key and save) or entries that are neither save's fail, each with a
-  headline of its own and the keys that came from which save.
-- The load raised: pass when every rank that raised names the damage or the missing file
-  (``INCOMPLETE_WORDS``, or the file's name) and no rank died or was left waiting; a rank
-  that returned beside them is named (the job stops on the error; its state is not judged).
-  A hang, a rank left waiting in a collective, a dead rank or an error that does not say
-  the checkpoint is incomplete fail.
+- Save 1 completed (at step N); save 2 (step N + 1) was killed at its point. Save 2 is
+  complete on disk only where every file its whole copy wrote is there with the same bytes
+  and any DCP ``.metadata`` is its own commit (``run.crash_kind.complete_on_disk``: a save
+  whose ranks but one had written everything, and the killed rank had nothing to write, is
+  complete); the newest complete save is then save 2, else save 1.
+- The state a correct load gives rank r from each save is the reference's
+  (``FamilyReference.loaded_shard`` of the full dict that save wrote: save 2's from its
+  whole copy), compared bitwise as P3 compares.
+- The load returned on every rank: pass only where every rank holds the newest complete
+  save's state. The other save on every rank (save 2's data read through what save 1
+  committed; save 1 although save 2 is complete), a mix (each entry one save's, named by
+  key and save; a tensor pieced from both) or entries that are neither save's fail, each
+  with a headline of its own and the keys that came from which save.
+- The load raised: where save 2 is incomplete, pass when every rank that raised names the
+  damage or the missing file (``INCOMPLETE_WORDS``, or the file's name) and no rank died or
+  was left waiting; a rank that returned beside them is named (the job stops on the error;
+  its state is not judged). A hang, a rank left waiting in a collective, a dead rank, an
+  error that does not say the checkpoint is incomplete, or any error where save 2 is
+  complete on disk fail.
 """
 from __future__ import annotations
 
@@ -111,43 +117,53 @@ def _listed(keys: list[str]) -> str:
 
 
 def p16_verdict(desc: str, outcome: Any, views: Callable[[Any], tuple[dict, dict, dict]],
-                world_size: int, files: Sequence[str] = ()) -> Verdict:
+                world_size: int, files: Sequence[str] = (), incomplete: str = "save 2 was "
+                "killed") -> Verdict:
     """P16 of the load after the kill (module rules). ``desc``: the kill in words;
     ``outcome``: the load's records (``sut.records.LoadRecord``, one per rank) or the pool's
     ``RankError``; ``views(record)``: save 1's and save 2's state for the record's rank and
     what it loaded, each in the view the reference compares (the weights too, where the
     load under test restores them); ``files``: the checkpoint's file names an error may
-    name."""
+    name; ``incomplete``: what save 2 lacks on disk ("": it is complete)."""
+    newest = "save 1" if incomplete else "save 2"
+    state = (f"save 2 is not complete on disk ({incomplete})" if incomplete else
+             "save 2 is complete on disk (every file written, its own commit)")
     if isinstance(outcome, RankTimeout):
         return fail(f"{desc}: the load hung (no rank finished in time):\n{outcome}")
     if isinstance(outcome, RankError):
-        return _raised(desc, outcome, world_size, files)
+        if not incomplete:
+            return fail(f"{desc}: the load raised although save 2 is complete on disk:\n"
+                        f"{sorted_failures(outcome)[3] or outcome}")
+        return _raised(desc, outcome, world_size, files, state)
     kinds: dict[str, list[int]] = {}
     lines = []
     for rec in outcome:
         want_1, want_2, got = views(rec)
         kind, keys = classify(got, want_1, want_2)
         kinds.setdefault(kind, []).append(rec.rank)
-        if kind != "save 1":
+        if kind != newest:
             lines += [f"rank {rec.rank}: {len(v)} {_FROM[who]}: {_listed(v)}"
                       for who, v in keys.items() if v]
     ranks = sorted(r for rs in kinds.values() for r in rs)
-    if set(kinds) == {"save 1"}:
-        return passed(f"{desc}: restored save 1 exactly on every rank ({len(ranks)} rank(s), "
-                      f"bitwise)")
     body = "\n".join(lines)
+    if set(kinds) == {newest}:
+        return passed(f"{desc}: restored {newest} exactly on every rank ({len(ranks)} "
+                      f"rank(s), bitwise); {state}")
     if "neither" in kinds:
         return fail(f"{desc}: loaded silently state that is neither save's on rank(s) "
-                    f"{kinds['neither']}:\n{body}")
+                    f"{kinds['neither']}; {state}:\n{body}")
     if set(kinds) == {"save 2"}:
-        return fail(f"{desc}: loaded silently save 2 on every rank, although save 2 was "
-                    f"killed before it returned:\n{body}")
+        return fail(f"{desc}: loaded silently save 2 on every rank, although {state}:\n{body}")
+    if set(kinds) == {"save 1"}:
+        return fail(f"{desc}: loaded save 1 on every rank, although {state}:\n{body}")
     where = ", ".join(f"{_WHOLE[k]} on rank(s) {kinds[k]}" for k in ("save 1", "save 2", "mix")
                       if k in kinds)
-    return fail(f"{desc}: loaded silently a mix of save 1 and save 2 ({where}):\n{body}")
+    return fail(f"{desc}: loaded silently a mix of save 1 and save 2 ({where}); {state}:\n"
+                f"{body}")
 
 
-def _raised(desc: str, outcome: RankError, world_size: int, files: Sequence[str]) -> Verdict:
+def _raised(desc: str, outcome: RankError, world_size: int, files: Sequence[str],
+            state: str) -> Verdict:
     raised, stuck, died, msgs = sorted_failures(outcome)
     if died:
         return fail(f"{desc}: rank(s) {[f.rank for f in died]} died while loading "
@@ -162,8 +178,8 @@ def _raised(desc: str, outcome: RankError, world_size: int, files: Sequence[str]
     quiet = sorted(set(range(world_size)) - {f.rank for f in outcome.failures})
     also = (f"\nrank(s) {quiet} returned from the load (not judged: the job stops on the "
             f"error)" if quiet else "")
-    return passed(f"{desc}: the load refused the incomplete checkpoint with a clear error:\n"
-                  f"{msgs}{also}")
+    return passed(f"{desc}: the load refused the incomplete checkpoint with a clear error; "
+                  f"{state}:\n{msgs}{also}")
 
 
 def _says_incomplete(line: str, files: Sequence[str]) -> bool:

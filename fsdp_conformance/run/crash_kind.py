@@ -3,14 +3,18 @@
 Rules
 - Save 1 runs as a round trip's save side (``case.steps`` steps) into the checkpoint's
   folder. Save 2 trains one step more (``steps + 1``: another state) and saves twice: once
-  whole into a folder of its own (what a correct load of save 2 gives: its records only;
-  the folder is removed), then with the kill armed (``SideAsks.kill``:
-  sut/crash_points.py) into a new step folder (layout "fresh") or over save 1's folder
-  ("over"). A killed rank never leaves the case waiting: the pool reports the death and
-  the ranks it left in collectives within its error grace, and is rebuilt.
+  whole into a folder of its own (its records: what a correct load of save 2 gives; its
+  files: what save 2 writes when nothing stops it), then with the kill armed
+  (``SideAsks.kill``: sut/crash_points.py) into a new step folder (layout "fresh") or over
+  save 1's folder ("over"). A killed rank never leaves the case waiting: the pool reports
+  the death and the ranks it left in collectives within its error grace, and is rebuilt.
 - A second save that returns on every rank never met its point: P16 is n/a with that
   reason (the path's save has no such point: a save without a DCP commit, say). A save
-  that raised, or died elsewhere than at the kill, is an error of the case.
+  where a rank the plan does not kill died, or none died, is an error of the case; ranks
+  that raised or waited because a killed peer died first are the kill's doing.
+- Save 2 is complete on disk where every file of its whole copy is in its folder with the
+  same bytes and each DCP ``.metadata`` is its own (``complete_on_disk``: a ``save_id``
+  save 1 did not commit); then the newest complete save is save 2, else save 1.
 - The load runs on save 2's folder (fresh) or the shared one (over) at the case's load
   world size with ``fault_timeout``, let raise on every rank; its records or the pool's
   ``RankError`` are judged by properties/crash_props.py. The suite's own files beside the
@@ -63,13 +67,56 @@ class DecidesP16:
 def never_reached(whose: str, point: str, ranks) -> Verdict:
     """P16 where the save completed on every rank without meeting its point."""
     return na(f"{whose} never reached the point '{point}' on rank(s) {list(ranks)}: it "
-              f"completed on every rank (no such point in this save)")
+              f"completed on every rank (those ranks write no data file in this save, or it "
+              f"has no such point)")
 
 
 def killed_as_planned(exc: StepFailed, ranks) -> bool:
-    """Whether the failed save is the planned kill: every rank to kill died."""
+    """Whether the failed save is the planned kill: some rank died, and only ranks the plan
+    kills died (a rank that raised or waited is one whose peer died first: every rank of
+    "all" is killed where it reaches its point, or where a dead peer stops it)."""
     died = {f.rank for f in getattr(exc.exc, "failures", ()) if f.kind == "died"}
-    return isinstance(exc.exc, RankDied) and set(ranks) <= died
+    return isinstance(exc.exc, RankDied) and bool(died) and died <= set(ranks)
+
+
+def committed_ids(folder: Path) -> set[str]:
+    """The ``save_id`` of every DCP ``.metadata`` under ``folder`` (what a save committed)."""
+    return {i for f in folder.rglob("*.metadata") if (i := _save_id(f))}
+
+
+def _save_id(path: Path) -> str:
+    import pickle
+
+    try:
+        with open(path, "rb") as fh:
+            meta = pickle.load(fh)
+        return str(getattr(getattr(meta, "storage_meta", None), "save_id", "") or "")
+    except Exception:  # noqa: BLE001  (a torn or foreign file commits nothing)
+        return ""
+
+
+def complete_on_disk(whole: Path, folder: Path, before: set[str]) -> str:
+    """Whether the killed save is complete in ``folder``: every file its whole copy wrote
+    under ``whole`` is there with the same bytes, each DCP ``.metadata`` one this save wrote
+    (a ``save_id`` not among ``before``, the earlier save's), the suite's own files aside.
+    Returns "" when complete, else what is missing (module rules)."""
+    from ..sut.crash_points import SUITE_FILES
+
+    for f in sorted(p for p in whole.rglob("*") if p.is_file()):
+        rel = f.relative_to(whole)
+        if rel.name in SUITE_FILES:
+            continue
+        there = folder / rel
+        if not there.is_file():
+            return f"{rel} is missing"
+        if rel.name.endswith(".metadata"):
+            if _save_id(there) in before or not _save_id(there):
+                return f"{rel} is the earlier save's, not its own commit"
+        elif there.read_bytes() != f.read_bytes():
+            have, want = there.stat().st_size, f.stat().st_size
+            return (f"{rel} holds {have} of its {want} bytes" if have != want else
+                    f"{rel} holds other bytes than this save writes")
+    return ""
 
 
 class CrashKind(DecidesP16):
@@ -88,10 +135,10 @@ class CrashKind(DecidesP16):
         dir_2 = dir_1 if layout == "over" else step.workdir / f"step{second.steps}"
         save_1 = step.on_pool("save 1", case.world_size, path.save_side, workdir=dir_1,
                               case=first)
+        before = committed_ids(dir_1)
         whole = step.workdir / "save2-whole"
         save_2 = step.on_pool("save 2 (whole, for its expected state)", case.world_size,
                               path.save_side, workdir=whole, case=second, after=(FRESH,))
-        shutil.rmtree(whole, ignore_errors=True)
         for at, obs in ((first, save_1), (second, save_2)):
             failed = save_raised(at, obs)
             if failed is not None:
@@ -106,7 +153,11 @@ class CrashKind(DecidesP16):
         except StepFailed as exc:
             if not killed_as_planned(exc, ranks):
                 return Outcome(verdicts={"P16": error(
-                    f"save 2 failed before its planned kill on rank(s) {list(ranks)}:\n{exc}")})
+                    f"save 2 failed other than by its planned kill on rank(s) "
+                    f"{list(ranks)}:\n{exc}")})
+        missing = complete_on_disk(whole, dir_2, before)
+        shutil.rmtree(whole, ignore_errors=True)
+        dir_2.mkdir(parents=True, exist_ok=True)  # killed at "start": nothing made it
         if not (dir_2 / MODEL_FILE).exists():  # the suite's file, not under test (rules)
             shutil.copy2(dir_1 / MODEL_FILE, dir_2 / MODEL_FILE)
         try:
@@ -122,7 +173,7 @@ class CrashKind(DecidesP16):
             return Outcome(verdicts={"P16": bad})
         return Outcome(verdicts={"P16": p16_verdict(
             describe(case), outcome, views_of(first, saved), case.dst_world_size,
-            files=_files(dir_2))})
+            files=_files(dir_2), incomplete=missing)})
 
 
 def _files(folder: Path) -> list[str]:

@@ -391,6 +391,7 @@ QUICK_CRASHES: tuple[tuple[str, str, str, int, int, bool], ...] = (
     ("fsdp2", "dcp", "own_file.all.over", 2, 2, False),
     ("fsdp2", "dcp", "own_file.rank1.over", 2, 3, True),
     ("fsdp2", "dcp", "start.rank0.over", 2, 3, False),
+    ("fsdp2", "dcp", "before_file.rank1.over", 2, 3, False),
     ("fsdp2", "dcp", "torn.rank0.over", 2, 2, False),
     ("fsdp2", "per_rank", "start.rank1.fresh", 2, 2, False),
 )
@@ -419,9 +420,10 @@ def crash_layouts(api: str) -> tuple[str, ...]:
 def crashes(paths: Sequence[str], tier: str) -> list[Case]:
     """P16 cases (run/crash_kind.py). Quick: ``QUICK_CRASHES`` on the paths run. Full: every
     path at every point (``CRASH_POINTS``; the DCP commit where the path writes DCP), killing
-    rank 0, the last rank and every rank, in each of its ``crash_layouts``, loaded at 2 and
-    resharded 2 -> 3 (every rank killed) where the path can; torn files at two more seeds;
-    DCP's ``async_save`` where the path has it."""
+    rank 0, the last rank and every rank (a full path's rank 1, which writes no file, at
+    "start" only), in each of its ``crash_layouts``, loaded at 2 and resharded 2 -> 3 (every
+    rank killed) where the path can; torn files at two more seeds; DCP's ``async_save``
+    (and its "staging" point) where the path has it."""
     if tier == "quick":
         out = []
         for family, writes, crash, n, m, async_save in QUICK_CRASHES:
@@ -436,9 +438,16 @@ def crashes(paths: Sequence[str], tier: str) -> list[Case]:
         dcp = api_path(api).writes == "dcp"
         for point, who, layout in itertools.product(CRASH_POINTS, ("rank0", "rank1", "all"),
                                                     crash_layouts(api)):
+            crash = f"{point}.{who}.{layout}"
             if point == "commit" and (not dcp or who != "rank0"):
                 continue
-            crash = f"{point}.{who}.{layout}"
+            if point == "staging":  # async_save's alone
+                if "async_save" in api_path(api).axes:
+                    out.append(Case(api=api, optimizer="adam", world_size=2, crash=crash,
+                                    async_save=True))
+                continue
+            if api_path(api).full and who == "rank1" and point != "start":
+                continue  # rank 1 writes no file of a full path: n/a (start: save 2 whole)
             out.append(Case(api=api, optimizer="adam", world_size=2, crash=crash))
             if who == "all" or point == "commit":
                 out.append(Case(api=api, optimizer="adam", world_size=2, load_world_size=3,

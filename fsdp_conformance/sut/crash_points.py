@@ -10,6 +10,13 @@ Rules
   function of the case alone.
 - The points, on torch's own writers (never on the suite's code):
     start     on entering the write, before anything is written;
+    staging   ``dcp.async_save``'s staging (its stager's ``stage``) is entered: the copy of
+              the state the background write will read is not made (a synchronous save
+              never stages: n/a there);
+    before_file
+              about to open its first data file: a ``torch.save`` to a path is entered;
+              DCP's file writer (``_write_files_from_queue``) is entered, after the plan
+              exchange, so the other ranks write their files;
     torn      inside this rank's first data file: a ``torch.save`` to a path writes the
               first ``fraction`` of its bytes; a DCP data file stops after its
               ``max(1, fraction x items)``-th item (``fraction``: seeded by the case);
@@ -45,7 +52,8 @@ class KillPlan:
     """Where a save is killed (``cases.crash_parts`` of ``Case.crash``)."""
 
     point: str
-    """``"start"``, ``"torn"``, ``"own_file"`` or ``"commit"`` (module rules)."""
+    """``"start"``, ``"staging"``, ``"before_file"``, ``"torn"``, ``"own_file"`` or
+    ``"commit"`` (module rules)."""
     ranks: tuple[int, ...]
     """The ranks killed there."""
     fraction: float = 0.5
@@ -89,16 +97,23 @@ def armed(plan: KillPlan | None, rank: int) -> Iterator[None]:
         die()
     import torch
     from torch.distributed.checkpoint import filesystem as fs
+    from torch.distributed.checkpoint import staging
 
     saved = {"torch.save": torch.save, "write_item": fs._write_item,
+             "write_files": fs._write_files_from_queue,
              "write_data": fs._FileSystemWriter.write_data,
              "finish": fs._FileSystemWriter.finish}
+    stagers = [c for c in (getattr(staging, "DefaultStager", None),
+                           getattr(staging, "BlockingAsyncStager", None)) if c is not None]
+    stages = {c: c.stage for c in stagers}
     real_save = saved["torch.save"]
     counts = {"items": 0, "limit": 0}
 
     def save_hook(obj, f, *args, **kwargs):
         if not isinstance(f, (str, os.PathLike)) or _suite_file(f):
             return real_save(obj, f, *args, **kwargs)
+        if plan.point == "before_file":
+            die()
         if plan.point == "torn":
             buf = io.BytesIO()
             real_save(obj, buf, *args, **kwargs)
@@ -126,6 +141,19 @@ def armed(plan: KillPlan | None, rank: int) -> Iterator[None]:
             die(stream)
         return result
 
+    def write_files_hook(*args, **kwargs):
+        if plan.point == "before_file":
+            die()
+        return saved["write_files"](*args, **kwargs)
+
+    def stage_hook(orig):
+        def stage(self, *args, **kwargs):
+            if plan.point == "staging":
+                die()
+            return orig(self, *args, **kwargs)
+
+        return stage
+
     def finish_hook(self, *args, **kwargs):
         if plan.point == "commit":
             die()
@@ -133,12 +161,18 @@ def armed(plan: KillPlan | None, rank: int) -> Iterator[None]:
 
     torch.save = save_hook
     fs._write_item = write_item_hook
+    fs._write_files_from_queue = write_files_hook
     fs._FileSystemWriter.write_data = write_data_hook
     fs._FileSystemWriter.finish = finish_hook
+    for cls, orig in stages.items():
+        cls.stage = stage_hook(orig)
     try:
         yield
     finally:
         torch.save = saved["torch.save"]
         fs._write_item = saved["write_item"]
+        fs._write_files_from_queue = saved["write_files"]
         fs._FileSystemWriter.write_data = saved["write_data"]
         fs._FileSystemWriter.finish = saved["finish"]
+        for cls, orig in stages.items():
+            cls.stage = orig

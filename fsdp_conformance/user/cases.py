@@ -76,12 +76,13 @@ def _paths(fsdp_version: int, tier: str, paths, custom: CustomPath | None) -> li
     return apis
 
 
-DEFAULT_CRASHES: tuple[str, ...] = ("start.rank0.over", "torn.rank0.over",
-                                    "own_file.rank1.over", "own_file.all.over",
-                                    "commit.rank0.over")
-"""The kill points ``crash=True`` checks a user's save at: before it writes, inside a file,
-after one rank's and after every rank's files, at DCP's commit; each saving into the first
-save's directory, as a trainer's next checkpoint does."""
+DEFAULT_CRASHES: tuple[str, ...] = ("start.rank0.over", "before_file.rank1.over",
+                                    "torn.rank0.over", "own_file.rank1.over",
+                                    "own_file.all.over", "commit.rank0.over")
+"""The kill points ``crash=True`` checks a user's save at: before it writes, as one rank
+opens its first data file (the others write theirs), inside a file, after one rank's and
+after every rank's files, at DCP's commit; each saving into the first save's directory, as
+a trainer's next checkpoint does."""
 
 
 def crash_cases(cases: Sequence[Case], crash, custom: CustomPath | None) -> list[Case]:

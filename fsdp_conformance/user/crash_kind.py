@@ -4,18 +4,22 @@
 Rules
 - The user's stages (user/rank_side.py): train ``case.steps`` steps and save with the
   user's ``save_fn`` into the checkpoint directory; train ``steps + 1`` steps and save
+  whole into a directory of its own (what save 2 writes when nothing stops it), then
   again with the kill armed (``rank_custom(..., kill=)``: sut/crash_points.py), into the
   same directory (layout "over": the trainer's own folders decide what an overwrite
   means: a "latest" folder, or step folders it marks complete) or a new one ("fresh");
   then the user's ``load_fn`` on a fresh model from that directory, let raise.
 - What a correct load of each save gives is the reference's shard of the state in memory
   at that save (the format is the user's own); the weights too where the user's load
-  restores them (``weights_theirs``). Judged by properties/crash_props.py.
+  restores them (``weights_theirs``). Whether save 2 is complete on disk is its files
+  against its whole copy's (``run.crash_kind.complete_on_disk``). Judged by
+  properties/crash_props.py.
 - A save that returns on every rank never met its point (P16 n/a, with the point: a save
   without a DCP commit, say); the user's code raising elsewhere is the case's error.
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,7 +28,8 @@ from ..properties.crash_props import p16_verdict, views_of
 from ..properties.family_refs import family_refs
 from ..properties.verdict import error
 from ..properties.view import Saved
-from ..run.crash_kind import DecidesP16, describe, killed_as_planned, never_reached
+from ..run.crash_kind import (DecidesP16, committed_ids, complete_on_disk, describe,
+                              killed_as_planned, never_reached)
 from ..run.lifecycle import Outcome, Step, StepFailed
 from ..sut.records import LoadRecord
 from .kinds import CustomPathKind
@@ -56,10 +61,14 @@ class CustomCrashKind(DecidesP16, CustomPathKind):
                                 after=(name.split()[0], kill), case=at, workdir=workdir,
                                 timeout=timeout)
 
+        whole = step.workdir / "save2-whole"
         try:
             save_1 = stage(case.world_size, "train", first, step.workdir)
             stage(case.world_size, "save", first, step.workdir)
-            save_2 = stage(case.world_size, "train (save 2)", second, dir_2)
+            before = committed_ids(step.workdir / CKPT_DIR)
+            save_2 = stage(case.world_size, "train (save 2)", second, whole)
+            stage(case.world_size, "save (save 2, whole)", second, whole)
+            stage(case.world_size, "train (save 2, to be killed)", second, dir_2)
         except StepFailed as exc:
             return Outcome(verdicts={"P16": error(
                 "training or your save_fn raised before the kill:\n"
@@ -74,6 +83,8 @@ class CustomCrashKind(DecidesP16, CustomPathKind):
                 return Outcome(verdicts={"P16": error(
                     f"your save_fn failed before its planned kill on rank(s) {list(ranks)}:\n"
                     + rank_error_text(exc.exc))})
+        missing = complete_on_disk(whole / CKPT_DIR, dir_2 / CKPT_DIR, before)
+        shutil.rmtree(whole, ignore_errors=True)
         try:
             outcome: object = [LoadRecord(**o) for o in stage(
                 case.dst_world_size, "load", first, dir_2, timeout=timeout)]
@@ -88,4 +99,4 @@ class CustomCrashKind(DecidesP16, CustomPathKind):
         files = sorted(p.name for p in ckpt.rglob("*") if p.is_file()) if ckpt.is_dir() else []
         return Outcome(verdicts={"P16": p16_verdict(
             describe(case), outcome, views_of(first, saved, weights), case.dst_world_size,
-            files=files)})
+            files=files, incomplete=missing)})

@@ -15,7 +15,9 @@ Seen (2026-11-29): save 1 {a: 1, b: 1}, save 2 {a: 2, b: 2} killed (SIGKILL) in 
 -> dcp.load gives {a: 2, b: 2}; killed after its first data file (one file per item,
 ``single_file_per_rank=False``) -> {a: 2, b: 1}. No error, one UserWarning at save time
 ("Detected an existing checkpoint ... overwriting"). The suite sees the same under FSDP1 and
-FSDP2, sync and async saves (P16, entry ``dcp-overwrite-reads-uncommitted-data``).
+FSDP2, sync and async saves, and with one file per rank (the default) a mix where one rank
+is stopped before it opens its data file while the others write theirs (P16, entry
+``dcp-overwrite-reads-uncommitted-data``).
 Upstream: the default overwrite came with pytorch/pytorch#125877; pytorch/pytorch#192183
 (open) proposes ``overwrite=False`` by default, which would make such a save raise instead.
 No upstream issue about the kill itself was found.

@@ -3,7 +3,8 @@
 (suites/conformance/test_crash.py).
 
 ``FileSystemWriter.write_data`` is replaced by one that first serialises this rank's items
-in memory (torch's own item writer, as captured at install, so no kill point fires there)
+in memory (torch's own file and item writers, as captured at install, so no kill point fires
+there)
 to learn where each item will lie, gathers every rank's results, lets the coordinator
 write ``.metadata`` (torch's ``finish``, captured at install: the commit), waits for it,
 and only then writes the data files with torch's writer. A save killed after the commit
@@ -35,16 +36,18 @@ def install() -> None:
     import torch.distributed as dist
     from torch.distributed.checkpoint import filesystem as fs
 
-    write_item, write_data = fs._write_item, fs._FileSystemWriter.write_data
-    finish = fs._FileSystemWriter.finish
+    write_item, write_files = fs._write_item, fs._write_files_from_queue
+    write_data, finish = fs._FileSystemWriter.write_data, fs._FileSystemWriter.finish
 
     def metadata_first(self, plan, planner):
-        real_fs, hooked_item = self.fs, fs._write_item
-        self.fs, fs._write_item = _MemoryStreams(real_fs), write_item
+        real_fs, hooked = self.fs, (fs._write_item, fs._write_files_from_queue)
+        self.fs = _MemoryStreams(real_fs)
+        fs._write_item, fs._write_files_from_queue = write_item, write_files
         try:
             results = write_data(self, plan, planner).wait()  # in memory: offsets only
         finally:
-            self.fs, fs._write_item = real_fs, hooked_item
+            self.fs = real_fs
+            fs._write_item, fs._write_files_from_queue = hooked
         every = [None] * dist.get_world_size()
         dist.all_gather_object(every, results)
         if dist.get_rank() == 0:  # the coordinator of the harness's saves

@@ -112,7 +112,10 @@ def test_no_two_unequal_plugin_cases_share_an_id():
     from fsdp_conformance.user import user_cases, user_model
     from fsdp_conformance.user.spec import DEFAULT_PAIRS
 
-    user = user_model(GatedNet, batch, plan={GatedBlock}, optimizer=make_optimizer)
+    # a name of its own: the plugin's tests register GatedNet under its own name with other
+    # options, and a second registration of one name in a process is renamed "~2"
+    user = user_model(GatedNet, batch, plan={GatedBlock}, optimizer=make_optimizer,
+                      name="GatedNetIds")
     got = []
     for version, tier in itertools.product((1, 2), ("quick", "full")):
         for size, steps in ((12, 2), (8, 2), (12, 3)):
