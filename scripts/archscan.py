@@ -660,7 +660,7 @@ def functions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
 
 
 def property_places(mods: dict[str, Module], root: Path) -> dict[str, Any]:
-    """Figure 11. For each property P0..P15: the functions at any depth whose own name
+    """Figure 11. For each property P0..P16: the functions at any depth whose own name
     starts with ``p<N>_`` or, private, ``_p<N>_`` (``p3_loaded``, ``_p7_custom``; ``p1_``
     does not match ``p10_x``), as
     ``<file relative to root>:<qualified name>``, sorted. ``multiple`` lists the properties

@@ -147,7 +147,7 @@ def apply_known(case: Case, verdicts: dict[str, Verdict],
                    for e in known_all(case, p))
                for p, v in out.items()}
     root: dict[str, Verdict] = {}
-    for p, v in out.items():  # P0..P15 in order; an entry's primary property names the cause
+    for p, v in out.items():  # P0..P16 in order; an entry's primary property names the cause
         if primary[p]:
             root.setdefault(verdicts[p].detail, v)
     for p, v in verdicts.items():

@@ -263,7 +263,7 @@ def format_counts(counts: dict[str, int]) -> str:
 
 def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the matrix: one row per API path (sorted), a "cases" column, then one
-    column per property that appears in the run (P0..P15 order); empty cell = not run."""
+    column per property that appears in the run (P0..P16 order); empty cell = not run."""
     by_path = report["summary"]["by_path"]
     props = sorted({p for v in by_path.values() for p in v}, key=prop_key)
     n_cases = Counter(c["api"] for c in report["cases"])
