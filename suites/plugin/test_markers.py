@@ -154,3 +154,32 @@ def test_conformance_matrix_as_pytest_items(run, tmp_path):
     res.assert_outcomes(passed=2)
     data = json.loads(report.read_text())
     assert data["summary"]["cases"] == 2 and data["ok"] is True
+
+
+STEP_TRAINER = """
+from examples.crash_consistency import data, make_model, step_load, step_save
+
+def test_trainer(fsdp_roundtrip):
+    fsdp_roundtrip(make_model, data, fsdp_version=2, plan=["0"], save_fn=step_save,
+                   load_fn=step_load, world_sizes=["2"], links=1)
+"""
+
+
+def test_fsdp_crash_adds_the_crash_cases_to_a_check_of_your_own_save(run, tmp_path):
+    """``--fsdp-crash`` is ``crash=True`` for every check of a user's save_fn: one crash case
+    (P16) per default kill point beside the round trip; without it, the round trip alone."""
+    from fsdp_conformance.user.cases import DEFAULT_CRASHES
+
+    report = tmp_path / "crash.json"
+    res = run(STEP_TRAINER, "--fsdp-crash", "--fsdp-report", str(report))
+    res.assert_outcomes(passed=1)
+    cases = json.loads(report.read_text())["cases"]
+    crashed = {c["crash"]: c["properties"]["P16"] for c in cases if c["crash"]}
+    assert set(crashed) == set(DEFAULT_CRASHES), sorted(crashed)
+    assert all(v["status"] == "pass" and "restored save 1 exactly" in v["detail"]
+               for v in crashed.values()), crashed
+    plain = [c for c in cases if not c["crash"]]
+    assert len(plain) == 1 and plain[0]["properties"]["P16"]["status"] == "n/a"
+    report.unlink()
+    run(STEP_TRAINER, "--fsdp-report", str(report)).assert_outcomes(passed=1)
+    assert [c["crash"] for c in json.loads(report.read_text())["cases"]] == [""]
