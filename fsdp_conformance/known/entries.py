@@ -289,11 +289,22 @@ _TIED_UPSTREAM = (
     "https://github.com/pytorch/pytorch/issues/83052")
 
 
+_TWO_TENSOR_STATES = ("adam", "adamw", "adadelta", "nadam", "radam", "adamax", "rprop")
+"""The zoo optimizers with two or more param-shaped state tensors per param (named here so
+that reading the entries does not import torch)."""
+_BETAS = ("adam", "adamw", "nadam", "radam", "adamax")
+"""The zoo optimizers with a tuple hyperparameter that steps (betas)."""
+_FLOAT32_STATE = ("sgd_momentum_fp32state", "nadam", "asgd")
+"""The zoo optimizers that keep float32 state whatever the params' dtype: the float32 momentum
+of zoo.optimizers.STATE_DTYPE_OPTIMIZERS, NAdam's 0-dim mu_product and ASGD's 0-dim eta and
+mu (created with torch's default scalar dtype)."""
+
+
 KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "orig-params-full-osd-aliasing", ("P1",),
         lambda c: c.use_orig_params and c.world_size > 1 and c.api in _FULL_GATHER_APIS
-        and c.optimizer in ("adam", "adamw", "adadelta")  # two or more tensor states
+        and c.optimizer in _TWO_TENSOR_STATES
         and c.strategy != "NO_SHARD"
         and not (c.strategy == "HYBRID_SHARD" and c.shard_world_size == 1),
         "2.13 (CPU)",
@@ -305,7 +316,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "_unflatten_orig_param_states calls .cpu() (:1505-1507), which does not copy a CPU "
         "tensor, where without offload it clones (:1501-1503). So every tensor state comes "
         "back holding the values of the last one gathered: exp_avg holds exp_avg_sq "
-        "(Adam/AdamW), acc_delta holds square_avg (Adadelta), with rank0_only True or False "
+        "(Adam/AdamW), acc_delta holds square_avg (Adadelta), and so for every optimizer with "
+        "two or more param-shaped states (NAdam, RAdam, Adamax, Rprop: seen 2026-11-29 on "
+        "every full path at 2 -> 3 and 3 -> 2), with rank0_only True or False "
         "(Adam at 2 and 3 ranks, Adadelta at 3); offload_to_cpu=False returns a correct dict. "
         "DSD's get_optimizer_state_dict(full_state_dict=True) on FSDP1 passes "
         "offload_to_cpu=cpu_offload (state_dict.py:348-351), so there only cpu_offload=True "
@@ -508,10 +521,11 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "dsd-full-load-tuple-to-list",
         ("P11:set_full", "P11:set_full_broadcast", "P11:set_full_nonstrict",
          "P11:set_full_broadcast_nonstrict", "P11"),
-        lambda c: c.api in ("fsdp2", "fsdp2.full") and c.optimizer in ("adam", "adamw"),
+        lambda c: c.api in ("fsdp2", "fsdp2.full") and c.optimizer in _BETAS,
         "2.13",
         "Every full-dict set_optimizer_state_dict path turns tuple hyperparameters into lists "
-        "(Adam/AdamW betas (0.9, 0.999) -> [0.9, 0.999]): the loaded dict goes through "
+        "(Adam/AdamW betas (0.9, 0.999) -> [0.9, 0.999]; NAdam, RAdam and Adamax betas "
+        "alike): the loaded dict goes through "
         "_flatten_state_dict, which walks tuples like lists (_state_dict_utils.py:755), and "
         "_unflatten_state_dict / _set_element, which rebuild int path items as lists "
         "(:791-829), called from state_dict.py:1158-1181. The optimizer still steps, but its "
@@ -524,9 +538,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      "[0.9, 0.999])", load=tuples_to_lists)),
     KnownLimitation(
         "optim-load-casts-state-to-param-dtype", ("P3", "P7"),
-        # the zoo's optimizers with float32 state (zoo.optimizers.STATE_DTYPE_OPTIMIZERS;
-        # named here so that reading the entries does not import torch)
-        lambda c: c.optimizer in ("sgd_momentum_fp32state",) and c.dtype != "fp32",
+        lambda c: c.optimizer in _FLOAT32_STATE and c.dtype != "fp32",
         "2.13, 2.15",
         "torch.optim.Optimizer.load_state_dict casts every tensor state but 'step' to its "
         "param's dtype when the param is floating point, an int64 counter as well as a float32 "
@@ -538,7 +550,11 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "sgd_momentum_fp32state, as mixed-precision optimizers do) saves float32 (P1, P2 pass) "
         "and resumes from bfloat16 state: the loaded state (P3), a re-save (P7), the unwrapped "
         "optimizer's load on the rekey path (P5) and the state after resuming (P6) are "
-        "bfloat16, the values rounded. No FSDP path keeps the dtype. It is the only cast: "
+        "bfloat16, the values rounded. torch's own optimizers meet it too: NAdam's 0-dim "
+        "mu_product and ASGD's 0-dim eta and mu are created float32 whatever the params' "
+        "dtype (torch's default scalar dtype) and come back float64 for float64 params, so "
+        "the resumed run differs from the uninterrupted one in the last digits (P6, seen on "
+        "every path 2026-11-29). No FSDP path keeps the dtype. It is the only cast: "
         "through DCP the template get_optimizer_state_dict makes for the fresh optimizer is "
         "float32 and dcp.load keeps it (FSDP2, 2 ranks). An optimizer can undo it: _cast "
         "calls the method as Optimizer._process_value_according_to_param_policy (:967), so "
@@ -682,6 +698,22 @@ KNOWN: tuple[KnownLimitation, ...] = (
         model=Raises(exc="NotImplementedError",
                message=r"^Operator aten\._fused_(sgd|adagrad)_\.default does not have a sharding "
                        r"strategy registered", where=("propagate_op_sharding_non_cached",))),
+    KnownLimitation(
+        "rprop-cannot-step-dtensor", ALL_PROPS,
+        lambda c: c.family == "fsdp2" and c.optimizer == "rprop"
+        and c.strategy in ("FULL_SHARD", "SHARD_GRAD_OP"),
+        "2.13, 2.15 (CPU)",
+        "torch.optim.Rprop cannot step a fully_shard model: outside capturable mode it "
+        "updates its step-size factors with boolean-mask assignments (sign[sign.gt(0)] = "
+        "etaplus, optim/rprop.py:274-276 single-tensor, :381-383 foreach; 2.15: :275, :382), "
+        "an in-place index_put_ that DTensor refuses on a Shard(0) param: "
+        "'aten.index_put_.default: in-place operations that require placement changes are not "
+        "supported' (the first optim.step() raises; nothing can be saved). Its capturable "
+        "branch uses torch.where instead (:270-272); not tried here.",
+        model=Raises(exc="RuntimeError",
+                     message=r"^aten\.index_put_\.default: in-place operations that require "
+                             r"placement changes are not supported",
+                     where=("_single_tensor_rprop", "_multi_tensor_rprop"))),
     KnownLimitation(
         "dsd-get-optim-dummy-step", ("P1", "P2", "P10"),
         lambda c: c.api in _DSD_RUN and c.steps == 0 and c.optimizer in _LAZY_STATE,
@@ -1151,7 +1183,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "orig-params-full-osd-aliasing-load-side", (),
         lambda c: c.use_orig_params and c.world_size == 1 and c.dst_world_size > 1
-        and c.api in _FULL_GATHER_APIS and c.optimizer in ("adam", "adamw", "adadelta")
+        and c.api in _FULL_GATHER_APIS and c.optimizer in _TWO_TENSOR_STATES
         and c.strategy == "FULL_SHARD",
         "2.13 (CPU)",
         "The orig-params-full-osd-aliasing bug on the load side: saved at world size 1 (not "

@@ -16,7 +16,9 @@ Rules
   out on ranks other than 0 in both comparisons); an FSDP2 full load gives every rank the
   saved (rank 0's) values (compared with the reference's shard, left out of the own state on
   ranks other than 0). FSDP2's P3 compares optimizer *state*; its ``param_groups`` after the
-  load are P11's.
+  load are P11's. FSDP1's own state is compared on the elements that lie in a param only
+  (``reference_props.real_elements``): no save keeps a flat shard's padding, and an
+  optimizer can hold nonzero state there (Rprop's step_size, Adamax's exp_inf).
 - ``flatten(layout, dicts, rank)`` is the reference's flat state of ``rank`` from the ranks'
   sharded dicts. FSDP1: ``reference.flatten_sharded`` of the dicts of the rank's shard group
   (``layout.shard_groups()``: one rank's flat shard needs rows other ranks hold). FSDP2:
@@ -68,6 +70,10 @@ def _state(d: dict, layout=None, rank: int = 0) -> dict:
     return {"state": d.get("state", {})}
 
 
+def _fsdp1_own(d: dict, layout, rank: int) -> dict:
+    return reference_props.real_elements(_fsdp1_view(d, layout, rank), layout, rank)
+
+
 def _fsdp2_own(d: dict, layout, rank: int) -> dict:
     return _state(d) if rank == 0 else fsdp2_props.drop_plain(_state(d), layout)
 
@@ -76,7 +82,7 @@ FSDP1 = FamilyReference(
     family="fsdp1", gather_name="reference.gather_full", shard_name="reference.shard_full",
     gather=ref.gather_full, gather_replica=_fsdp1_gather_replica,
     replica_note=_fsdp1_replica_note, shard=ref.shard_full, loaded_shard=_fsdp1_loaded_shard,
-    vs_reference=_fsdp1_view, vs_own=_fsdp1_view, owner=reference_props.owner_of,
+    vs_reference=_fsdp1_view, vs_own=_fsdp1_own, owner=reference_props.owner_of,
     layout_problems=reference_props.fsdp1_layout_problems,
     layout_size=lambda layout: f"{len(layout.units)} unit(s)",
     flatten_name="reference.flatten_sharded", flatten=_fsdp1_flatten,

@@ -22,6 +22,31 @@ def drop_plain(d: dict, layout) -> dict:
     return {**d, "state": {k: v for k, v in d["state"].items() if k not in plain}}
 
 
+def real_elements(d: dict, layout, rank: int) -> dict:
+    """``d`` (a rank's flat local state) with every element of a unit's flat state tensor
+    that lies in no param (the shard's right padding, alignment padding) set to zero: no
+    save keeps those elements and every load leaves them zero, while an optimizer whose
+    state starts nonzero there (Rprop's step_size = lr) or grows from a zero gradient
+    (Adamax's exp_inf = eps) holds other values before the save. Other keys as they are."""
+    import torch
+
+    state = {}
+    for key, st in d.get("state", {}).items():
+        unit = layout.unit_by_key(key)
+        if unit is None:
+            state[key] = st
+            continue
+        keep = torch.zeros(unit.shard_numel, dtype=torch.bool)
+        for piece in unit.param_pieces(layout.shard_rank(rank)):
+            n = piece.end_in_param - piece.start_in_param
+            keep[piece.start_in_shard:piece.start_in_shard + n] = True
+        state[key] = {n: (v.where(keep, torch.zeros((), dtype=v.dtype))
+                          if isinstance(v, torch.Tensor) and v.dim() == 1
+                          and v.numel() == unit.shard_numel and not bool(keep.all()) else v)
+                      for n, v in st.items()}
+    return {**d, "state": state}
+
+
 def comparable(expected: dict, got: dict, layout, rank: int) -> tuple[dict, dict]:
     """The pair to compare on ``rank``: whole on rank 0, without ignored-module params on
     the others (see ``drop_plain``)."""

@@ -6,11 +6,14 @@ Rules
   the optimizers), plus every zoo model, use_orig_params both ways, every sharding
   strategy (FSDP2: HSDP meshes resharded, ``fsdp2_meshes``; compiled models, ``compiled``), several param groups with an LR scheduler, the foreach/fused/for-loop
   implementations, float32, a bfloat16 round trip per path, partial state, a second wrapping plan on the load side,
-  the bad-input (P15) cases and a slice of the crash (P16) cases (``QUICK_CRASHES``). Quick
+  the bad-input (P15) cases, a slice of the crash (P16) cases (``QUICK_CRASHES``) and NAdam
+  and ASGD on every path (``more_optimizers``). Quick
   is what ``make run`` runs: minutes on 2 cores.
 - full: everything quick has, plus the product of paths x optimizers x world-size pairs x
   use_orig_params (mlp), every zoo model x use_orig_params x four world-size pairs x three
   optimizer kinds, every implementation and every dtype.
+- The rest of torch.optim (``zoo.MORE_OPTIMIZERS``: NAdam, RAdam, Adamax, ASGD, Rprop) in
+  full on every path at four world-size pairs (``more_optimizers``).
 - Crash cases (P16, ``crashes``): full has every path at every kill point, three choices of
   killed ranks, each layout the path's save can be judged in (``crash_layouts``).
 - Golden fixtures (P12, ``fixtures.golden``): full has every stored fixture through every
@@ -31,7 +34,7 @@ from typing import Iterable, Sequence
 
 from ..cases import CRASH_POINTS, FAULTS, SCHEDULE_NAMES, Case
 from ..api_paths import PATH_NAMES, PATHS, api_path, family_of, is_full_path, resizable
-from ..zoo import FUSED, MODELS, OPTIMIZERS, runs_on
+from ..zoo import FUSED, MODELS, MORE_OPTIMIZERS, OPTIMIZERS, runs_on
 from ..zoo.optimizers import STATE_DTYPE_OPTIMIZERS
 
 OPTS = tuple(OPTIMIZERS)
@@ -134,6 +137,7 @@ def quick(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
         cases.append(Case(api=api, optimizer="adam", steps=0, world_size=2))
         cases.append(Case(api=api, optimizer="adam", model="frozen", world_size=3,
                           use_orig_params=True))
+    cases += more_optimizers(paths, "quick")
     cases += faults(paths)
     cases += crashes(paths, "quick")
     cases += golden(paths, fixtures, "quick")
@@ -181,6 +185,7 @@ def full(paths: Sequence[str], fixtures: str | None = None) -> list[Case]:
                       + mixed_precision(api, OPTS) + dcp_writes(api, OPTS)
                       + nonstrict(api, OPTS) + frozen_left_out(api, OPTS)
                       + tensor_parallel(api, OPTS))
+    cases += more_optimizers(paths, "full")
     cases += crashes(paths, "full")
     cases += golden(paths, fixtures, "full")
     return _dedupe(c for c in cases if groups_fit_units(c))
@@ -381,6 +386,26 @@ def faults(paths: Sequence[str]) -> list[Case]:
                 continue  # dict faults need an FQN-keyed full dict on disk
             out.append(Case(api=api, optimizer="adam", world_size=2, fault=fault))
     return out
+
+
+QUICK_MORE: tuple[str, ...] = ("nadam", "asgd")
+"""The optimizers of ``MORE_OPTIMIZERS`` the quick tier runs on every path: the new state
+shapes (NAdam's 0-dim ``mu_product``; ASGD's 0-dim ``eta`` and ``mu`` beside a param-shaped
+``ax``)."""
+
+
+def more_optimizers(paths: Sequence[str], tier: str) -> list[Case]:
+    """The rest of torch.optim (``zoo.MORE_OPTIMIZERS``; issue 49). Quick: ``QUICK_MORE`` on
+    every path, saved at 2 and loaded at 3 (at 2 where the path cannot reshard). Full: every
+    one on every path at 2 -> 3, 3 -> 2, 1 -> 2 and 4 -> 4, use_orig_params both ways."""
+    if tier == "quick":
+        return [Case(api=api, optimizer=opt, world_size=2,
+                     load_world_size=3 if resizable(api) else None)
+                for api in paths for opt in QUICK_MORE]
+    return [Case(api=api, optimizer=opt, world_size=n, load_world_size=m,
+                 use_orig_params=orig)
+            for api, opt, (n, m), orig in itertools.product(
+                paths, MORE_OPTIMIZERS, ((2, 3), (3, 2), (1, 2), (4, 4)), (False, True))]
 
 
 QUICK_CRASHES: tuple[tuple[str, str, str, int, int, bool], ...] = (

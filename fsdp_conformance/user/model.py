@@ -143,7 +143,7 @@ def _optimizer_kind(optim) -> str:
     cls = type(optim)
     if cls.__name__ == "SGD":
         return "sgd_momentum" if optim.defaults.get("momentum", 0) else "sgd"
-    for name, (zcls, _) in zoo.OPTIMIZERS.items():
+    for name, (zcls, _) in zoo.ALL_OPTIMIZERS.items():
         if zcls is cls and name != "sgd_momentum":
             return name
     return ""
@@ -188,11 +188,11 @@ def user_model(model, data, *, plan=(), load_plan=None, optimizer="adam", loss=N
     load_fqns = None if load_plan is None else _wrap_fqns(built, load_plan, "load_plan")
     ignored = tuple(ignored)
     _wrap_fqns(built, list(ignored), "ignored")
-    if isinstance(optimizer, str) and optimizer in zoo.OPTIMIZERS:
+    if isinstance(optimizer, str) and optimizer in zoo.ALL_OPTIMIZERS:
         opt, opt_name, kind = optimizer, optimizer, optimizer
     else:
         opt = Ref.of(optimizer, "optimizer factory")
-        opt_name = _unique(opt.name, opt, _OPT_NAMES, reserved=zoo.OPTIMIZERS)
+        opt_name = _unique(opt.name, opt, _OPT_NAMES, reserved=zoo.ALL_OPTIMIZERS)
         kind = _optimizer_kind(opt.resolve()(list(built.named_parameters())))
     base = name or factory.name
     ident = (factory, data_ref, loss_ref, ignored, shard_ref, sched_ref)

@@ -23,6 +23,22 @@ OPTIMIZERS = {
 }
 
 
+MORE_OPTIMIZERS = {
+    "nadam": (torch.optim.NAdam, {"lr": 0.01}),  # a 0-dim mu_product beside step
+    "radam": (torch.optim.RAdam, {"lr": 0.01}),
+    "adamax": (torch.optim.Adamax, {"lr": 0.01}),  # exp_inf: a running max
+    "asgd": (torch.optim.ASGD, {"lr": 0.01, "t0": 1}),  # 0-dim eta and mu, param-shaped ax
+    "rprop": (torch.optim.Rprop, {"lr": 0.01}),  # prev, step_size
+}
+"""The rest of torch.optim whose state is param-shaped tensors and 0-dim tensors per param
+(issue 49). Apart from ``OPTIMIZERS``, whose order the quick tier cycles through: the full
+tier runs these on every path (run/matrix.py ``more_optimizers``), the quick tier NAdam and
+ASGD. ASGD's ``t0=1`` starts its averaging (``ax``) at the first step instead of step 1e6."""
+
+ALL_OPTIMIZERS = {**OPTIMIZERS, **MORE_OPTIMIZERS}
+"""Every zoo optimizer of torch.optim the run names (``OPTIMIZERS`` and ``MORE_OPTIMIZERS``)."""
+
+
 class SGDMomentumFP32State(torch.optim.Optimizer):
     """SGD with momentum whose momentum buffer is float32 whatever the param's dtype, as
     mixed-precision training keeps optimizer state (fairseq's FP16 optimizer, torchao's
@@ -55,7 +71,7 @@ STATE_DTYPE_OPTIMIZERS = {
     "sgd_momentum_fp32state": (SGDMomentumFP32State, {"lr": 0.05, "momentum": 0.9}),
 }
 
-ELEMENTWISE = frozenset(OPTIMIZERS) | frozenset(STATE_DTYPE_OPTIMIZERS)
+ELEMENTWISE = frozenset(ALL_OPTIMIZERS) | frozenset(STATE_DTYPE_OPTIMIZERS)
 """The optimizers whose update of a param element reads only that element's param, gradient
 and state (and the group's hyperparameters): ranks that hold the rows of one param and step
 them with different hyperparameters give, row for row, what each would give stepping the
@@ -94,7 +110,7 @@ def register_optimizer(name: str, factory: Callable) -> None:
     ``named_params`` a list of ``(name, param)``. Under FSDP1 with ``use_orig_params=False``
     a param is a unit's flat parameter and its name is the unit's FQNs joined by "|" (see
     ``sut.fsdp1.grouping_name``). The same name again with the same factory is a no-op."""
-    if name in OPTIMIZERS or name in STATE_DTYPE_OPTIMIZERS:
+    if name in ALL_OPTIMIZERS or name in STATE_DTYPE_OPTIMIZERS:
         raise ValueError(f"{name!r} is a zoo optimizer; pick another name")
     old = REGISTERED.get(name)
     if old is not None and old is not factory:
@@ -108,13 +124,13 @@ def build_optimizer(name: str, named_params: Iterable[tuple[str, torch.nn.Parame
     """The zoo optimizer ``name`` (``groups``, ``foreach``, ``impl`` as in the module
     docstring), or a registered factory called with the named params (which then decides
     the groups and flags itself)."""
-    if name in REGISTERED and name not in OPTIMIZERS:
+    if name in REGISTERED and name not in ALL_OPTIMIZERS:
         return _checked(name, REGISTERED[name]([(n, p) for n, p in named_params]))
     try:
-        cls, kw = {**OPTIMIZERS, **STATE_DTYPE_OPTIMIZERS}[name]
+        cls, kw = {**ALL_OPTIMIZERS, **STATE_DTYPE_OPTIMIZERS}[name]
     except KeyError:
         extra = f"; registered: {sorted(REGISTERED)}" if REGISTERED else ""
-        known = sorted(OPTIMIZERS) + sorted(STATE_DTYPE_OPTIMIZERS)
+        known = sorted(ALL_OPTIMIZERS) + sorted(STATE_DTYPE_OPTIMIZERS)
         raise ValueError(f"unknown optimizer {name!r}; known: {known}{extra}") from None
     kw = dict(kw)
     if name in STATE_DTYPE_OPTIMIZERS and (impl != "default" or foreach is not None):

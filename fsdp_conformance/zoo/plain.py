@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from .models import build_model
-from .optimizers import OPTIMIZERS, build_optimizer
+from .optimizers import ALL_OPTIMIZERS, build_optimizer
 
 if TYPE_CHECKING:
     from ..cases import Case
@@ -32,7 +32,7 @@ def plain_optimizer(case: "Case", model: nn.Module,
     """
     if group_fqns is None:
         return build_optimizer(case.optimizer, model.named_parameters(), case.groups)
-    cls, kw = OPTIMIZERS[case.optimizer]
+    cls, kw = ALL_OPTIMIZERS[case.optimizer]
     order = {n: i for i, (n, _) in enumerate(model.named_parameters())}
     params = dict(model.named_parameters())
     groups = []

@@ -32,7 +32,8 @@ def test_quick_tier_covers_every_path_optimizer_and_world_size_pair():
     assert [c.id for c in QUICK] == [c.id for c in matrix.quick(matrix.default_paths())]
     for api in matrix.default_paths():
         mine = [c for c in QUICK if c.api == api and not c.fault]
-        assert {c.optimizer for c in mine} == set(OPTIMIZERS) | set(STATE_DTYPE_OPTIMIZERS), api
+        assert {c.optimizer for c in mine} == (set(OPTIMIZERS) | set(STATE_DTYPE_OPTIMIZERS)
+                                               | set(matrix.QUICK_MORE)), api
         pairs = {(c.world_size, c.dst_world_size) for c in mine}
         want = set(itertools.product((1, 2, 3, 4), repeat=2))
         if not api_paths.resizable(api):
@@ -41,6 +42,21 @@ def test_quick_tier_covers_every_path_optimizer_and_world_size_pair():
         if api.startswith("fsdp1"):  # FSDP2 has no flat/orig choice
             assert {c.use_orig_params for c in mine} == {False, True}
     assert {c.fault for c in QUICK} >= {"missing_fqn", "shape", "truncated_file"}
+
+
+def test_every_torch_optim_optimizer_but_the_excluded_is_in_the_full_tier_on_every_path():
+    """Issue 49: the rest of torch.optim (NAdam, RAdam, Adamax, ASGD, Rprop) on every path
+    in the full tier at four world-size pairs; NAdam and ASGD (new state shapes: 0-dim
+    state beside step) in the quick tier."""
+    from fsdp_conformance.zoo import MORE_OPTIMIZERS
+
+    paths = matrix.default_paths()
+    full = matrix.full(paths)
+    for api in paths:
+        got = {c.optimizer for c in full if c.api == api}
+        assert set(MORE_OPTIMIZERS) <= got, (api, set(MORE_OPTIMIZERS) - got)
+        assert {c.optimizer for c in QUICK if c.api == api} >= {"nadam", "asgd"}, api
+    assert set(MORE_OPTIMIZERS) == {"nadam", "radam", "adamax", "asgd", "rprop"}
 
 
 def test_fsdp2_hsdp_resharding_is_in_both_tiers():
