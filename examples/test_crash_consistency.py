@@ -52,10 +52,14 @@ def test_latest_folder_loads_the_unfinished_save(fsdp_roundtrip):
                          for v in r.properties.values()), plain
 
 
-def test_step_folders_restore_the_last_complete_checkpoint(fsdp_roundtrip):
-    results = fsdp_roundtrip(make_model, data, fsdp_version=2, plan=["0"], save_fn=step_save,
-                             load_fn=step_load, world_sizes=["2", "2->3"], crash=KILLS,
-                             links=1)
+@pytest.mark.parametrize("fsdp_version, sizes", [(2, ["2", "2->3"]), (1, ["2"])],
+                         ids=["fsdp2", "fsdp1"])
+def test_step_folders_restore_the_last_complete_checkpoint(fsdp_roundtrip, fsdp_version,
+                                                           sizes):
+    """The same trainer under fully_shard (2 and 2 -> 3) and under FSDP1 (flat params)."""
+    results = fsdp_roundtrip(make_model, data, fsdp_version=fsdp_version, plan=["0"],
+                             save_fn=step_save, load_fn=step_load, world_sizes=sizes,
+                             crash=KILLS, links=1)
     p16 = _p16(results)
     assert set(p16) == set(KILLS)
     for crash, v in p16.items():
