@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from ..harness.errors import RankError, RankTimeout
-from .fault_props import exception_line, sorted_failures
+from .fault_props import died_while_loading, exception_line, left_waiting, sorted_failures
 from .verdict import Verdict, fail, passed
 
 INCOMPLETE_WORDS = ("metadata", "no such file", "not found", "does not exist", "incomplete",
@@ -117,8 +117,7 @@ def _listed(keys: list[str]) -> str:
 
 
 def p16_verdict(desc: str, outcome: Any, views: Callable[[Any], tuple[dict, dict, dict]],
-                world_size: int, files: Sequence[str] = (), incomplete: str = "save 2 was "
-                "killed") -> Verdict:
+                world_size: int, *, incomplete: str, files: Sequence[str] = ()) -> Verdict:
     """P16 of the load after the kill (module rules). ``desc``: the kill in words;
     ``outcome``: the load's records (``sut.records.LoadRecord``, one per rank) or the pool's
     ``RankError``; ``views(record)``: save 1's and save 2's state for the record's rank and
@@ -166,11 +165,9 @@ def _raised(desc: str, outcome: RankError, world_size: int, files: Sequence[str]
             state: str) -> Verdict:
     raised, stuck, died, msgs = sorted_failures(outcome)
     if died:
-        return fail(f"{desc}: rank(s) {[f.rank for f in died]} died while loading "
-                    f"({died[0].detail.strip()[:200]}):\n{msgs}")
+        return died_while_loading(desc, died, msgs)
     if stuck:
-        return fail(f"{desc}: rank(s) {[f.rank for f in raised]} raised but rank(s) "
-                    f"{[f.rank for f in stuck]} were left waiting in a collective:\n{msgs}")
+        return left_waiting(desc, raised, stuck, msgs)
     unclear = [f.rank for f in raised if not _says_incomplete(exception_line(f.detail), files)]
     if unclear:
         return fail(f"{desc}: rank(s) {unclear} raised an error that does not say the "
@@ -187,17 +184,15 @@ def _says_incomplete(line: str, files: Sequence[str]) -> bool:
     return any(w in low for w in INCOMPLETE_WORDS) or any(f and f in line for f in files)
 
 
-def views_of(case: Any, saved: Sequence[Any], weights: Sequence[dict | None] = ()
+def views_of(refs: Any, saved: Sequence[Any], weights: Sequence[dict | None] = ()
              ) -> Callable[[Any], tuple[dict, dict, dict]]:
     """``views(record)`` for ``p16_verdict``: for the record's rank, each save's state as a
-    correct load at ``case``'s load layout gives it (the reference's ``loaded_shard`` of
-    the full dict the save wrote: ``saved``, one ``properties.view.Saved`` per save; a
-    file per rank: that rank's own), and the loaded state, in the reference's compared
-    view. ``weights``: each save's full params (rank 0's), where the load under test
-    restores the weights: rank 0's loaded params (``params_loaded``) are compared too."""
-    from .family_refs import family_refs
-
-    refs = family_refs(case)
+    correct load at the load layout of ``refs`` (the case's ``FamilyRefs``) gives it (the
+    reference's ``loaded_shard`` of the full dict the save wrote: ``saved``, one
+    ``properties.view.Saved`` per save; a file per rank: that rank's own), and the loaded
+    state, in the reference's compared view. ``weights``: each save's full params (rank
+    0's), where the load under test restores the weights: rank 0's loaded params
+    (``params_loaded``) are compared too."""
     fam, dst = refs.family, refs.dst
 
     def source(s, rank: int) -> dict:

@@ -41,6 +41,19 @@ def sorted_failures(outcome: RankError) -> tuple[list, list, list, str]:
     return raised, stuck, died, msgs
 
 
+def died_while_loading(desc: str, died: list, msgs: str) -> Verdict:
+    """The failure of a load where rank processes died (P15, P16: one wording)."""
+    return fail(f"{desc}: rank(s) {[f.rank for f in died]} died while loading "
+                f"({died[0].detail.strip()[:200]}):\n{msgs}")
+
+
+def left_waiting(desc: str, raised: list, stuck: list, msgs: str) -> Verdict:
+    """The failure of a load where some ranks raised and others were left in a collective
+    (P15, P16: one wording, the one the strand entries' ``STRANDED`` headline matches)."""
+    return fail(f"{desc}: rank(s) {[f.rank for f in raised]} raised but rank(s) "
+                f"{[f.rank for f in stuck]} were left waiting in a collective:\n{msgs}")
+
+
 def p15_verdict(case: Case, what: dict[str, Any], outcome: Any) -> Verdict:
     """Judge the load of damaged input (module docstring)."""
     desc = f"{what['kind']} in {what['file']}" + (f" ({what['names'][0]})" if what["names"] else "")
@@ -50,15 +63,13 @@ def p15_verdict(case: Case, what: dict[str, Any], outcome: Any) -> Verdict:
         return fail(f"{desc}: loaded silently on every rank: no error was raised")
     raised, stuck, died, msgs = sorted_failures(outcome)
     if died:
-        return fail(f"{desc}: rank(s) {[f.rank for f in died]} died while loading "
-                    f"({died[0].detail.strip()[:200]}):\n{msgs}")
+        return died_while_loading(desc, died, msgs)
     quiet = sorted(set(range(case.dst_world_size)) - {f.rank for f in outcome.failures})
     if quiet:
         return fail(f"{desc}: rank(s) {[f.rank for f in raised]} raised but rank(s) {quiet} "
                     f"loaded silently:\n{msgs}")
     if stuck:
-        return fail(f"{desc}: rank(s) {[f.rank for f in raised]} raised but rank(s) "
-                    f"{[f.rank for f in stuck]} were left waiting in a collective:\n{msgs}")
+        return left_waiting(desc, raised, stuck, msgs)
     text = "\n".join(exception_line(f.detail) for f in raised)
     if what["names"]:
         if not any(str(n) in text for n in what["names"]):

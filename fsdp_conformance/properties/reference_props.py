@@ -40,9 +40,12 @@ def real_elements(d: dict, layout, rank: int) -> dict:
         for piece in unit.param_pieces(layout.shard_rank(rank)):
             n = piece.end_in_param - piece.start_in_param
             keep[piece.start_in_shard:piece.start_in_shard + n] = True
+        if bool(keep.all()):  # no padding on this rank
+            state[key] = st
+            continue
         state[key] = {n: (v.where(keep, torch.zeros((), dtype=v.dtype))
                           if isinstance(v, torch.Tensor) and v.dim() == 1
-                          and v.numel() == unit.shard_numel and not bool(keep.all()) else v)
+                          and v.numel() == unit.shard_numel else v)
                       for n, v in st.items()}
     return {**d, "state": state}
 

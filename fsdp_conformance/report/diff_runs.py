@@ -227,14 +227,14 @@ def new_properties(base: dict, new: dict) -> dict[str, int]:
     return out
 
 
-def _verdict_changes(base: dict, new: dict, same: bool = True, in_slice=None) -> list[Change]:
+def _verdict_changes(base: dict, new: dict, same: bool = True, in_slice=None,
+                     unseen: frozenset = frozenset()) -> list[Change]:
     """The (case, property) changes; ``in_slice``: NEW's selection (``slice_of``), BASE's
-    cases outside it left out; a property BASE's run never had, n/a in NEW, is no change
-    (``new_properties``)."""
+    cases outside it left out; a property of ``unseen`` (``new_properties``: BASE's run
+    never had it) that NEW reports n/a is no change."""
     out: list[Change] = []
     bcases = {c["id"]: c for c in base["cases"] if in_slice is None or in_slice(c)}
     ncases = {c["id"]: c for c in new["cases"]}
-    unseen = set(new_properties(base, new))
     for cid in sorted(bcases.keys() | ncases.keys()):
         if cid not in ncases:
             st = Counter(v["status"] for v in bcases[cid]["properties"].values())
@@ -362,7 +362,8 @@ def compare_runs(base: dict, new: dict, th: Thresholds = Thresholds(), *,
     same, why = comparable(base, new)
     in_slice, what = slice_of(new)
     outside = 0 if in_slice is None else sum(1 for c in base["cases"] if not in_slice(c))
-    changes = _verdict_changes(base, new, same, in_slice)
+    added = new_properties(base, new)
+    changes = _verdict_changes(base, new, same, in_slice, frozenset(added))
     if same:
         mchanges, notes = _measurement_changes(base, new, th, base_path, new_path)
     else:
@@ -370,7 +371,7 @@ def compare_runs(base: dict, new: dict, th: Thresholds = Thresholds(), *,
     changes += mchanges + _scaling_changes(base, new, th, same, in_slice if outside else None)
     bf, nf = run_facts(base), run_facts(new)
     notes = facts_notes(bf, nf, ("torch", "backend", "tier", "fingerprint")) + notes
-    for prop, n in sorted(new_properties(base, new).items(), key=lambda kv: prop_key(kv[0])):
+    for prop, n in sorted(added.items(), key=lambda kv: prop_key(kv[0])):
         notes.append(f"{prop} is not in BASE's run (added since): n/a in {n} case(s) both "
                      f"runs have, not listed")
     if outside:

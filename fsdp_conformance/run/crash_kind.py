@@ -27,6 +27,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from ..api_paths import MODEL_FILE, api_path
 from ..cases import Case, crash_parts
@@ -64,19 +65,23 @@ class DecidesP16:
         return {p: na(ONLY_P16) for p in PROPS if p != "P16"}
 
 
-def never_reached(whose: str, point: str, ranks) -> Verdict:
-    """P16 where the save completed on every rank without meeting its point."""
+def after_kill(killed_save: Callable[[], object], whose: str, point: str, ranks,
+               failed: Callable[[StepFailed], str]) -> Verdict | None:
+    """Run ``killed_save`` (a pool call that SIGKILLs ``ranks`` at ``point``): None where it
+    died as planned (module rules: some rank died, only ranks the plan kills; a rank that
+    raised or waited is one whose peer died first), else P16's verdict: n/a where the save
+    completed on every rank without meeting its point, an error with ``failed(exc)`` where
+    it failed otherwise."""
+    try:
+        killed_save()
+    except StepFailed as exc:
+        died = {f.rank for f in getattr(exc.exc, "failures", ()) if f.kind == "died"}
+        if isinstance(exc.exc, RankDied) and died and died <= set(ranks):
+            return None
+        return error(failed(exc))
     return na(f"{whose} never reached the point '{point}' on rank(s) {list(ranks)}: it "
               f"completed on every rank (those ranks write no data file in this save, or it "
               f"has no such point)")
-
-
-def killed_as_planned(exc: StepFailed, ranks) -> bool:
-    """Whether the failed save is the planned kill: some rank died, and only ranks the plan
-    kills died (a rank that raised or waited is one whose peer died first: every rank of
-    "all" is killed where it reaches its point, or where a dead peer stops it)."""
-    died = {f.rank for f in getattr(exc.exc, "failures", ()) if f.kind == "died"}
-    return isinstance(exc.exc, RankDied) and bool(died) and died <= set(ranks)
 
 
 def committed_ids(folder: Path) -> set[str]:
@@ -110,7 +115,8 @@ def complete_on_disk(whole: Path, folder: Path, before: set[str]) -> str:
         if not there.is_file():
             return f"{rel} is missing"
         if rel.name.endswith(".metadata"):
-            if _save_id(there) in before or not _save_id(there):
+            committed = _save_id(there)
+            if not committed or committed in before:
                 return f"{rel} is the earlier save's, not its own commit"
         elif there.read_bytes() != f.read_bytes():
             have, want = there.stat().st_size, f.stat().st_size
@@ -144,17 +150,16 @@ class CrashKind(DecidesP16):
             if failed is not None:
                 return Outcome(verdicts={"P16": failed})
         plan = plan_of(case.crash, case.world_size, case.seed)
-        try:
-            step.on_pool(f"save 2 killed at '{point}'", case.world_size, path.save_side,
-                         workdir=dir_2, case=second, after=(replace(FRESH, kill=plan),),
-                         timeout=step.env.options.fault_timeout)
-            return Outcome(verdicts={"P16": never_reached(f"the {case.api} save", point,
-                                                          ranks)})
-        except StepFailed as exc:
-            if not killed_as_planned(exc, ranks):
-                return Outcome(verdicts={"P16": error(
-                    f"save 2 failed other than by its planned kill on rank(s) "
-                    f"{list(ranks)}:\n{exc}")})
+        not_killed = after_kill(
+            lambda: step.on_pool(f"save 2 killed at '{point}'", case.world_size,
+                                 path.save_side, workdir=dir_2, case=second,
+                                 after=(replace(FRESH, kill=plan),),
+                                 timeout=step.env.options.fault_timeout),
+            f"the {case.api} save", point, ranks,
+            lambda exc: f"save 2 failed other than by its planned kill on rank(s) "
+                        f"{list(ranks)}:\n{exc}")
+        if not_killed is not None:
+            return Outcome(verdicts={"P16": not_killed})
         missing = complete_on_disk(whole, dir_2, before)
         shutil.rmtree(whole, ignore_errors=True)
         dir_2.mkdir(parents=True, exist_ok=True)  # killed at "start": nothing made it
@@ -167,24 +172,21 @@ class CrashKind(DecidesP16):
                                            after=(LOAD,))
         except StepFailed as exc:
             outcome = exc.exc
-        saved = _saved(first, second, save_1, save_2)
+        from ..properties.family_refs import family_refs
+        from ..properties.torch_files import TorchFiles
+
+        refs = family_refs(first)  # save 2's layouts are save 1's: only its steps differ
+        saved = [TorchFiles(workdir=None).saved(at, refs, obs)
+                 for at, obs in ((first, save_1), (second, save_2))]
         bad = next((s.bad for s in saved if s.full is None), None)
         if bad is not None:
             return Outcome(verdicts={"P16": bad})
         return Outcome(verdicts={"P16": p16_verdict(
-            describe(case), outcome, views_of(first, saved), case.dst_world_size,
-            files=_files(dir_2), incomplete=missing)})
+            describe(case), outcome, views_of(refs, saved), case.dst_world_size,
+            files=checkpoint_files(dir_2), incomplete=missing)})
 
 
-def _files(folder: Path) -> list[str]:
-    """The names of the files under the checkpoint folder (an error may name one)."""
-    return sorted(p.name for p in folder.rglob("*") if p.is_file())
-
-
-def _saved(first: Case, second: Case, save_1: list, save_2: list) -> list:
-    """What each save wrote (``properties.view.Saved``), as the run's round trips read it."""
-    from ..properties.family_refs import family_refs
-    from ..properties.torch_files import TorchFiles
-
-    return [TorchFiles(workdir=None).saved(at, family_refs(at), obs)
-            for at, obs in ((first, save_1), (second, save_2))]
+def checkpoint_files(folder: Path) -> list[str]:
+    """The names of the files under a checkpoint folder (an error may name one); none where
+    the folder was never made."""
+    return sorted(p.name for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []

@@ -105,7 +105,6 @@ def armed(plan: KillPlan | None, rank: int) -> Iterator[None]:
              "finish": fs._FileSystemWriter.finish}
     stagers = [c for c in (getattr(staging, "DefaultStager", None),
                            getattr(staging, "BlockingAsyncStager", None)) if c is not None]
-    stages = {c: c.stage for c in stagers}
     real_save = saved["torch.save"]
     counts = {"items": 0, "limit": 0}
 
@@ -159,20 +158,16 @@ def armed(plan: KillPlan | None, rank: int) -> Iterator[None]:
             die()
         return saved["finish"](self, *args, **kwargs)
 
-    torch.save = save_hook
-    fs._write_item = write_item_hook
-    fs._write_files_from_queue = write_files_hook
-    fs._FileSystemWriter.write_data = write_data_hook
-    fs._FileSystemWriter.finish = finish_hook
-    for cls, orig in stages.items():
-        cls.stage = stage_hook(orig)
+    patches = [(torch, "save", save_hook), (fs, "_write_item", write_item_hook),
+               (fs, "_write_files_from_queue", write_files_hook),
+               (fs._FileSystemWriter, "write_data", write_data_hook),
+               (fs._FileSystemWriter, "finish", finish_hook)]
+    patches += [(c, "stage", stage_hook(c.stage)) for c in stagers]
+    undo = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, hook in patches:
+        setattr(owner, name, hook)
     try:
         yield
     finally:
-        torch.save = saved["torch.save"]
-        fs._write_item = saved["write_item"]
-        fs._write_files_from_queue = saved["write_files"]
-        fs._FileSystemWriter.write_data = saved["write_data"]
-        fs._FileSystemWriter.finish = saved["finish"]
-        for cls, orig in stages.items():
-            cls.stage = orig
+        for owner, name, old in undo:
+            setattr(owner, name, old)

@@ -28,8 +28,8 @@ from ..properties.crash_props import p16_verdict, views_of
 from ..properties.family_refs import family_refs
 from ..properties.verdict import error
 from ..properties.view import Saved
-from ..run.crash_kind import (DecidesP16, committed_ids, complete_on_disk, describe,
-                              killed_as_planned, never_reached)
+from ..run.crash_kind import (DecidesP16, after_kill, checkpoint_files, committed_ids,
+                              complete_on_disk, describe)
 from ..run.lifecycle import Outcome, Step, StepFailed
 from ..sut.records import LoadRecord
 from .kinds import CustomPathKind
@@ -55,34 +55,37 @@ class CustomCrashKind(DecidesP16, CustomPathKind):
         second = replace(first, steps=case.steps + 1)
         dir_2 = step.workdir if layout == "over" else step.workdir / "fresh"
 
-        def stage(ws: int, name: str, at: Case, workdir: Path, kill=None,
+        def stage(ws: int, which: str, at: Case, workdir: Path, label: str = "", kill=None,
                   timeout: float | None = None) -> list[dict]:
-            return step.on_pool(name, ws, rank_custom, before=(self.user, self.custom),
-                                after=(name.split()[0], kill), case=at, workdir=workdir,
-                                timeout=timeout)
+            """The user's stage ``which`` (rank_side.STAGES) on a pool of ``ws`` ranks,
+            reported as ``which`` and ``label``."""
+            return step.on_pool(f"{which} {label}".strip(), ws, rank_custom,
+                                before=(self.user, self.custom), after=(which, kill), case=at,
+                                workdir=workdir, timeout=timeout)
 
         whole = step.workdir / "save2-whole"
         try:
             save_1 = stage(case.world_size, "train", first, step.workdir)
             stage(case.world_size, "save", first, step.workdir)
             before = committed_ids(step.workdir / CKPT_DIR)
-            save_2 = stage(case.world_size, "train (save 2)", second, whole)
-            stage(case.world_size, "save (save 2, whole)", second, whole)
-            stage(case.world_size, "train (save 2, to be killed)", second, dir_2)
+            save_2 = stage(case.world_size, "train", second, whole, "(save 2)")
+            stage(case.world_size, "save", second, whole, "(save 2, whole)")
+            stage(case.world_size, "train", second, dir_2, "(save 2, to be killed)")
         except StepFailed as exc:
             return Outcome(verdicts={"P16": error(
                 "training or your save_fn raised before the kill:\n"
                 + rank_error_text(exc.exc))})
         timeout = step.env.options.fault_timeout
-        try:
-            stage(case.world_size, f"save (save 2, killed at '{point}')", second, dir_2,
-                  kill=plan_of(case.crash, case.world_size, case.seed), timeout=timeout)
-            return Outcome(verdicts={"P16": never_reached("your save_fn", point, ranks)})
-        except StepFailed as exc:
-            if not killed_as_planned(exc, ranks):
-                return Outcome(verdicts={"P16": error(
-                    f"your save_fn failed before its planned kill on rank(s) {list(ranks)}:\n"
-                    + rank_error_text(exc.exc))})
+        not_killed = after_kill(
+            lambda: stage(case.world_size, "save", second, dir_2,
+                          f"(save 2, killed at '{point}')",
+                          kill=plan_of(case.crash, case.world_size, case.seed),
+                          timeout=timeout),
+            "your save_fn", point, ranks,
+            lambda exc: f"your save_fn failed before its planned kill on rank(s) "
+                        f"{list(ranks)}:\n" + rank_error_text(exc.exc))
+        if not_killed is not None:
+            return Outcome(verdicts={"P16": not_killed})
         missing = complete_on_disk(whole / CKPT_DIR, dir_2 / CKPT_DIR, before)
         shutil.rmtree(whole, ignore_errors=True)
         try:
@@ -95,8 +98,6 @@ class CustomCrashKind(DecidesP16, CustomPathKind):
                        by_torch=False) for obs in (save_1, save_2)]
         weights = ([obs[0]["params"] for obs in (save_1, save_2)]
                    if weights_theirs(self.custom) else ())
-        ckpt = dir_2 / CKPT_DIR
-        files = sorted(p.name for p in ckpt.rglob("*") if p.is_file()) if ckpt.is_dir() else []
         return Outcome(verdicts={"P16": p16_verdict(
-            describe(case), outcome, views_of(first, saved, weights), case.dst_world_size,
-            files=files, incomplete=missing)})
+            describe(case), outcome, views_of(refs, saved, weights), case.dst_world_size,
+            files=checkpoint_files(dir_2 / CKPT_DIR), incomplete=missing)})
