@@ -4,7 +4,8 @@ at a chosen point, then the load.
 - The rules of the judgement on hand-made states (no ranks): one save's state, the other's,
   a mix by key, a tensor whose elements come from both, a value from neither.
 - The quick tier's crash slice on real ranks: each case's verdict, and the harness deciding
-  a case whose killed rank left the others waiting in a collective in seconds.
+  a case whose killed rank left the others waiting in a collective by the death, not by a
+  timeout (the verdict's status tells them apart: no wall-clock bound).
 - A planted DCP writer that commits ``.metadata`` before its data (suites/conformance/
   crash_plants.py) fails P16, and the known entry of torch's own writer does not explain it.
 """
@@ -137,10 +138,13 @@ def test_the_quick_crash_slice(tmp_path):
     assert "EOFError" in detail["torn.rank0.over fsdp2.sharded"]
     assert "No such file" in detail["own_file.rank0.fresh fsdp1.full"]
     assert "a mix of save 1 and save 2" in detail["before_file.rank1.over fsdp2.sharded"]
-    # rank 1 killed after its file: rank 0 waits in DCP's gather; the case is decided by
-    # the pool's error grace, not the call timeout (120 s)
+    # rank 1 killed after its file: rank 0 waits in DCP's gather. The pool decides the call
+    # by the death (RankDied, within its error grace); a call left to its timeout would be
+    # a RankTimeout, which run/crash_kind.after_kill makes an error: the status says which,
+    # on a machine of any speed. No planned death is rerun as a machine's would be.
     killed = cases["own_file.rank1.over async fsdp2.sharded"]
-    assert killed["timings"]["total"] < 60, killed["timings"]
+    assert killed["properties"]["P16"]["status"] == "known", killed["properties"]["P16"]
+    assert not killed.get("rerun"), killed.get("rerun")
 
 
 @pytest.mark.slow
@@ -163,4 +167,4 @@ def test_a_writer_that_commits_metadata_before_its_data_fails(tmp_path):
         "loaded silently a mix of save 1 and save 2 ("), p16["detail"]
     assert "save 2 is not complete on disk (dcp/__1_0.distcp holds other bytes than this " \
         "save writes)" in p16["detail"], p16["detail"]
-    assert c["timings"]["total"] < 60, c["timings"]
+    assert not c.get("rerun"), c.get("rerun")  # the kill was decided as planned, not retried
