@@ -196,6 +196,7 @@ class RankPool:
         self._call_ids = itertools.count()
         self._broken = True  # not started yet
         self._closed = False
+        self._teardown_lock = threading.Lock()  # one thread closes a generation's handles
         self.rebuilds = 0
 
     # ----------------------------------------------------------------- lifecycle
@@ -262,6 +263,8 @@ class RankPool:
                 self._conns.append(parent)
                 self._lifelines.append(life_w)
             self._await_ready()
+            if self._closed:  # closed by another thread while these ranks started
+                raise PoolClosed("this RankPool was closed while it started")
         except BaseException:
             self._teardown(graceful=False)
             self._broken = True
@@ -310,27 +313,34 @@ class RankPool:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
     def _teardown(self, graceful: bool) -> None:
+        """Stop this generation's ranks and close its handles, exactly once: the lists are
+        taken under a lock, so a run's main thread killing the pool (an interrupted run) and
+        a lane thread marking it broken at the same moment never both close one connection
+        (a second close of a descriptor number closes whatever reused it, e.g. a directory
+        scan's handle in the scratch removal)."""
+        with self._teardown_lock:
+            procs, conns, lifelines = self._procs, self._conns, self._lifelines
+            self._procs, self._conns, self._lifelines = [], [], []
+            self._store = None
         if graceful:
-            for conn in self._conns:
+            for conn in conns:
                 try:
                     wire.send(conn, ("stop",))
                 except (OSError, ValueError):
                     pass
             deadline = time.monotonic() + 3.0
-            for p in self._procs:
+            for p in procs:
                 p.join(max(0.0, deadline - time.monotonic()))
-        for p in self._procs:
+        for p in procs:
             if p.is_alive():
                 p.kill()
-        for p in self._procs:
+        for p in procs:
             p.join(5.0)
-        for c in self._conns + self._lifelines:
+        for c in conns + lifelines:
             try:
                 c.close()
             except OSError:
                 pass
-        self._procs, self._conns, self._lifelines = [], [], []
-        self._store = None
 
     # ----------------------------------------------------------------- calls
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None,

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 
 import pytest
@@ -191,6 +192,45 @@ def test_close_stops_every_rank():
         time.sleep(0.1)
     assert not any(pid_alive(p) for p in pids)
 
+
+
+def test_a_pool_killed_while_a_lane_marks_it_broken_closes_each_handle_once():
+    """An interrupted run kills its pools from the main thread while a lane thread, seeing
+    its ranks die, marks the same pool broken: one of the two closes the generation's
+    handles, the other finds none (two closes of one descriptor number close whatever
+    reused it: seen as EBADF in the scratch removal of an interrupted CI run)."""
+    pool = RankPool(2)
+    pool.run(probes.noop)
+    inside, release = threading.Event(), threading.Event()
+    closers: dict[int, list[str]] = {}
+    for proc in pool._procs:
+        kill = proc.kill
+
+        def held_kill(kill=kill):
+            if threading.current_thread().name == "killer":
+                inside.set()
+                assert release.wait(10)
+            kill()
+        proc.kill = held_kill
+    for conn in pool._conns + pool._lifelines:
+        close = conn.close
+
+        def counted_close(conn=conn, close=close):
+            closers.setdefault(id(conn), []).append(threading.current_thread().name)
+            close()
+        conn.close = counted_close
+    handles = len(pool._conns) + len(pool._lifelines)
+    killer = threading.Thread(target=pool.close, kwargs={"kill": True}, name="killer")
+    killer.start()
+    try:
+        assert inside.wait(10), "close(kill=True) did not reach the ranks"
+        pool._mark_broken()  # what a lane does when its call sees the ranks die
+    finally:
+        release.set()
+        killer.join(20)
+    assert not killer.is_alive()
+    assert len(closers) == handles
+    assert all(names == ["killer"] for names in closers.values()), closers
 
 _CHILD = textwrap.dedent("""
     import signal, sys, time
