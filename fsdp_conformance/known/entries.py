@@ -149,6 +149,39 @@ def _dsd_load_on_fsdp1(c: Case) -> bool:
     return r is not None and r.family == "fsdp1" and "set_optimizer_state_dict" in r.calls
 
 
+def _steps_whole_tensors(c: Case) -> bool:
+    """Whether the case's optimizer reads a whole tensor to update an element of it
+    (``zoo.optimizers.WHOLE_TENSOR``; imported here, not at module load: torch)."""
+    from ..zoo.optimizers import WHOLE_TENSOR
+
+    return c.optimizer in WHOLE_TENSOR
+
+
+def _steps_pieces(c: Case, load_side: bool = False) -> bool:
+    """Whether FSDP1's optimizer steps pieces of params on the save side (the load side):
+    flat parameters always (a unit's params flattened into one 1-D tensor), original params
+    where FSDP1 shards them (world size > 1, not NO_SHARD); unsharded original params keep
+    their shape."""
+    ws = c.dst_world_size if load_side else c.world_size
+    return not c.use_orig_params or (ws > 1 and c.strategy != "NO_SHARD")
+
+
+def _some_rank_lacks_a_param(c: Case) -> bool:
+    """Whether a load rank of an FSDP1 case holds no element of some param (its sharded
+    unit's pieces on that rank miss the param: reference/layout.py ``param_pieces``)."""
+    from ..properties.layouts import reference_layout
+
+    lay = reference_layout(c, load_side=True)
+    for unit in lay.units:
+        if not unit.sharded:
+            continue
+        for r in range(lay.world_size):
+            held = {pc.fqn for pc in unit.param_pieces(lay.shard_rank(r))}
+            if set(unit.fqns) - held:
+                return True
+    return False
+
+
 def _rank0_broadcasts(c: Case) -> bool:
     """A run path whose full load hands the dict to rank 0 alone, which sends the others
     theirs (its record's ``full_load == "broadcast"``; fsdp2.full's ``no_broadcast`` axis
@@ -714,6 +747,75 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      message=r"^aten\.index_put_\.default: in-place operations that require "
                              r"placement changes are not supported",
                      where=("_single_tensor_rprop", "_multi_tensor_rprop"))),
+    KnownLimitation(
+        "adafactor-cannot-step-dtensor", ALL_PROPS,
+        lambda c: c.family == "fsdp2" and c.optimizer == "adafactor"
+        and c.strategy in ("FULL_SHARD", "SHARD_GRAD_OP"),
+        "2.13, 2.15 (CPU)",
+        "torch.optim.Adafactor cannot step a fully_shard model: for a 2-D param it takes the "
+        "column factor as torch.norm(grad, dim=-2, keepdim=True).square_() "
+        "(optim/_adafactor.py:398-399), and the norm of a Shard(0) DTensor over its sharded "
+        "dim is a _NormPartial placement that the in-place square_ (aten.pow_) would have to "
+        "change: 'aten.pow_.Scalar: in-place operations that require placement changes are "
+        "not supported' on every rank at the first optim.step() (nothing can be saved). "
+        "Reproducer notes/repro/fsdp2_adafactor_cannot_step.py.",
+        model=Raises(exc="RuntimeError",
+                     message=r"^aten\.pow_\.Scalar: in-place operations that require placement "
+                             r"changes are not supported",
+                     where=("_single_tensor_adafactor",))),
+    KnownLimitation(
+        "fsdp1-optimizer-steps-flat-shards", ("P2", "P6"),
+        lambda c: c.family == "fsdp1" and _steps_whole_tensors(c) and _steps_pieces(c),
+        "2.13, 2.15 (CPU)",
+        "FSDP1 hands the optimizer each rank's 1-D shard of a unit's flat parameter (or, with "
+        "use_orig_params, each param's 1-D piece on the rank: _flat_param.py flatten_tensors "
+        ":838-893, _get_shard :1122), and Adafactor decides its state by the dimension of "
+        "what it steps (optim/_adafactor.py:100-111): it keeps one unfactored 'variance' per "
+        "shard instead of a 2-D param's 'row_var' and 'col_var', and scales its step by the "
+        "RMS of the shard it steps (:381 the param's, :415 the update's), right padding "
+        "included. So FSDP1 trains otherwise than single-process Adafactor (6e-3 apart after "
+        "3 float64 steps on the zoo MLP), the saved full dict holds a param-shaped variance "
+        "where a plain Adafactor holds the factors (a plain Adafactor loading it raises "
+        "'row_var and col_var should be defined' at its next step: "
+        "notes/repro/fsdp1_adafactor_flat_unfactored.py), and a resume at another world "
+        "size steps other shards. Modelled exactly: the baseline trains one Adafactor per "
+        "rank on the rank's shards (properties/shard_training.py).",
+        "not reported upstream; FSDP1's docs say the optimizer sees the flat parameter",
+        model=Effect(what="each rank's optimizer steps its own 1-D shards (unfactored "
+                     "variance, the shard's RMS)", trains_on_shards=True)),
+    KnownLimitation(
+        "fsdp1-orig-cuts-factored-state", ALL_PROPS,
+        lambda c: c.family == "fsdp1" and c.use_orig_params and c.optimizer == "adafactor"
+        and not _steps_pieces(c) and _steps_pieces(c, load_side=True)
+        and not (_dsd_load_on_fsdp1(c) and _some_rank_lacks_a_param(c)),
+        "2.13",
+        "An Adafactor state saved where FSDP1 keeps original params whole (world size 1, "
+        "NO_SHARD) holds a 2-D param's factored second moment (row_var, col_var: not the "
+        "param's shape). Loading it into sharded FSDP1 with use_orig_params cuts every "
+        "positive-dim state tensor by the param's element range "
+        "(_optim_utils.py:393-402 _shard_orig_param_state: value.flatten()[start:end + 1]), "
+        "factors included: the first rank keeps whole factors, a rank past their length gets "
+        "empty ones, and no rank gets the 'variance' Adafactor keeps for the 1-D piece it now "
+        "steps, so the first resumed step raises 'variance should be defined when grad is a "
+        "vector' (optim/_adafactor.py:405-406) on every rank. The reference refuses to cut "
+        "such state (reference/shard.py).",
+        model=Raises(exc="AssertionError",
+                     message=r"^variance should be defined when grad is a vector",
+                     where=("_single_tensor_adafactor",))),
+    KnownLimitation(
+        "dsd-zero-grad-step-divides-by-empty-piece", ALL_PROPS,
+        lambda c: _dsd_load_on_fsdp1(c) and c.use_orig_params and c.optimizer == "adafactor"
+        and _some_rank_lacks_a_param(c),
+        "2.13",
+        "Loading an FSDP1 model with use_orig_params through DSD (get_optimizer_state_dict / "
+        "set_optimizer_state_dict on a fresh optimizer) first runs _init_optim_state "
+        "(state_dict.py:629-668): it gives every param a zero gradient (:649), also the "
+        "params of which this rank holds no element (a 0-element piece, whose gradient FSDP1 "
+        "leaves None in training), and steps once with lr=0 (:662). Adafactor divides by the "
+        "numel of what it steps (optim/_adafactor.py:381): ZeroDivisionError on every rank "
+        "that lacks a piece, while the others wait in the load's collectives.",
+        model=Raises(exc="ZeroDivisionError", message=r"^float division by zero",
+                     where=("_single_tensor_adafactor",))),
     KnownLimitation(
         "dsd-get-optim-dummy-step", ("P1", "P2", "P10"),
         lambda c: c.api in _DSD_RUN and c.steps == 0 and c.optimizer in _LAZY_STATE,

@@ -157,6 +157,11 @@ class Effect:
     every other param on the mean; the ranks train apart (the baseline trains one replica
     per rank, properties/baseline.py)."""
 
+    trains_on_shards: bool = False
+    """FSDP1 steps the optimizer on each rank's 1-D shards of the params (flat shards, or
+    each param's piece under ``use_orig_params``) where the correct run steps the whole
+    params: the single-process baseline of P2/P6 trains so (properties/shard_training.py)."""
+
     def describe(self) -> str:
         return f"changes values: {self.what}"
 

@@ -51,6 +51,7 @@ from ..zoo.models import mixed_precision_backward
 from ..zoo.optimizers import ELEMENTWISE
 from .statediff import diff_state_dicts
 from .layouts import fsdp2_reference_layout, reference_layout
+from .shard_training import shard_run
 
 
 @dataclass(frozen=True)
@@ -109,11 +110,27 @@ def local_run(case: Case, exp: Expectation = EXACT) -> LocalRun:
     one replica per distinct start; under gradients that ranks keep to themselves, every
     rank is a replica from the first step (module rules)."""
     case = exp.runs_as(case)
+    if exp.on_shards:
+        return _shards_run(case, exp)
     if case.world_size > 1 and exp.local_grads(case):
         return _apart_run(case, exp)
     if exp.by_rank and case.resume_steps:
         return _replicas_run(case, exp)
     return _local_run(case, exp)
+
+
+@functools.lru_cache(maxsize=16)
+def _shards_run(case: Case, exp: Expectation) -> LocalRun:
+    """The run as FSDP1's ranks step their own shards (properties/shard_training.py),
+    resumed from the state a load leaves under ``exp``; one load rank's start for all (a
+    load modelled per rank is not modelled with it)."""
+    if exp.by_rank or exp.local_grads(case) or any(exp.zero_grads(s) for s in range(
+            case.steps + case.resume_steps)):
+        raise ValueError("an optimizer stepping FSDP1's shards is modelled alone: not with a "
+                         "load per rank, gradients kept per rank or zero gradients")
+    run = shard_run(case, lambda full: _modelled_start(exp, full))
+    return LocalRun(run.losses, run.params_at_save, run.optim_at_save, run.params_at_end,
+                    run.optim_at_end)
 
 
 def _modelled_start(exp: Expectation, state: dict) -> dict:

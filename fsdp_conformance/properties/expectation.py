@@ -133,6 +133,12 @@ class Expectation:
                 for k, v in e.local_grads(case).items()}
 
     @property
+    def on_shards(self) -> bool:
+        """Whether FSDP1 steps the optimizer on each rank's shards (``Effect.trains_on_shards``):
+        the baseline then trains so (properties/shard_training.py)."""
+        return any(e.trains_on_shards for e in self.effects)
+
+    @property
     def by_rank(self) -> bool:
         """Whether the modelled load may differ between the load side's ranks (a
         ``shards_from`` effect, or a ``load`` one that says ``load_by_rank``): the baseline

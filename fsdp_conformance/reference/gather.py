@@ -18,7 +18,8 @@ Original params (``use_orig_params=True``), per param:
     Every rank holding a piece must hold the state. Scalars come from the ranks that
     hold a non-empty piece (all ranks with the entry, for state without tensors) and
     must agree.
-  * NO_SHARD (and world size 1): rank 0's state, already in the param's shape.
+  * NO_SHARD (and world size 1): rank 0's state as it is (the optimizer stepped the
+    whole param: a state tensor not shaped like it, Adafactor's factors, is kept).
   * a param with state on no rank is left out (torch raises instead when the param
     requires grad and a sibling in its unit has state; see notes).
 Params outside any unit: rank 0's state, cloned.
@@ -175,12 +176,9 @@ def _gather_orig(unit, local_dicts, ranks, want, device, skip=frozenset()):
             st = local_dicts[0]["state"].get(p.fqn)
             if not st:
                 continue
-            res = {}
-            for name, v in st.items():
-                if category(v) == "tensor" and tuple(v.shape) != p.shape:
-                    raise ShapeMismatch("state tensor has the wrong shape", param=p.fqn, key=name, rank=0,
-                                        expected=p.shape, got=tuple(v.shape))
-                res[name] = clone_value(v, device)
+            # the optimizer stepped the whole param: its state is what it keeps, in any
+            # shape (Adafactor's row_var / col_var factors are not the param's)
+            res = {name: clone_value(v, device) for name, v in st.items()}
             out[p.fqn] = order_state(res)
             continue
         pieces = {}

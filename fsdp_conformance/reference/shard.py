@@ -25,7 +25,11 @@ Original params (``use_orig_params=True``), per param with non-empty state:
     (1-D, no padding), scalars unchanged. A zero-numel param goes, like in FSDP, to
     the rank(s) ``UnitLayout.fsdp_in_shard`` marks (``r*S < offset <= (r+1)*S - 1``;
     possibly none): per-element state as an empty 1-D tensor, scalars unchanged;
-  * NO_SHARD: the state as is (cloned).
+  * sharded, a positive-dim state tensor not shaped like its param (Adafactor's row_var /
+    col_var factors of a param stepped whole): an error, it has no elements to cut by the
+    rank's piece (torch cuts it by the param's element range anyway: the known entry
+    fsdp1-orig-cuts-factored-state);
+  * NO_SHARD: the state as is (cloned), in any shape.
 Params outside any unit: their state, cloned, on every rank.
 ``param_groups``: every group's hyperparameters deep-copied; ``params`` mapped to the
 rank's optimizer keys, de-duplicated and ordered by optimizer key order (FSDP sorts
@@ -49,7 +53,7 @@ from .errors import (
     StateDictMismatch,
     UnknownKeyError,
 )
-from .keys import category, check_key_types, clone_value, per_element_names_from_full, values_equal
+from .keys import check_key_types, clone_value, per_element_names_from_full, values_equal
 from .layout import ModelLayout, Piece, UnitLayout
 
 
@@ -199,8 +203,10 @@ def _shard_orig(unit, state, sr, rank, per_element, device):
         if not st:
             continue
         for name, v in st.items():
-            if isinstance(v, torch.Tensor) and v.dim() > 0 and tuple(v.shape) != p.shape:
-                raise ShapeMismatch("state tensor does not have its param's shape", param=p.fqn,
+            if unit.sharded and isinstance(v, torch.Tensor) and v.dim() > 0 \
+                    and tuple(v.shape) != p.shape:
+                raise ShapeMismatch("state tensor does not have its param's shape: it cannot "
+                                    "be cut into a rank's piece of the param", param=p.fqn,
                                     key=name, rank=rank, expected=p.shape, got=tuple(v.shape))
         if unit.sharded and not in_shard[p.fqn]:
             continue

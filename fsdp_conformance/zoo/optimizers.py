@@ -29,11 +29,14 @@ MORE_OPTIMIZERS = {
     "adamax": (torch.optim.Adamax, {"lr": 0.01}),  # exp_inf: a running max
     "asgd": (torch.optim.ASGD, {"lr": 0.01, "t0": 1}),  # 0-dim eta and mu, param-shaped ax
     "rprop": (torch.optim.Rprop, {"lr": 0.01}),  # prev, step_size
+    # row_var, col_var for a 2-D param (not param-shaped), variance for a 1-D one
+    "adafactor": (torch.optim.Adafactor, {"lr": 0.01}),
 }
-"""The rest of torch.optim whose state is param-shaped tensors and 0-dim tensors per param
-(issue 49). Apart from ``OPTIMIZERS``, whose order the quick tier cycles through: the full
-tier runs these on every path (run/matrix.py ``more_optimizers``), the quick tier NAdam and
-ASGD. ASGD's ``t0=1`` starts its averaging (``ax``) at the first step instead of step 1e6."""
+"""The rest of torch.optim (issue 49): state of param-shaped tensors and 0-dim tensors per
+param, and Adafactor's factored second moments. Apart from ``OPTIMIZERS``, whose order the
+quick tier cycles through: the full tier runs these on every path (run/matrix.py
+``more_optimizers``), the quick tier NAdam, ASGD and Adafactor. ASGD's ``t0=1`` starts its
+averaging (``ax``) at the first step instead of step 1e6."""
 
 ALL_OPTIMIZERS = {**OPTIMIZERS, **MORE_OPTIMIZERS}
 """Every zoo optimizer of torch.optim the run names (``OPTIMIZERS`` and ``MORE_OPTIMIZERS``)."""
@@ -71,7 +74,13 @@ STATE_DTYPE_OPTIMIZERS = {
     "sgd_momentum_fp32state": (SGDMomentumFP32State, {"lr": 0.05, "momentum": 0.9}),
 }
 
-ELEMENTWISE = frozenset(ALL_OPTIMIZERS) | frozenset(STATE_DTYPE_OPTIMIZERS)
+WHOLE_TENSOR = frozenset({"adafactor"})
+"""The zoo optimizers whose update of an element reads more than that element: Adafactor
+factors a 2-D param's second moment over its rows and columns and scales its update by the
+RMS of the update and of the param it steps (optim/_adafactor.py), so it trains otherwise
+on a piece of a param (FSDP1's flat shards: properties/shard_training.py)."""
+
+ELEMENTWISE = (frozenset(ALL_OPTIMIZERS) - WHOLE_TENSOR) | frozenset(STATE_DTYPE_OPTIMIZERS)
 """The optimizers whose update of a param element reads only that element's param, gradient
 and state (and the group's hyperparameters): ranks that hold the rows of one param and step
 them with different hyperparameters give, row for row, what each would give stepping the
