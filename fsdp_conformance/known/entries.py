@@ -150,11 +150,12 @@ def _dsd_load_on_fsdp1(c: Case) -> bool:
 
 
 def _steps_whole_tensors(c: Case) -> bool:
-    """Whether the case's optimizer reads a whole tensor to update an element of it
-    (``zoo.optimizers.WHOLE_TENSOR``; imported here, not at module load: torch)."""
-    from ..zoo.optimizers import WHOLE_TENSOR
+    """Whether the case's optimizer reads a whole tensor to update an element of it and
+    accepts a 1-D one (``zoo.optimizers.WHOLE_TENSOR`` but not ``MATRIX_ONLY``; imported
+    here, not at module load: torch)."""
+    from ..zoo.optimizers import MATRIX_ONLY, WHOLE_TENSOR
 
-    return c.optimizer in WHOLE_TENSOR
+    return c.optimizer in WHOLE_TENSOR - MATRIX_ONLY
 
 
 def _steps_pieces(c: Case, load_side: bool = False) -> bool:
@@ -783,6 +784,20 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "not reported upstream; FSDP1's docs say the optimizer sees the flat parameter",
         model=Effect(what="each rank's optimizer steps its own 1-D shards (unfactored "
                      "variance, the shard's RMS)", trains_on_shards=True)),
+    KnownLimitation(
+        "muon-refuses-fsdp1-shards", ALL_PROPS,
+        lambda c: c.family == "fsdp1" and c.optimizer == "muon"
+        and (_steps_pieces(c) or _steps_pieces(c, load_side=True)),
+        "2.13",
+        "torch.optim.Muon steps 2-D params only and checks it when built "
+        "(optim/_muon.py:128-133: 'Muon only supports 2D parameters whereas we found a "
+        "parameter with size: ...'). FSDP1 hands the optimizer 1-D tensors: a unit's flat "
+        "parameter, or with use_orig_params each param's 1-D piece on the rank "
+        "(_flat_param.py flatten_tensors :838-893); only unsharded original params (world "
+        "size 1, NO_SHARD) keep their shape. So Muon cannot be built for a sharded FSDP1 "
+        "model on any rank: the side that shards raises before its first step.",
+        model=Raises(exc="ValueError", message=r"^Muon only supports 2D parameters",
+                     where=("__init__",))),
     KnownLimitation(
         "fsdp1-orig-cuts-factored-state", ALL_PROPS,
         lambda c: c.family == "fsdp1" and c.use_orig_params and c.optimizer == "adafactor"

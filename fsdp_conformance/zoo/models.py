@@ -65,6 +65,21 @@ class FrozenMLP(NestedMLP):
             p.requires_grad_(False)
 
 
+class MatrixMLP(nn.Module):
+    """NestedMLP without biases: every param a matrix, as Muon requires (it refuses a param
+    that is not 2-D, optim/_muon.py:128-133)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(7, 13, bias=False)
+        self.block = nn.Sequential(nn.Linear(13, 11, bias=False), nn.Tanh(),
+                                   nn.Linear(11, 5, bias=False))
+        self.head = nn.Linear(5, 2, bias=False)
+
+    def forward(self, x):
+        return self.head(self.block(torch.tanh(self.inp(x))))
+
+
 class UnusedParamMLP(NestedMLP):
     """NestedMLP with a layer that is never used in forward: its params never get a grad."""
 
@@ -227,6 +242,15 @@ TP_MODELS: dict[str, ModelSpec] = {
                                       for fc, style in (("fc1", "colwise"), ("fc2", "rowwise")))),
 }
 
+# Models an optimizer needs (``OPTIMIZER_MODELS``): buildable by name, in the tiers only
+# with that optimizer (run/matrix.py ``more_optimizers``), not among the models every other
+# axis goes through.
+MATRIX_MODELS: dict[str, ModelSpec] = {
+    "matrices": ModelSpec("matrices", MatrixMLP, _floats((7,)),
+                          {"root": (), "nested": ("inp", "block", "block.2"),
+                           "block": ("block",)}),
+}
+
 # Models a known limitation's model trains as (known/model.py ``Effect.runs_as``): buildable
 # by name, never in a tier's matrix; registered on first use (zoo/ties.py ``untied_variant``).
 VARIANTS: dict[str, ModelSpec] = {}
@@ -306,11 +330,12 @@ def _scaled_spec(name: str) -> ModelSpec | None:
 
 
 def model_spec(name: str) -> ModelSpec:
-    spec = (MODELS.get(name) or TP_MODELS.get(name) or REGISTERED.get(name)
+    spec = (MODELS.get(name) or TP_MODELS.get(name) or MATRIX_MODELS.get(name)
+            or REGISTERED.get(name)
             or VARIANTS.get(name) or _scaled_spec(name))
     if spec is None:
         extra = f"; registered: {sorted(REGISTERED)}" if REGISTERED else ""
-        raise ValueError(f"unknown zoo model {name!r}; known: {sorted({**MODELS, **TP_MODELS})}, "
+        raise ValueError(f"unknown zoo model {name!r}; known: {sorted({**MODELS, **TP_MODELS, **MATRIX_MODELS})}, "
                          f"{SCALED_PREFIX}<n params>{extra}")
     return spec
 

@@ -31,6 +31,8 @@ MORE_OPTIMIZERS = {
     "rprop": (torch.optim.Rprop, {"lr": 0.01}),  # prev, step_size
     # row_var, col_var for a 2-D param (not param-shaped), variance for a 1-D one
     "adafactor": (torch.optim.Adafactor, {"lr": 0.01}),
+    # orthogonalised momentum of whole matrices; 2-D params only (zoo model "matrices")
+    "muon": (torch.optim.Muon, {"lr": 0.01}),
 }
 """The rest of torch.optim (issue 49): state of param-shaped tensors and 0-dim tensors per
 param, and Adafactor's factored second moments. Apart from ``OPTIMIZERS``, whose order the
@@ -74,11 +76,20 @@ STATE_DTYPE_OPTIMIZERS = {
     "sgd_momentum_fp32state": (SGDMomentumFP32State, {"lr": 0.05, "momentum": 0.9}),
 }
 
-WHOLE_TENSOR = frozenset({"adafactor"})
+WHOLE_TENSOR = frozenset({"adafactor", "muon"})
 """The zoo optimizers whose update of an element reads more than that element: Adafactor
 factors a 2-D param's second moment over its rows and columns and scales its update by the
-RMS of the update and of the param it steps (optim/_adafactor.py), so it trains otherwise
-on a piece of a param (FSDP1's flat shards: properties/shard_training.py)."""
+RMS of the update and of the param it steps (optim/_adafactor.py); Muon orthogonalises a
+matrix's momentum as a whole (Newton-Schulz, optim/_muon.py). So they train otherwise on a
+piece of a param (FSDP1's flat shards: properties/shard_training.py)."""
+
+MATRIX_ONLY = frozenset({"muon"})
+"""The zoo optimizers that refuse a param that is not 2-D (Muon, optim/_muon.py:128-133):
+FSDP1's 1-D flat shards and pieces cannot be stepped by them at all."""
+
+OPTIMIZER_MODELS = {"muon": "matrices"}
+"""The zoo model an optimizer runs on in the tiers where the zoo's default (``mlp``, whose
+biases are 1-D) is not one it accepts: Muon steps 2-D params only."""
 
 ELEMENTWISE = (frozenset(ALL_OPTIMIZERS) - WHOLE_TENSOR) | frozenset(STATE_DTYPE_OPTIMIZERS)
 """The optimizers whose update of a param element reads only that element's param, gradient
