@@ -161,10 +161,13 @@ def _steps_whole_tensors(c: Case) -> bool:
 def _steps_pieces(c: Case, load_side: bool = False) -> bool:
     """Whether FSDP1's optimizer steps pieces of params on the save side (the load side):
     flat parameters always (a unit's params flattened into one 1-D tensor), original params
-    where FSDP1 shards them (world size > 1, not NO_SHARD); unsharded original params keep
-    their shape."""
-    ws = c.dst_world_size if load_side else c.world_size
-    return not c.use_orig_params or (ws > 1 and c.strategy != "NO_SHARD")
+    where the reference layout shards their unit; unsharded original params keep their
+    shape (properties/shard_training.py cuts them the same way)."""
+    from ..properties.layouts import reference_layout
+
+    if not c.use_orig_params:
+        return True
+    return any(u.sharded for u in reference_layout(c, load_side=load_side).units)
 
 
 def _some_rank_lacks_a_param(c: Case) -> bool:

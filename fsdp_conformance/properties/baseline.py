@@ -51,6 +51,7 @@ from ..zoo.models import mixed_precision_backward
 from ..zoo.optimizers import ELEMENTWISE
 from .statediff import diff_state_dicts
 from .layouts import fsdp2_reference_layout, reference_layout
+from .exact_load import load_exactly
 from .shard_training import shard_run
 
 
@@ -326,22 +327,6 @@ def _to_ids(named: dict, names: list[str]) -> dict:
     return {"state": {ids[k]: st for k, st in named["state"].items()},
             "param_groups": [{**g, "params": sorted(ids[n] for n in g["params"])}
                              for g in named["param_groups"]]}
-
-
-def load_exactly(optim: torch.optim.Optimizer, sd: dict) -> None:
-    """``optim.load_state_dict(sd)``, then every state tensor exactly as ``sd`` holds it:
-    torch's load casts floating-point state to its param's dtype (pytorch#43706, entry
-    ``optim-load-casts-state-to-param-dtype``), and the baseline is the correct run, so it
-    keeps the dtype it was given. ``sd`` is the optimizer's own id-keyed form; its tensors
-    become the optimizer's (the caller passes a copy)."""
-    optim.load_state_dict(sd)
-    params = [p for g in optim.param_groups for p in g["params"]]
-    for pid, st in sd["state"].items():
-        mine = optim.state[params[pid]]
-        for k, v in st.items():
-            if isinstance(v, torch.Tensor) and mine.get(k) is not None and \
-                    mine[k].dtype != v.dtype:
-                mine[k] = v
 
 
 def fresh_training(case: Case):

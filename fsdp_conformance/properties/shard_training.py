@@ -35,6 +35,7 @@ from ..reference import gather_full, shard_full
 from ..reference.keys import to_ids, to_named
 from ..zoo import build_model, build_optimizer, loss_of, make_batch
 from ..zoo.models import model_spec
+from .exact_load import load_exactly
 from .layouts import reference_layout
 
 
@@ -55,71 +56,78 @@ class ShardRun:
     """The full dict at the end of the resumed run, gathered on the load side's layout."""
 
 
+@dataclass(frozen=True)
+class _Cut:
+    """What one optimizer key is on one rank: its local tensor's shape, and the pieces of
+    params in it ``(fqn, start in param, end in param, start in the local tensor)``."""
+
+    shape: tuple[int, ...]
+    pieces: tuple[tuple[str, int, int, int], ...]
+    flat: bool
+    """A unit's flat parameter (it gets a gradient on every rank, padding only or not)."""
+
+
+def _cut_of(layout, key: str, rank: int) -> _Cut:
+    """Rank ``rank``'s tensor of optimizer key ``key`` (module rules): a flat parameter's
+    padded shard, an original param's 1-D piece (empty where the rank holds none of it), or
+    an original param FSDP1 does not shard (NO_SHARD, world size 1) in its own shape."""
+    unit = layout.unit_by_key(key)
+    sr = layout.shard_rank(rank)
+    if unit is not None:
+        return _Cut((unit.shard_numel,), tuple(tuple(pc) for pc in unit.param_pieces(sr)), True)
+    unit, slot = layout.find(key)
+    if unit is None or not unit.sharded:
+        return _Cut(tuple(slot.shape), ((slot.fqn, 0, slot.numel, 0),), False)
+    pc = next((pc for pc in unit.param_pieces(sr) if pc.fqn == slot.fqn), None)
+    if pc is None:
+        return _Cut((0,), (), False)
+    return _Cut((pc.numel,), ((slot.fqn, pc.start_in_param, pc.end_in_param, 0),), False)
+
+
 class _Ranks:
     """One optimizer per stepped rank of ``layout``, over its 1-D shards of the params."""
 
     def __init__(self, case: Case, layout, params: dict):
         self.layout = layout
         self.keys = layout.optimizer_keys()
+        self.dtype = case.torch_dtype
         sharded = any(u.sharded for u in layout.units)
         self.stepped = range(layout.shard_world_size if sharded else 1)
+        self.cuts = [[_cut_of(layout, k, r) for k in self.keys] for r in self.stepped]
         self.locals: list[list[torch.nn.Parameter]] = []
         self.optims: list[torch.optim.Optimizer] = []
-        for r in self.stepped:
-            tensors = [torch.nn.Parameter(self._cut(params, k, r, like=params)) for k in self.keys]
+        for cuts in self.cuts:
+            tensors = [torch.nn.Parameter(self._cut(params, cut)) for cut in cuts]
             self.locals.append(tensors)
             self.optims.append(build_optimizer(case.optimizer, list(zip(self.keys, tensors)),
                                                case.groups, impl=case.impl))
 
-    def pieces(self, key: str, rank: int) -> tuple[int, list[tuple[str, int, int, int]]]:
-        """``(local numel, [(fqn, start in param, end in param, start in local)])`` of the
-        optimizer key ``key`` on ``rank``."""
-        unit = self.layout.unit_by_key(key)
-        sr = self.layout.shard_rank(rank)
-        if unit is not None:  # a flat parameter: the rank's padded shard of the unit
-            return unit.shard_numel, [tuple(pc) for pc in unit.param_pieces(sr)]
-        unit, slot = self.layout.find(key)
-        if unit is None or not unit.sharded:
-            return slot.numel, [(slot.fqn, 0, slot.numel, 0)]
-        for pc in unit.param_pieces(sr):
-            if pc.fqn == slot.fqn:
-                return pc.numel, [(slot.fqn, pc.start_in_param, pc.end_in_param, 0)]
-        return 0, []
-
-    def _cut(self, whole: dict, key: str, rank: int, like: dict) -> torch.Tensor:
-        """Rank ``rank``'s tensor of optimizer key ``key`` cut from ``whole`` (by FQN): 1-D,
-        but an original param FSDP1 does not shard (NO_SHARD, world size 1) keeps its shape."""
-        numel, pieces = self.pieces(key, rank)
-        ref = like[pieces[0][0]] if pieces else next(iter(like.values()))
-        out = torch.zeros(numel, dtype=ref.dtype)
-        for fqn, s, e, o in pieces:
-            out[o:o + e - s] = whole[fqn].detach().reshape(-1)[s:e]
-        if self.layout.unit_by_key(key) is None:
-            unit, slot = self.layout.find(key)
-            if unit is None or not unit.sharded:
-                return out.reshape(slot.shape)
+    def _cut(self, whole: dict, cut: _Cut) -> torch.Tensor:
+        """``cut``'s local tensor of ``whole`` (by FQN; zeros where it has no piece)."""
+        out = torch.zeros(cut.shape, dtype=self.dtype)
+        flat = out.view(-1)
+        for fqn, s, e, o in cut.pieces:
+            flat[o:o + e - s] = whole[fqn].detach().reshape(-1)[s:e]
         return out
 
     @torch.no_grad()
     def step(self, params: dict, grads: dict) -> None:
         """Every stepped rank steps its shards on ``grads``; ``params`` (whole, by FQN) get
         the updated elements."""
-        for r, tensors, optim in zip(self.stepped, self.locals, self.optims):
+        for cuts, tensors, optim in zip(self.cuts, self.locals, self.optims):
             optim.zero_grad(set_to_none=True)
-            for k, t in zip(self.keys, tensors):
-                numel, pieces = self.pieces(k, r)
-                have = [fqn for fqn, *_ in pieces if grads.get(fqn) is not None]
-                if self.layout.unit_by_key(k) is None and not have:
+            for cut, t in zip(cuts, tensors):
+                if not cut.flat and not any(grads.get(f) is not None for f, *_ in cut.pieces):
                     continue  # an original param with no element here or no gradient:
-                    # FSDP1 leaves its grad None (a flat shard, padding only or not, gets
-                    # the reduce-scatter's output)
+                    # FSDP1 leaves its grad None (a flat shard gets the reduce-scatter's
+                    # output, padding only or not)
                 t.grad = self._cut({f: grads[f] if grads.get(f) is not None
-                                    else torch.zeros_like(params[f]) for f, *_ in pieces},
-                                   k, r, like=params)
+                                    else torch.zeros_like(params[f]) for f, *_ in cut.pieces},
+                                   cut)
             optim.step()
-        for r, tensors in zip(self.stepped, self.locals):
-            for k, t in zip(self.keys, tensors):
-                for fqn, s, e, o in self.pieces(k, r)[1]:
+        for cuts, tensors in zip(self.cuts, self.locals):
+            for cut, t in zip(cuts, tensors):
+                for fqn, s, e, o in cut.pieces:
                     params[fqn].view(-1)[s:e] = t.reshape(-1)[o:o + e - s]
 
     def full_dict(self) -> dict:
@@ -135,13 +143,7 @@ class _Ranks:
         """Every stepped rank's optimizer holds the reference's shard of ``full``, each
         state tensor exactly as the shard holds it (the baseline is the correct run)."""
         for r, optim in zip(self.stepped, self.optims):
-            local = to_ids(shard_full(self.layout, full, r), self.keys, rank=r)
-            optim.load_state_dict(local)
-            params = [p for g in optim.param_groups for p in g["params"]]
-            for pid, st in local["state"].items():
-                for name, v in st.items():
-                    if isinstance(v, torch.Tensor):
-                        optim.state[params[pid]][name] = v.clone()
+            load_exactly(optim, to_ids(shard_full(self.layout, full, r), self.keys, rank=r))
 
 
 def _check_modelled(case: Case) -> None:
