@@ -106,6 +106,9 @@ _FSDP2_RUN = paths_of("fsdp2")
 # Run paths that go through torch.distributed.checkpoint.state_dict (DSD), on either FSDP:
 # their records say they call set_optimizer_state_dict.
 _DSD_RUN = tuple(p.name for p in PATHS if "set_optimizer_state_dict" in p.calls)
+# The zoo optimizers whose state is held once for all params (zoo.optimizers.HELD_ONCE;
+# named here, not imported: the zoo imports torch, this module must not)
+_HELD_ONCE = ("lbfgs",)
 
 
 def _record(c: Case):
@@ -151,11 +154,13 @@ def _dsd_load_on_fsdp1(c: Case) -> bool:
 
 def _steps_whole_tensors(c: Case) -> bool:
     """Whether the case's optimizer reads a whole tensor to update an element of it and
-    accepts a 1-D one (``zoo.optimizers.WHOLE_TENSOR`` but not ``MATRIX_ONLY``; imported
-    here, not at module load: torch)."""
-    from ..zoo.optimizers import MATRIX_ONLY, WHOLE_TENSOR
+    accepts a 1-D one (``zoo.optimizers.WHOLE_TENSOR`` but not ``MATRIX_ONLY``), and whose
+    state is per param (not ``HELD_ONCE``: FSDP1 cannot save LBFGS's, entry
+    fsdp1-reads-held-once-state-per-param, so nothing reads how it trains). Imported here,
+    not at module load: torch."""
+    from ..zoo.optimizers import HELD_ONCE, MATRIX_ONLY, WHOLE_TENSOR
 
-    return c.optimizer in WHOLE_TENSOR - MATRIX_ONLY
+    return c.optimizer in WHOLE_TENSOR - MATRIX_ONLY - HELD_ONCE
 
 
 def _steps_pieces(c: Case, load_side: bool = False) -> bool:
@@ -834,6 +839,79 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "that lacks a piece, while the others wait in the load's collectives.",
         model=Raises(exc="ZeroDivisionError", message=r"^float division by zero",
                      where=("_single_tensor_adafactor",))),
+    KnownLimitation(
+        "fsdp1-unflattens-held-once-state", ALL_PROPS,
+        lambda c: _fsdp1(c) and c.optimizer in _HELD_ONCE and not c.use_orig_params,
+        "2.13, 2.15 (CPU)",
+        "torch.optim.LBFGS keeps one state for all its params under the first "
+        "(optim/lbfgs.py:349-352): 'd' and 'prev_flat_grad' are flat vectors over every "
+        "param it holds, beside history lists and numbers. FSDP1's optimizer state dict "
+        "reads the state under a flat parameter as that flat parameter's own, so with "
+        "flat parameters (more than one FSDP unit) every save raises on every rank: at "
+        "world size 1 unflattening 'd' by the first unit's numels raises 'split_with_sizes "
+        "expects split_sizes to sum exactly to <every param's numel>' "
+        "(_optim_utils.py:285 -> _flat_param.py:1901); at 2 or more ranks the all-gather of "
+        "it as a shard of the first flat parameter raises 'ProcessGroupGloo::allgather: "
+        "invalid tensor size' (_optim_utils.py:229; gloo checks the sizes, NCCL not tried "
+        "here). Nothing can be saved. Reproducer notes/repro/lbfgs_state_held_once.py.",
+        "not reported upstream that we found",
+        model=Raises(exc="RuntimeError",
+                     message=r"^(split_with_sizes expects split_sizes to sum exactly to"
+                             r"|ProcessGroupGloo::allgather: invalid tensor size)",
+                     where=("_unflatten_optim_state",))),
+    KnownLimitation(
+        "fsdp1-reads-held-once-state-per-param", ALL_PROPS,
+        lambda c: _fsdp1(c) and c.optimizer in _HELD_ONCE and c.use_orig_params,
+        "2.13, 2.15 (CPU)",
+        "torch.optim.LBFGS keeps one state for all its params under the first "
+        "(optim/lbfgs.py:349-352). FSDP1 with use_orig_params expects state under every "
+        "param of a unit that has state under any: its optimizer state dict raises "
+        "'<param> is not in the optimizer state. The FSDPParamInfo has the param keys [...] "
+        "while the optimizer has the param keys [<the first>]' "
+        "(_optim_utils.py:1804-1808, _convert_state_with_orig_params) on every rank, at "
+        "every world size. Nothing can be saved. Reproducer "
+        "notes/repro/lbfgs_state_held_once.py.",
+        "not reported upstream that we found",
+        model=Raises(exc="RuntimeError",
+                     message=r"is not in the optimizer state\. The FSDPParamInfo has the "
+                             r"param keys",
+                     where=("_convert_state_with_orig_params",))),
+    KnownLimitation(
+        "lbfgs-cannot-step-dtensor", ALL_PROPS,
+        lambda c: c.family == "fsdp2" and c.optimizer in _HELD_ONCE and c.world_size > 1,
+        "2.13, 2.15 (CPU)",
+        "torch.optim.LBFGS cannot step a fully_shard model whose params the mesh does not "
+        "divide (every zoo model has a param of 13 rows): it flattens every gradient with "
+        "p.grad.view(-1) (optim/lbfgs.py:293, _gather_flat_grad), and DTensor refuses to "
+        "flatten an unevenly sharded Shard(0) tensor: 'Cannot flatten unevenly sharded "
+        "tensor: dimension 0 (size 13) is not evenly divisible by mesh dimension 0' on every "
+        "rank at the first optim.step() (nothing can be saved). At one rank it trains as "
+        "single-process LBFGS (entry dsd-load-steps-lbfgs-without-closure for its load). "
+        "Reproducer notes/repro/lbfgs_state_held_once.py.",
+        "not reported upstream that we found",
+        model=Raises(exc="RuntimeError",
+                     message=r"^(Cannot flatten unevenly sharded tensor"
+                             r"|Sharding propagation failed for aten\.view\.default)",
+                     where=("_gather_flat_grad",))),
+    KnownLimitation(
+        "dsd-load-steps-lbfgs-without-closure", ("P3", "P6", "P7", "P11"),
+        lambda c: c.family == "fsdp2" and c.optimizer in _HELD_ONCE and c.world_size == 1
+        and c.api in _DSD_RUN,
+        "2.13, 2.15 (CPU)",
+        "DSD's set_optimizer_state_dict first initialises a fresh optimizer's state by "
+        "stepping it once with zero gradients and optim.step(closure=None) "
+        "(state_dict.py:662, _init_optim_state); torch.optim.LBFGS calls its closure "
+        "(optim/lbfgs.py:357): TypeError: 'NoneType' object is not callable on every rank "
+        "of the load, whatever was saved. So a resume (a fresh LBFGS, params without grads) "
+        "cannot load through DSD (the properties a load decides: P3, P6, P7, P11); the save "
+        "works where LBFGS can train (fully_shard at one rank: P1, P2, P8-P10 pass). Behind it: where the "
+        "params still have grads, _init_optim_state returns early (:641-644) and the strict "
+        "split refuses LBFGS's dict, state under the first param only: 'Missing optimizer "
+        "state for parameter ... in checkpoint' (:1035-1039). Reproducer "
+        "notes/repro/lbfgs_state_held_once.py.",
+        "not reported upstream that we found",
+        model=Raises(exc="TypeError", message=r"^'NoneType' object is not callable",
+                     where=("_init_optim_state",))),
     KnownLimitation(
         "dsd-get-optim-dummy-step", ("P1", "P2", "P10"),
         lambda c: c.api in _DSD_RUN and c.steps == 0 and c.optimizer in _LAZY_STATE,

@@ -8,6 +8,13 @@ Rules
   every replica); over tensor parallelism the dp rows of its tp chunk (fsdp2_layout.py).
 * Scalar state (0-dim tensors such as ``step``, non-tensor values) is replicated
   unchanged on every rank.
+* A sharded param that every rank holds whole (a shard group of one rank) is stepped whole,
+  so its state may have any shape, as an unsharded param's (reference/gather.py): an
+  Adafactor's factors, or state an optimizer holds once for all its params under the first
+  (LBFGS's flat vectors over every param, its history lists). Shard gives it whole to
+  every rank; gather takes it as the first replica holds it (its ranks must agree). Where
+  a rank holds a piece, a positive-dim state tensor must have the param's shape: state of
+  another shape has no piece to cut and is refused.
 * Params outside FSDP2 (``Fsdp2Param.sharded`` False: ignored params) are plain
   tensors: shard gives every rank the whole state; gather takes rank 0's (FSDP2 does
   not synchronise them, so other ranks legitimately hold their own values).
@@ -42,6 +49,13 @@ def _is_elem(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and v.dim() > 0
 
 
+def _whole_everywhere(layout: Fsdp2Layout, p) -> bool:
+    """Whether every rank's piece of the sharded param ``p`` is the whole param (a shard
+    group of one rank): its state is then the rank's as the optimizer keeps it, in any
+    shape (module rules)."""
+    return all(p.local_shape(r) == p.shape for r in range(layout.world_size))
+
+
 def fsdp2_shard(layout: Fsdp2Layout, full: Mapping, rank: int) -> dict:
     """Rank ``rank``'s local (to_local) state from a full FQN-keyed dict."""
     state = {}
@@ -51,8 +65,9 @@ def fsdp2_shard(layout: Fsdp2Layout, full: Mapping, rank: int) -> dict:
         p = layout.param(fqn)
         box = p.slices(rank)
         res = {}
+        whole = _whole_everywhere(layout, p)
         for n, v in st.items():
-            if _is_elem(v):
+            if _is_elem(v) and not (whole and tuple(v.shape) != p.shape):
                 if tuple(v.shape) != p.shape:
                     raise ShapeMismatch("state tensor does not have its param's shape", param=fqn, key=n,
                                         expected=p.shape, got=tuple(v.shape))
@@ -129,6 +144,7 @@ def fsdp2_gather(layout: Fsdp2Layout, local_dicts: Sequence[Mapping]) -> dict:
                                             key=n, rank=0, expected=p.shape, got=tuple(v.shape))
                 state[p.fqn] = order_state({n: clone_value(v) for n, v in st.items()})
             continue
+        whole = _whole_everywhere(layout, p)
         holders = [r for r in ranks if p.fqn in local_dicts[r].get("state", {})]
         if not holders:
             continue
@@ -144,7 +160,10 @@ def fsdp2_gather(layout: Fsdp2Layout, local_dicts: Sequence[Mapping]) -> dict:
         res = {}
         for n in sorted(names, key=str):
             vals = [local_dicts[r]["state"][p.fqn][n] for r in ranks]
-            if _is_elem(vals[0]):
+            if whole and not (isinstance(vals[0], torch.Tensor)
+                              and tuple(vals[0].shape) == p.shape):
+                res[n] = clone_value(agree_on(list(zip(ranks, vals)), param=p.fqn, key=n))
+            elif _is_elem(vals[0]):
                 for r, v in zip(ranks, vals):
                     if not isinstance(v, torch.Tensor) or tuple(v.shape) != p.local_shape(r):
                         raise ShapeMismatch("local shard has the wrong shape", param=p.fqn, key=n, rank=r,

@@ -7,15 +7,15 @@ Rules
   strategy (FSDP2: HSDP meshes resharded, ``fsdp2_meshes``; compiled models, ``compiled``), several param groups with an LR scheduler, the foreach/fused/for-loop
   implementations, float32, a bfloat16 round trip per path, partial state, a second wrapping plan on the load side,
   the bad-input (P15) cases, a slice of the crash (P16) cases (``QUICK_CRASHES``) and NAdam,
-  ASGD, Adafactor and Muon on every path (``more_optimizers``; Muon on the model
+  ASGD, Adafactor, Muon and LBFGS on every path (``more_optimizers``; Muon on the model
   ``matrices``, not yet under fully_shard: ``NOT_YET``). Quick
   is what ``make run`` runs: minutes on 2 cores.
 - full: everything quick has, plus the product of paths x optimizers x world-size pairs x
   use_orig_params (mlp), every zoo model x use_orig_params x four world-size pairs x three
   optimizer kinds, every implementation and every dtype.
 - The rest of torch.optim (``zoo.MORE_OPTIMIZERS``: NAdam, RAdam, Adamax, ASGD, Rprop,
-  Adafactor, Muon) in
-  full on every path at four world-size pairs (``more_optimizers``).
+  Adafactor, Muon, LBFGS) in full on every path at four world-size pairs
+  (``more_optimizers``); SparseAdam is not applicable (FSDP produces no sparse gradients).
 - Crash cases (P16, ``crashes``): full has every path at every kill point, three choices of
   killed ranks, each layout the path's save can be judged in (``crash_layouts``).
 - Golden fixtures (P12, ``fixtures.golden``): full has every stored fixture through every
@@ -390,10 +390,11 @@ def faults(paths: Sequence[str]) -> list[Case]:
     return out
 
 
-QUICK_MORE: tuple[str, ...] = ("nadam", "asgd", "adafactor", "muon")
+QUICK_MORE: tuple[str, ...] = ("nadam", "asgd", "adafactor", "muon", "lbfgs")
 """The optimizers of ``MORE_OPTIMIZERS`` the quick tier runs on every path: the new state
 shapes (NAdam's 0-dim ``mu_product``; ASGD's 0-dim ``eta`` and ``mu`` beside a param-shaped
-``ax``)."""
+``ax``; Adafactor's factors; Muon's whole matrices; LBFGS's state held once for all
+params)."""
 
 
 def more_optimizers(paths: Sequence[str], tier: str) -> list[Case]:

@@ -449,21 +449,30 @@ def train_step(model: nn.Module, optim: torch.optim.Optimizer, x: torch.Tensor,
                compute_dtype: torch.dtype | None = None) -> torch.Tensor:
     """One training step, the same everywhere (FSDP ranks, the single-process baseline, the
     plain model of the rekey observer): zero the grads (to None), ``loss_of``, backward,
-    ``optim.step()``, then the LR scheduler's step if there is one. Returns the loss.
+    ``optim.step()``, then the LR scheduler's step if there is one. Returns the loss. An
+    optimizer whose step needs a closure (LBFGS) is given the zero / forward / backward as
+    its closure; the zoo's LBFGS (``max_iter=1``) calls it exactly once a step.
     ``zero_grads``: params (FQNs) that get a zero gradient where backward left none (a
     modelled torch bug, properties/baseline.py). ``compute_dtype``: forward and backward in
     that dtype, as FSDP2's mixed precision does (:func:`mixed_precision_backward`; for a
     model not wrapped by FSDP: the single-process baseline)."""
-    optim.zero_grad(set_to_none=True)
-    if compute_dtype is None:
-        loss = loss_of(model, x)
-        loss.backward()
+    def forward_backward() -> torch.Tensor:
+        optim.zero_grad(set_to_none=True)
+        if compute_dtype is None:
+            loss = loss_of(model, x)
+            loss.backward()
+        else:
+            loss = mixed_precision_backward(model, x, compute_dtype)
+        for n, p in model.named_parameters():
+            if n in zero_grads and p.grad is None:
+                p.grad = torch.zeros_like(p)
+        return loss
+
+    if isinstance(optim, torch.optim.LBFGS):
+        loss = optim.step(forward_backward)  # its first closure call's loss
     else:
-        loss = mixed_precision_backward(model, x, compute_dtype)
-    for n, p in model.named_parameters():
-        if n in zero_grads and p.grad is None:
-            p.grad = torch.zeros_like(p)
-    optim.step()
+        loss = forward_backward()
+        optim.step()
     if sched is not None:
         sched.step()
     return loss

@@ -33,12 +33,18 @@ MORE_OPTIMIZERS = {
     "adafactor": (torch.optim.Adafactor, {"lr": 0.01}),
     # orthogonalised momentum of whole matrices; 2-D params only (zoo model "matrices")
     "muon": (torch.optim.Muon, {"lr": 0.01}),
+    # state held once (under the first param) for all params: flat direction and gradient
+    # over every param, history lists, 0-dim H_diag, Python numbers; one closure evaluation
+    # a step (max_iter=1: zoo.models.train_step)
+    "lbfgs": (torch.optim.LBFGS, {"lr": 0.1, "max_iter": 1}),
 }
 """The rest of torch.optim (issue 49): state of param-shaped tensors and 0-dim tensors per
 param, and Adafactor's factored second moments. Apart from ``OPTIMIZERS``, whose order the
 quick tier cycles through: the full tier runs these on every path (run/matrix.py
 ``more_optimizers``), the quick tier NAdam, ASGD and Adafactor. ASGD's ``t0=1`` starts its
-averaging (``ax``) at the first step instead of step 1e6."""
+averaging (``ax``) at the first step instead of step 1e6. LBFGS's ``max_iter=1`` makes its step
+evaluate the closure exactly once (optim/lbfgs.py: the re-evaluation is skipped on the last
+iteration), so its step is one forward and backward as every other optimizer's."""
 
 ALL_OPTIMIZERS = {**OPTIMIZERS, **MORE_OPTIMIZERS}
 """Every zoo optimizer of torch.optim the run names (``OPTIMIZERS`` and ``MORE_OPTIMIZERS``)."""
@@ -76,12 +82,21 @@ STATE_DTYPE_OPTIMIZERS = {
     "sgd_momentum_fp32state": (SGDMomentumFP32State, {"lr": 0.05, "momentum": 0.9}),
 }
 
-WHOLE_TENSOR = frozenset({"adafactor", "muon"})
+WHOLE_TENSOR = frozenset({"adafactor", "muon", "lbfgs"})
 """The zoo optimizers whose update of an element reads more than that element: Adafactor
 factors a 2-D param's second moment over its rows and columns and scales its update by the
 RMS of the update and of the param it steps (optim/_adafactor.py); Muon orthogonalises a
-matrix's momentum as a whole (Newton-Schulz, optim/_muon.py). So they train otherwise on a
+matrix's momentum as a whole (Newton-Schulz, optim/_muon.py); LBFGS's direction and step
+length come from dot products over every param. So they train otherwise on a
 piece of a param (FSDP1's flat shards: properties/shard_training.py)."""
+
+HELD_ONCE = frozenset({"lbfgs"})
+"""The zoo optimizers whose state is held once for all their params (LBFGS: under the first
+param, its vectors the concatenation over every param in order, optim/lbfgs.py), not per
+param: FSDP's optimizer state dicts read state per param."""
+
+ONE_IMPLEMENTATION = frozenset({"lbfgs"}) | frozenset(STATE_DTYPE_OPTIMIZERS)
+"""The optimizers without ``foreach`` / ``fused`` flags (LBFGS's constructor takes none)."""
 
 MATRIX_ONLY = frozenset({"muon"})
 """The zoo optimizers that refuse a param that is not 2-D (Muon, optim/_muon.py:128-133):
@@ -153,7 +168,7 @@ def build_optimizer(name: str, named_params: Iterable[tuple[str, torch.nn.Parame
         known = sorted(ALL_OPTIMIZERS) + sorted(STATE_DTYPE_OPTIMIZERS)
         raise ValueError(f"unknown optimizer {name!r}; known: {known}{extra}") from None
     kw = dict(kw)
-    if name in STATE_DTYPE_OPTIMIZERS and (impl != "default" or foreach is not None):
+    if name in ONE_IMPLEMENTATION and (impl != "default" or foreach is not None):
         raise ValueError(f"optimizer {name!r} has one implementation: impl must be 'default' "
                          f"and foreach unset, got impl={impl!r}, foreach={foreach!r}")
     if foreach is not None:

@@ -209,3 +209,42 @@ def test_fsdp2_shard_gather_round_trip_with_plain_param_and_hsdp():
     assert locals_[1]["state"]["w"]["m"].shape == (2, 3)
     assert torch.equal(locals_[3]["state"]["side.w"]["m"], full["state"]["side.w"]["m"])
     assert_state_dicts_equal(full, fsdp2_gather(L, locals_))
+
+
+def _held_once(total: int) -> dict:
+    """LBFGS's form: one state for all params under the first, vectors over every param."""
+    g = torch.Generator().manual_seed(3)
+    d = torch.randn(total, generator=g, dtype=torch.float64)
+    return {"state": {"a": {"d": d, "old_dirs": [d * 2, d * 3], "H_diag": torch.tensor(0.5),
+                            "n_iter": 2, "t": 0.1}},
+            "param_groups": [{"lr": 0.1, "params": ["a", "b"]}]}
+
+
+def test_state_of_a_param_every_rank_holds_whole_may_have_any_shape():
+    """A shard group of one rank steps its params whole, so their state is the optimizer's
+    own in any shape (LBFGS's flat vectors over every param, held under the first): shard
+    gives it whole, gather takes it back as held, bitwise, on one rank and on every
+    replica of an HSDP mesh of one shard rank."""
+    shapes = [("a", (3, 4)), ("b", (5,))]
+    full = _held_once(17)
+    for layout in (fsdp2_layout(shapes, 1), fsdp2_layout(shapes, 2, shard_world_size=1)):
+        local = [fsdp2_shard(layout, full, r) for r in range(layout.world_size)]
+        for d in local:
+            assert_state_dicts_equal(d["state"], full["state"])
+        assert_state_dicts_equal(fsdp2_gather(layout, local)["state"], full["state"])
+
+
+def test_state_not_shaped_like_its_param_is_refused_where_a_rank_holds_a_piece():
+    """At two shard ranks each holds rows of ``a``: a 17-element vector under it has no
+    piece to cut, so shard refuses it naming the param and key, and gather refuses
+    such local state naming the rank."""
+    shapes = [("a", (3, 4)), ("b", (5,))]
+    layout = fsdp2_layout(shapes, 2)
+    with pytest.raises(ShapeMismatch) as e:
+        fsdp2_shard(layout, _held_once(17), 0)
+    assert e.value.param == "a" and e.value.key == "d"
+    local = [{"state": {"a": {"d": torch.zeros(9, dtype=torch.float64)}},
+              "param_groups": []} for _ in range(2)]
+    with pytest.raises(ShapeMismatch) as e:
+        fsdp2_gather(layout, local)
+    assert e.value.param == "a" and e.value.key == "d" and e.value.rank == 0
