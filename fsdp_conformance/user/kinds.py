@@ -27,7 +27,7 @@ from ..properties import chain
 from ..properties.expectation import EXACT, Expectation
 from ..properties.verdict import Verdict, fail
 from ..run.lifecycle import Outcome, Step, StepFailed, all_props
-from ..run.roundtrip_kind import RoundTripKind, chain_asks, later_links
+from ..run.roundtrip_kind import RoundTripKind, chain_asks, later_links, save_raised
 from ..sut.records import LoadRecord, SaveRecord
 from ..api_paths import paths_of
 from .limitations import known_view
@@ -58,6 +58,9 @@ class UserModelKind(RoundTripKind):
         save_obs = step.on_pool("save side", case.world_size, rank_save,
                                 before=(self.user, None))
         step.timings["save"] = max(o.timings.get("save", 0.0) for o in save_obs)
+        failed = save_raised(case, save_obs)
+        if failed is not None:  # nothing was written: a load would only report a missing file
+            return Outcome(verdicts=all_props(failed, self.decides(case)))
         load_obs = step.on_pool("load side", case.dst_world_size, rank_load,
                                 before=(self.user, None),
                                 after=(chain_asks(case, step.workdir),))

@@ -54,3 +54,31 @@ def test_a_torch_optimizer_is_taken_as_it_is(registered):
     registered("sgd~t", lambda named: sgd.append(torch.optim.SGD([p for _, p in named],
                                                                   lr=1.0)) or sgd[-1])
     assert optimizers.build_optimizer("sgd~t", PARAMS) is sgd[-1]
+
+
+def make_net():
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+
+
+def net_data(step, n):
+    return torch.randn(n, 6)
+
+
+def make_lbfgs(named):
+    return torch.optim.LBFGS([p for _, p in named], lr=0.1, max_iter=1)
+
+
+def test_a_user_optimizer_whose_save_raises_gets_the_save_error_not_a_missing_file(
+        fsdp_roundtrip):
+    """A user's LBFGS under FSDP1: torch's save raises on every rank (entry
+    fsdp1-unflattens-held-once-state, the user's optimizer seen as the zoo's of its class).
+    The case says so, as the run does, instead of loading a file never written (it used
+    to report ``FileNotFoundError: optim.pt`` from the load side, hiding the cause)."""
+    results = fsdp_roundtrip(make_net, net_data, fsdp_version=1, plan=["0", "2"],
+                             optimizer=make_lbfgs, world_sizes=["2->3"], links=1)
+    full = next(r for r in results if r.case.api == "fsdp1.full")
+    judged = {p: v for p, v in full.properties.items() if v.status != "n/a"}
+    assert judged and all(v.status == "known" and v.known == "fsdp1-unflattens-held-once-state"
+                          for v in judged.values()), {p: v.status for p, v in judged.items()}
+    for v in judged.values():
+        assert "fsdp1.full save call" in v.detail and "FileNotFoundError" not in v.detail
