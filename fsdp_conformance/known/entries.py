@@ -106,9 +106,6 @@ _FSDP2_RUN = paths_of("fsdp2")
 # Run paths that go through torch.distributed.checkpoint.state_dict (DSD), on either FSDP:
 # their records say they call set_optimizer_state_dict.
 _DSD_RUN = tuple(p.name for p in PATHS if "set_optimizer_state_dict" in p.calls)
-# The zoo optimizers whose state is held once for all params (zoo.optimizers.HELD_ONCE;
-# named here, not imported: the zoo imports torch, this module must not)
-_HELD_ONCE = ("lbfgs",)
 
 
 def _record(c: Case):
@@ -161,6 +158,14 @@ def _steps_whole_tensors(c: Case) -> bool:
     from ..zoo.optimizers import HELD_ONCE, MATRIX_ONLY, WHOLE_TENSOR
 
     return c.optimizer in WHOLE_TENSOR - MATRIX_ONLY - HELD_ONCE
+
+
+def _holds_state_once(c: Case) -> bool:
+    """Whether the case's optimizer holds one state for all its params
+    (``zoo.optimizers.HELD_ONCE``: LBFGS; imported here, not at module load: torch)."""
+    from ..zoo.optimizers import HELD_ONCE
+
+    return c.optimizer in HELD_ONCE
 
 
 def _steps_pieces(c: Case, load_side: bool = False) -> bool:
@@ -841,7 +846,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      where=("_single_tensor_adafactor",))),
     KnownLimitation(
         "fsdp1-unflattens-held-once-state", ALL_PROPS,
-        lambda c: _fsdp1(c) and c.optimizer in _HELD_ONCE and not c.use_orig_params,
+        lambda c: _fsdp1(c) and _holds_state_once(c) and not c.use_orig_params,
         "2.13, 2.15 (CPU)",
         "torch.optim.LBFGS keeps one state for all its params under the first "
         "(optim/lbfgs.py:349-352): 'd' and 'prev_flat_grad' are flat vectors over every "
@@ -861,7 +866,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      where=("_unflatten_optim_state",))),
     KnownLimitation(
         "fsdp1-reads-held-once-state-per-param", ALL_PROPS,
-        lambda c: _fsdp1(c) and c.optimizer in _HELD_ONCE and c.use_orig_params,
+        lambda c: _fsdp1(c) and _holds_state_once(c) and c.use_orig_params,
         "2.13, 2.15 (CPU)",
         "torch.optim.LBFGS keeps one state for all its params under the first "
         "(optim/lbfgs.py:349-352). FSDP1 with use_orig_params expects state under every "
@@ -878,7 +883,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      where=("_convert_state_with_orig_params",))),
     KnownLimitation(
         "lbfgs-cannot-step-dtensor", ALL_PROPS,
-        lambda c: c.family == "fsdp2" and c.optimizer in _HELD_ONCE and c.world_size > 1,
+        lambda c: c.family == "fsdp2" and _holds_state_once(c) and c.world_size > 1,
         "2.13, 2.15 (CPU)",
         "torch.optim.LBFGS cannot step a fully_shard model whose params the mesh does not "
         "divide (every zoo model has a param of 13 rows): it flattens every gradient with "
@@ -895,7 +900,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      where=("_gather_flat_grad",))),
     KnownLimitation(
         "dsd-load-steps-lbfgs-without-closure", ("P3", "P6", "P7", "P11"),
-        lambda c: c.family == "fsdp2" and c.optimizer in _HELD_ONCE and c.world_size == 1
+        lambda c: c.family == "fsdp2" and _holds_state_once(c) and c.world_size == 1
         and c.api in _DSD_RUN,
         "2.13, 2.15 (CPU)",
         "DSD's set_optimizer_state_dict first initialises a fresh optimizer's state by "

@@ -52,6 +52,7 @@ from ..zoo.optimizers import ELEMENTWISE
 from .statediff import diff_state_dicts
 from .layouts import fsdp2_reference_layout, reference_layout
 from .exact_load import load_exactly
+from ..reference.keys import clone_value
 from .shard_training import shard_run
 
 
@@ -93,23 +94,12 @@ class LocalRun:
                                                              self.optim_at_end)
 
 
-def _snapshot(v):
-    """``v`` detached from the live optimizer: tensors cloned, in lists, tuples and dicts
-    too (LBFGS keeps its history as lists of tensors that later steps append to and pop
-    from, optim/lbfgs.py); other values as they are."""
-    if isinstance(v, torch.Tensor):
-        return v.detach().clone()
-    if isinstance(v, (list, tuple)):
-        return type(v)(_snapshot(x) for x in v)
-    if isinstance(v, dict):
-        return {k: _snapshot(x) for k, x in v.items()}
-    return v
-
-
 def named_osd(optim: torch.optim.Optimizer, names: list[str]) -> dict:
     sd = optim.state_dict()
+    # every value detached from the live optimizer: clone_value deep-copies lists too (LBFGS
+    # appends its history to lists of tensors at later steps, optim/lbfgs.py)
     return {
-        "state": {names[k]: {n: _snapshot(v) for n, v in st.items()}
+        "state": {names[k]: {n: clone_value(v) for n, v in st.items()}
                   for k, st in sd["state"].items()},
         "param_groups": [{**g, "params": [names[i] for i in g["params"]]}
                          for g in sd["param_groups"]],

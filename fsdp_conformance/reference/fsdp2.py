@@ -67,11 +67,11 @@ def fsdp2_shard(layout: Fsdp2Layout, full: Mapping, rank: int) -> dict:
         res = {}
         whole = _whole_everywhere(layout, p)
         for n, v in st.items():
-            if _is_elem(v) and not (whole and tuple(v.shape) != p.shape):
-                if tuple(v.shape) != p.shape:
-                    raise ShapeMismatch("state tensor does not have its param's shape", param=fqn, key=n,
-                                        expected=p.shape, got=tuple(v.shape))
+            if _is_elem(v) and tuple(v.shape) == p.shape:
                 res[n] = v.detach()[box].clone()
+            elif _is_elem(v) and not whole:
+                raise ShapeMismatch("state tensor does not have its param's shape", param=fqn, key=n,
+                                    expected=p.shape, got=tuple(v.shape))
             else:
                 res[n] = clone_value(v)
         state[fqn] = res

@@ -3,7 +3,7 @@
 The zoo's step gives LBFGS its zero / forward / backward as the closure, which
 ``max_iter=1`` calls exactly once a step (every rank runs the same collectives as for
 any other optimizer); the single-process baseline's snapshot at the save is detached from
-the history lists later steps append to; the entries name the same optimizers as the zoo."""
+the history lists later steps append to."""
 from __future__ import annotations
 
 import torch
@@ -63,13 +63,6 @@ def test_the_snapshot_at_the_save_keeps_lbfgs_history_as_it_was():
     after = snap["state"][names[0]]["old_dirs"]
     assert len(after) == len(before) and all(torch.equal(a, b) for a, b in zip(after, before))
     assert len(optim.state[next(iter(model.parameters()))]["old_dirs"]) > len(before)
-
-
-def test_the_entries_name_the_zoos_held_once_optimizers():
-    from fsdp_conformance.known import entries
-    from fsdp_conformance.zoo.optimizers import HELD_ONCE
-
-    assert set(entries._HELD_ONCE) == set(HELD_ONCE)
 
 
 def test_lbfgs_has_one_implementation():
