@@ -72,20 +72,33 @@ class RoundTripKind:
                 return Outcome(verdicts=all_props(failed, self.decides(case)))
             if keeps:
                 cache.put(key, save_obs, savedir)
-        load_obs = step.on_pool("load side", case.dst_world_size, path.load_side,
-                                workdir=savedir, after=(chain_asks(case, step.workdir),))
-        step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
-        links = later_links(step, case, load_obs, path.load_side)
+        return load_and_judge(step, save_obs, savedir, path.load_side, round_trip_verdicts,
+                              self.decides(case))
 
-        def judge(exp: Expectation) -> dict[str, Verdict]:
-            v = chain.fold_links(
-                round_trip_verdicts(case, save_obs, load_obs, savedir, exp=exp), case, links,
-                lambda link: round_trip_verdicts(link.case, link.save_obs, link.load_obs,
-                                                 link.workdir, exp=exp, continued=True))
-            return {p: v[p] for p in self.decides(case)}
 
-        verdicts = judge(EXACT)
-        return Outcome(verdicts=verdicts, judge=judge)
+def load_and_judge(step: Step, save_obs: list, savedir, load_fn, verdicts_fn,
+                   decides: tuple[str, ...], *, before: tuple = ()) -> Outcome:
+    """The round trip after a save that wrote its checkpoint, the same for the run's paths
+    and a user's model on them (user/kinds.py): ``load_fn(ctx, *before, case, savedir,
+    asks)`` on a pool of the load world size, the chain's later checkpoints
+    (``later_links``), then ``verdicts_fn(case, save_obs, load_obs, workdir, exp=,
+    continued=)`` for the first and each later checkpoint, folded (``chain.fold_links``)
+    into the properties ``decides`` names; judged again under every expectation the known
+    limitations bring (``Outcome.judge``)."""
+    case = step.case
+    load_obs = step.on_pool("load side", case.dst_world_size, load_fn, workdir=savedir,
+                            before=before, after=(chain_asks(case, step.workdir),))
+    step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
+    links = later_links(step, case, load_obs, load_fn, before=before)
+
+    def judge(exp: Expectation) -> dict[str, Verdict]:
+        v = chain.fold_links(
+            verdicts_fn(case, save_obs, load_obs, savedir, exp=exp), case, links,
+            lambda link: verdicts_fn(link.case, link.save_obs, link.load_obs, link.workdir,
+                                     exp=exp, continued=True))
+        return {p: v[p] for p in decides}
+
+    return Outcome(verdicts=judge(EXACT), judge=judge)
 
 
 def save_raised(case: Case, save_obs) -> Verdict | None:

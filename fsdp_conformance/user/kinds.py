@@ -4,8 +4,10 @@ built-in path, and a user's own save/load functions (``CustomPath``).
 Rules
 - A user model is registered (``UserModel.register``) in the controller and, before every
   call, on each rank (``rank_side``).
-- Built-in path with a user model: the round trip's properties (``round_trip_verdicts``),
-  with P10 from the evidence where the zoo's rule does not know the model (``verdicts``).
+- Built-in path with a user model: the run's round trip (``run.roundtrip_kind``: a save
+  that raised ends it, ``save_raised``; the load, the chain and the judging are one
+  ``load_and_judge``), its properties those of ``round_trip_verdicts``, with P10 from the
+  evidence where the zoo's rule does not know the model (``verdicts``).
 - Custom path: separate stages (``rank_side.rank_custom``: train, save, load, resume,
   again); a stage that raises is recorded and the later stages that still make sense run.
   Each stage returns the fields it fills; merged per rank, they make one ``SaveRecord`` /
@@ -27,7 +29,7 @@ from ..properties import chain
 from ..properties.expectation import EXACT, Expectation
 from ..properties.verdict import Verdict, fail
 from ..run.lifecycle import Outcome, Step, StepFailed, all_props
-from ..run.roundtrip_kind import RoundTripKind, chain_asks, later_links, save_raised
+from ..run.roundtrip_kind import RoundTripKind, load_and_judge, save_raised
 from ..sut.records import LoadRecord, SaveRecord
 from ..api_paths import paths_of
 from .limitations import known_view
@@ -61,21 +63,8 @@ class UserModelKind(RoundTripKind):
         failed = save_raised(case, save_obs)
         if failed is not None:  # nothing was written: a load would only report a missing file
             return Outcome(verdicts=all_props(failed, self.decides(case)))
-        load_obs = step.on_pool("load side", case.dst_world_size, rank_load,
-                                before=(self.user, None),
-                                after=(chain_asks(case, step.workdir),))
-        step.timings["load"] = max(o.timings.get("load", 0.0) for o in load_obs)
-        links = later_links(step, case, load_obs, rank_load, before=(self.user, None))
-
-        def judge(exp: Expectation) -> dict[str, Verdict]:
-            v = chain.fold_links(
-                evaluate_user(case, save_obs, load_obs, step.workdir, exp=exp), case, links,
-                lambda link: evaluate_user(link.case, link.save_obs, link.load_obs,
-                                           link.workdir, exp=exp, continued=True))
-            return {p: v[p] for p in self.decides(case)}
-
-        verdicts = judge(EXACT)
-        return Outcome(verdicts=verdicts, judge=judge)
+        return load_and_judge(step, save_obs, step.workdir, rank_load, evaluate_user,
+                              self.decides(case), before=(self.user, None))
 
     def known_case(self, case: Case) -> Case:
         """The case known/entries.py sees (``known_view``)."""
