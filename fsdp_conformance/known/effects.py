@@ -130,6 +130,29 @@ def state_cast_to_param_dtype(d: dict, exp: Any) -> dict:
     return _state_map(d, one)
 
 
+def held_once_vectors_cut_to_their_param(d: dict, exp: Any) -> dict:
+    """A full dict's state held once for all params (LBFGS: under the first param) as
+    FSDP1's load with original params leaves it where it shards that param: each rank gets
+    ``value.flatten()[start:end + 1]`` of every positive-dim tensor by the param's element
+    range (_optim_utils.py ``_shard_orig_param_state``), so gathered again a vector over
+    every param is its first ``numel`` elements in the param's shape; everything else
+    (0-dim tensors, numbers, history lists) is kept."""
+    from ..zoo import build_model
+
+    shapes = {n: tuple(q.shape) for n, q in build_model(exp.case.model).named_parameters()}
+
+    def cut(fqn: str, st: dict) -> dict:
+        shape = shapes.get(fqn)
+        n = 1
+        for x in shape or ():
+            n *= x
+        return {k: (v.flatten()[:n].reshape(shape) if shape is not None and _is_tensor(v)
+                    and v.dim() > 0 and tuple(v.shape) != shape and v.numel() >= n else v)
+                for k, v in st.items()}
+    return {**d, "state": {k: (cut(k, st) if isinstance(st, dict) else st)
+                           for k, st in d.get("state", {}).items()}}
+
+
 def drop_empty_states(d: dict, exp: Any = None) -> dict:
     """A param whose every positive-dim tensor state is empty (a rank holds none of it) has
     no state at all."""

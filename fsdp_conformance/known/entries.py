@@ -23,7 +23,7 @@ from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_state
                       ignored_weights_of_dcp_writer, untie_tied_model,
                       drop_frozen_state, dummy_step_state, empty_state_for_every_param,
                       frozen_state_as_fresh, initial_lr_from_scheduler_built_after,
-                      lr_set_by_scheduler_built_after,
+                      held_once_vectors_cut_to_their_param, lr_set_by_scheduler_built_after,
                       state_cast_to_param_dtype,
                       stateless_rekey_is_a_noop, tuples_to_lists, unshare_when_resharded,
                       unused_params_get_zero_grads)
@@ -178,6 +178,15 @@ def _steps_pieces(c: Case, load_side: bool = False) -> bool:
     if not c.use_orig_params:
         return True
     return any(u.sharded for u in reference_layout(c, load_side=load_side).units)
+
+
+def _orig_cuts_factors(c: Case) -> bool:
+    """An FSDP1 Adafactor case with original params saved where they are whole (factored
+    state) and loaded where they are cut into pieces (not through DSD onto a rank that
+    lacks a param: entry dsd-zero-grad-step-divides-by-empty-piece)."""
+    return (c.family == "fsdp1" and c.use_orig_params and c.optimizer == "adafactor"
+            and not _steps_pieces(c) and _steps_pieces(c, load_side=True)
+            and not (_dsd_load_on_fsdp1(c) and _some_rank_lacks_a_param(c)))
 
 
 def _some_rank_lacks_a_param(c: Case) -> bool:
@@ -339,8 +348,11 @@ _TIED_UPSTREAM = (
 _TWO_TENSOR_STATES = ("adam", "adamw", "adadelta", "nadam", "radam", "adamax", "rprop")
 """The zoo optimizers with two or more param-shaped state tensors per param (named here so
 that reading the entries does not import torch)."""
-_BETAS = ("adam", "adamw", "nadam", "radam", "adamax")
-"""The zoo optimizers with a tuple hyperparameter that steps (betas)."""
+_BETAS = ("adam", "adamw", "nadam", "radam", "adamax", "muon")
+"""The zoo optimizers with a tuple hyperparameter that steps under fully_shard (betas;
+Muon's ns_coefficients). Rprop's etas and step_sizes and Adafactor's eps are tuples too,
+but neither optimizer can step a fully_shard model (entries rprop-cannot-step-dtensor,
+adafactor-cannot-step-dtensor), so a load into one raises first."""
 _FLOAT32_STATE = ("sgd_momentum_fp32state", "nadam", "asgd")
 """The zoo optimizers that keep float32 state whatever the params' dtype: the float32 momentum
 of zoo.optimizers.STATE_DTYPE_OPTIMIZERS, NAdam's 0-dim mu_product and ASGD's 0-dim eta and
@@ -572,7 +584,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "2.13",
         "Every full-dict set_optimizer_state_dict path turns tuple hyperparameters into lists "
         "(Adam/AdamW betas (0.9, 0.999) -> [0.9, 0.999]; NAdam, RAdam and Adamax betas "
-        "alike): the loaded dict goes through "
+        "and Muon's ns_coefficients alike): the loaded dict goes through "
         "_flatten_state_dict, which walks tuples like lists (_state_dict_utils.py:755), and "
         "_unflatten_state_dict / _set_element, which rebuild int path items as lists "
         "(:791-829), called from state_dict.py:1158-1181. The optimizer still steps, but its "
@@ -601,7 +613,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "mu_product and ASGD's 0-dim eta and mu are created float32 whatever the params' "
         "dtype (torch's default scalar dtype) and come back float64 for float64 params, so "
         "the resumed run differs from the uninterrupted one in the last digits (P6, seen on "
-        "every path 2026-11-29). No FSDP path keeps the dtype. It is the only cast: "
+        "every path 2026-11-29), and a stored NAdam or ASGD checkpoint (golden fixtures, "
+        "P12) loads back float64. No FSDP path keeps the dtype. It is the only cast: "
         "through DCP the template get_optimizer_state_dict makes for the fresh optimizer is "
         "float32 and dcp.load keeps it (FSDP2, 2 ranks). An optimizer can undo it: _cast "
         "calls the method as Optimizer._process_value_according_to_param_policy (:967), so "
@@ -612,7 +625,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "alike. Minimal reproducer: notes/repro/optim_load_casts_state_to_param_dtype.py.",
         "https://github.com/pytorch/pytorch/issues/43706 (open: checkpoint restore of "
         "optimizers changes the dtype of floating-point state)",
-        also=("P5", "P6"),
+        also=("P5", "P6", "P12"),
         model=Effect(what="every floating-point state tensor but step is cast to the params' "
                      "dtype on load", load=state_cast_to_param_dtype,
                      optim_loaded=state_cast_to_param_dtype)),
@@ -813,9 +826,7 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      where=("__init__",))),
     KnownLimitation(
         "fsdp1-orig-cuts-factored-state", ALL_PROPS,
-        lambda c: c.family == "fsdp1" and c.use_orig_params and c.optimizer == "adafactor"
-        and not _steps_pieces(c) and _steps_pieces(c, load_side=True)
-        and not (_dsd_load_on_fsdp1(c) and _some_rank_lacks_a_param(c)),
+        lambda c: _orig_cuts_factors(c) and not c.golden,
         "2.13",
         "An Adafactor state saved where FSDP1 keeps original params whole (world size 1, "
         "NO_SHARD) holds a 2-D param's factored second moment (row_var, col_var: not the "
@@ -826,10 +837,31 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "empty ones, and no rank gets the 'variance' Adafactor keeps for the 1-D piece it now "
         "steps, so the first resumed step raises 'variance should be defined when grad is a "
         "vector' (optim/_adafactor.py:405-406) on every rank. The reference refuses to cut "
-        "such state (reference/shard.py).",
+        "such state (reference/shard.py). A stored checkpoint loaded so (golden fixtures, "
+        "P12): entry fsdp1-orig-load-cuts-factored-state.",
         model=Raises(exc="AssertionError",
                      message=r"^variance should be defined when grad is a vector",
                      where=("_single_tensor_adafactor",))),
+    KnownLimitation(
+        "fsdp1-orig-load-cuts-factored-state", ("P12",),
+        lambda c: _orig_cuts_factors(c) and bool(c.golden),
+        "2.13 (CPU)",
+        "The load of entry fsdp1-orig-cuts-factored-state, judged on its own: a stored "
+        "Adafactor checkpoint with factored second moments (row_var, col_var; saved where "
+        "FSDP1 keeps original params whole, world size 1) loaded into sharded FSDP1 with "
+        "use_orig_params comes back, without an error, with each factor cut by its param's "
+        "element range (_optim_utils.py:393-402, value.flatten()[start:end + 1]): the first "
+        "rank keeps whole factors where it holds more elements of the param than the factor "
+        "has, a rank past their length gets empty ones. So the ranks' states are not pieces "
+        "of one state: the reference refuses to gather them, naming the param, the factor "
+        "and the rank. Seen by `fsdp-conformance run --tier full -k \"golden and "
+        "adafactor and fsdp1.sharded\"`.",
+        "not reported upstream that we found",
+        model=Outcome(headline=r"fixture \S+ \(saved by torch \S+ through \S+ at 1 rank\(s\)\) "
+                      r"loaded through \S+ at [2-9]\d* rank\(s\): the ranks' loaded states do "
+                      r"not form one state: sharded state tensor does not match the rank's "
+                      r"piece of the param; at param '[^']+', key '(row_var|col_var)', rank "
+                      r"\d+; expected \(\d+,\), got \(\d+,\)")),
     KnownLimitation(
         "dsd-zero-grad-step-divides-by-empty-piece", ALL_PROPS,
         lambda c: _dsd_load_on_fsdp1(c) and c.use_orig_params and c.optimizer == "adafactor"
@@ -846,7 +878,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      where=("_single_tensor_adafactor",))),
     KnownLimitation(
         "fsdp1-unflattens-held-once-state", ALL_PROPS,
-        lambda c: _fsdp1(c) and _holds_state_once(c) and not c.use_orig_params,
+        lambda c: _fsdp1(c) and _holds_state_once(c) and not c.use_orig_params
+        and not c.golden,
         "2.13, 2.15 (CPU)",
         "torch.optim.LBFGS keeps one state for all its params under the first "
         "(optim/lbfgs.py:349-352): 'd' and 'prev_flat_grad' are flat vectors over every "
@@ -866,7 +899,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      where=("_unflatten_optim_state",))),
     KnownLimitation(
         "fsdp1-reads-held-once-state-per-param", ALL_PROPS,
-        lambda c: _fsdp1(c) and _holds_state_once(c) and c.use_orig_params,
+        lambda c: _fsdp1(c) and _holds_state_once(c) and c.use_orig_params
+        and not c.golden,
         "2.13, 2.15 (CPU)",
         "torch.optim.LBFGS keeps one state for all its params under the first "
         "(optim/lbfgs.py:349-352). FSDP1 with use_orig_params expects state under every "
@@ -900,8 +934,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      where=("_gather_flat_grad",))),
     KnownLimitation(
         "dsd-load-steps-lbfgs-without-closure", ("P3", "P6", "P7", "P11"),
-        lambda c: c.family == "fsdp2" and _holds_state_once(c) and c.world_size == 1
-        and c.api in _DSD_RUN,
+        lambda c: _holds_state_once(c) and c.api in _DSD_RUN
+        and (c.golden or (c.family == "fsdp2" and c.world_size == 1)),
         "2.13, 2.15 (CPU)",
         "DSD's set_optimizer_state_dict first initialises a fresh optimizer's state by "
         "stepping it once with zero gradients and optim.step(closure=None) "
@@ -912,11 +946,53 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "works where LBFGS can train (fully_shard at one rank: P1, P2, P8-P10 pass). Behind it: where the "
         "params still have grads, _init_optim_state returns early (:641-644) and the strict "
         "split refuses LBFGS's dict, state under the first param only: 'Missing optimizer "
-        "state for parameter ... in checkpoint' (:1035-1039). Reproducer "
+        "state for parameter ... in checkpoint' (:1035-1039). Golden fixtures (P12): a "
+        "stored LBFGS checkpoint (fully_shard at one rank) loads through no DSD path, "
+        "FSDP1's (fsdp1.dsd_*) included, at any world size. Reproducer "
         "notes/repro/lbfgs_state_held_once.py.",
         "not reported upstream that we found",
+        also=("P12",),
         model=Raises(exc="TypeError", message=r"^'NoneType' object is not callable",
                      where=("_init_optim_state",))),
+    KnownLimitation(
+        "fsdp1-orig-load-cuts-held-once-state", ("P12",),
+        lambda c: _fsdp1(c) and c.golden and _holds_state_once(c) and c.use_orig_params
+        and c.api not in _DSD_RUN and c.api != "fsdp1.legacy_scatter"
+        and _steps_pieces(c, load_side=True),
+        "2.13, 2.15 (CPU)",
+        "FSDP1's load with use_orig_params cuts every positive-dim state tensor of a param "
+        "by that param's element range on the rank (_optim_utils.py:393-402, "
+        "_shard_orig_param_state: value.flatten()[start:end + 1]), whatever its shape. "
+        "LBFGS holds its state once, under its first param (optim/lbfgs.py:349-352): 'd' "
+        "and 'prev_flat_grad' are vectors over every param (330 elements on the zoo MLP), "
+        "so a stored LBFGS checkpoint (fully_shard at one rank; no FSDP1 path can save "
+        "LBFGS) loaded into sharded FSDP1 comes back, without an error, with each vector cut "
+        "to its first param's elements (91 of 330) in that param's shape; the history lists "
+        "and numbers are kept. Unsharded (one rank) it loads whole. Golden fixtures only "
+        "(P12): the DSD paths raise first (dsd-load-steps-lbfgs-without-closure), "
+        "scatter_full_optim_state_dict raises (fsdp1-scatter-moves-numbers-to-cpu). Seen "
+        "by `fsdp-conformance run --tier full -k \"golden and lbfgs\"`.",
+        "not reported upstream that we found",
+        model=Effect(what="LBFGS's vectors over every param ('d', 'prev_flat_grad') cut to "
+                     "the first param's elements, in its shape",
+                     load=held_once_vectors_cut_to_their_param)),
+    KnownLimitation(
+        "fsdp1-scatter-moves-numbers-to-cpu", ("P12",),
+        lambda c: c.api == "fsdp1.legacy_scatter" and _holds_state_once(c),
+        "2.13, 2.15 (CPU)",
+        "scatter_full_optim_state_dict (rank0_only) moves every state value rank 0 was given "
+        "back to the CPU with param_state.cpu() (_optim_utils.py:533, "
+        "_flatten_optim_state_dict), so state that is not all tensors cannot be scattered: "
+        "LBFGS's state holds Python numbers and history lists beside its tensors "
+        "(optim/lbfgs.py:349-352, 'func_evals', 'n_iter', 'old_dirs', ...): "
+        "AttributeError: '<type>' object has no attribute 'cpu' on rank 0 while the other "
+        "ranks wait in the scatter. Golden fixtures only (P12: no FSDP1 path can save "
+        "LBFGS): a stored LBFGS checkpoint at any world size. Seen by `fsdp-conformance run "
+        "--tier full -k \"golden and lbfgs and legacy_scatter\"`.",
+        "not reported upstream that we found",
+        model=Raises(exc="AttributeError",
+                     message=r"^'(int|float|list|NoneType)' object has no attribute 'cpu'",
+                     where=("_flatten_optim_state_dict",))),
     KnownLimitation(
         "dsd-get-optim-dummy-step", ("P1", "P2", "P10"),
         lambda c: c.api in _DSD_RUN and c.steps == 0 and c.optimizer in _LAZY_STATE,

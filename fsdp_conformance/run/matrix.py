@@ -37,7 +37,7 @@ from typing import Iterable, Sequence
 from ..cases import CRASH_POINTS, FAULTS, SCHEDULE_NAMES, Case
 from ..api_paths import PATH_NAMES, PATHS, api_path, family_of, is_full_path, resizable
 from ..zoo import FUSED, MODELS, MORE_OPTIMIZERS, OPTIMIZERS, runs_on
-from ..zoo.optimizers import OPTIMIZER_MODELS, STATE_DTYPE_OPTIMIZERS
+from ..zoo.optimizers import NOT_YET, OPTIMIZER_MODELS, STATE_DTYPE_OPTIMIZERS
 
 OPTS = tuple(OPTIMIZERS)
 # The zoo's LR schedules whose lr depends on the scheduler's own state (every one but the
@@ -405,7 +405,7 @@ def more_optimizers(paths: Sequence[str], tier: str) -> list[Case]:
     if tier == "quick":
         cases = [Case(api=api, optimizer=opt, world_size=2, model=OPTIMIZER_MODELS.get(opt, "mlp"),
                       load_world_size=3 if resizable(api) else None)
-                 for api in paths for opt in QUICK_MORE]
+                 for api in paths for opt in QUICK_MORE if opt in MORE_OPTIMIZERS]
     else:
         cases = [Case(api=api, optimizer=opt, world_size=n, load_world_size=m,
                       use_orig_params=orig, model=OPTIMIZER_MODELS.get(opt, "mlp"))
@@ -414,13 +414,6 @@ def more_optimizers(paths: Sequence[str], tier: str) -> list[Case]:
     return [c for c in cases if (c.optimizer, family_of(c.api)) not in NOT_YET]
 
 
-NOT_YET: frozenset[tuple[str, str]] = frozenset({("muon", "fsdp2")})
-"""(optimizer, family) pairs left out of the tiers until their verdicts can be exact (issue
-49): Muon under fully_shard trains apart from single-process Muon at 2 ranks (its bfloat16
-Newton-Schulz over sharded DTensor matmuls; about 1e-3 in the params after 3 steps, not
-modelled yet) and raises at 3 and 4 ranks ('aten.add_.Tensor: in-place operations that
-require placement changes are not supported' in its param update); docs/reference/
-run-matrix.md "Optimizers"."""
 
 
 QUICK_CRASHES: tuple[tuple[str, str, str, int, int, bool], ...] = (
