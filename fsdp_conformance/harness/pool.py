@@ -151,15 +151,25 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of a rank's log; when the rank crashed (a "Fatal Python
-    error" line) further up, the lines just before that one come first: that is where the
-    C++ reason of an abort is ("terminate called after throwing ...", "what(): ..."),
-    above a Python stack that fills the tail."""
+def _log_size(path: Path) -> int:
+    """The size of a rank's log now (0 if it has none yet)."""
     try:
-        data = path.read_bytes()[-50000:].decode("utf-8", "replace")
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _tail(path: Path, lines: int = _LOG_TAIL_LINES, since: int = 0) -> str:
+    """The last ``lines`` lines a rank wrote to its log from byte ``since`` on (the call's
+    start: what an earlier call on the rank printed is not this call's failure); when the
+    rank crashed (a "Fatal Python error" line) further up, the lines just before that one
+    come first: that is where the C++ reason of an abort is ("terminate called after
+    throwing ...", "what(): ..."), above a Python stack that fills the tail."""
+    try:
+        data = path.read_bytes()
     except OSError:
         return ""
+    data = (data[since:] if since <= len(data) else data)[-50000:].decode("utf-8", "replace")
     all_lines = data.splitlines()
     tail = all_lines[-lines:]
     start = len(all_lines) - len(tail)
@@ -195,6 +205,7 @@ class RankPool:
         self._generation = 0
         self._call_ids = itertools.count()
         self._broken = True  # not started yet
+        self._log_starts: list[int] = []  # each rank's log size when the current call was sent
         self._closed = False
         self._teardown_lock = threading.Lock()  # one thread closes a generation's handles
         self.rebuilds = 0
@@ -361,6 +372,8 @@ class RankPool:
             self.start()
         timeout = self.timeout if timeout is None else float(timeout)
         call_id = next(self._call_ids)
+        self._log_starts = [_log_size(self.rank_dir(r) / LOG_FILE)
+                            for r in range(self.world_size)]
         try:
             for r, conn in enumerate(self._conns):
                 try:
@@ -372,6 +385,10 @@ class RankPool:
             self._broken = True
             self.close()
             raise
+
+    def _log_start(self, rank: int) -> int:
+        """Where rank ``rank``'s log stood when the current call was sent (0 before any)."""
+        return self._log_starts[rank] if rank < len(self._log_starts) else 0
 
     def _collect(self, call_id: int, fn, timeout: float) -> list[Any]:
         name = getattr(fn, "__qualname__", repr(fn))
@@ -405,18 +422,21 @@ class RankPool:
                 if msg is None:
                     self._procs[r].join(DEATH_EXIT_WAIT_S)
                     died[r] = RankFailure(r, "died", _describe_exit(self._procs[r].exitcode),
-                                          _tail(self.rank_dir(r) / LOG_FILE))
+                                          _tail(self.rank_dir(r) / LOG_FILE,
+                                                since=self._log_start(r)))
                     pending.discard(r)
                 elif msg[1] != call_id:
                     continue  # stale reply of an earlier call (cannot happen in a healthy pool)
                 elif msg[0] == "ok":
                     results[r] = msg[2]
                     if len(msg) > 3 and msg[3]:
-                        marked[r] = _marked_failure(r, msg[3], self.rank_dir(r) / LOG_FILE)
+                        marked[r] = _marked_failure(r, msg[3], self.rank_dir(r) / LOG_FILE,
+                                                    self._log_start(r))
                     pending.discard(r)
                 else:
                     errors[r] = RankFailure(r, f"exception {msg[2]}", msg[3],
-                                            _tail(self.rank_dir(r) / LOG_FILE, 10))
+                                            _tail(self.rank_dir(r) / LOG_FILE, 10,
+                                                  since=self._log_start(r)))
                     pending.discard(r)
             if (errors or died or marked) and pending and grace_deadline is None:
                 grace_deadline = time.monotonic() + ERROR_GRACE_S
@@ -507,11 +527,12 @@ class RankPool:
         self._teardown(graceful=False)
 
 
-def _marked_failure(rank: int, marks, log: Path) -> RankFailure:
+def _marked_failure(rank: int, marks, log: Path, since: int = 0) -> RankFailure:
     """A rank that returned with failure marks (``outcome.FailureMark``), as a RankFailure:
     the first mark's type in ``kind``, every mark's traceback in ``detail``."""
     detail = "\n".join(m.detail.rstrip() for m in marks)
-    return RankFailure(rank, f"exception {marks[0].exc_type} (returned)", detail, _tail(log, 10))
+    return RankFailure(rank, f"exception {marks[0].exc_type} (returned)", detail,
+                       _tail(log, 10, since))
 
 
 def _barrier(ctx) -> None:

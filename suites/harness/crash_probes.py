@@ -98,3 +98,17 @@ def plant_abort(ctx, bad_rank: int) -> None:
         deep(40)
 
     FSDP.optim_state_dict = staticmethod(crash)
+
+
+def say(ctx, text: str) -> int:
+    """Print ``text`` to the rank's log."""
+    print(text, flush=True)
+    return ctx.rank
+
+
+def say_then_raise_on(ctx, text: str, bad_rank: int) -> int:
+    """Print ``text`` to the rank's log, then raise on ``bad_rank``."""
+    print(text, flush=True)
+    if ctx.rank == bad_rank:
+        raise ValueError(f"planted failure on rank {bad_rank}")
+    return ctx.rank

@@ -102,6 +102,18 @@ def test_exception_on_one_rank_names_it_and_pool_stays_usable(rank_pool):
     assert pool.pids == pids, "a clean exception must not rebuild the pool"
 
 
+def test_a_failures_log_tail_holds_only_what_the_failing_call_printed(rank_pool):
+    from suites.harness import crash_probes
+
+    pool = rank_pool(2)
+    pool.run(crash_probes.say, "an earlier call's line")
+    with pytest.raises(RankError) as info:
+        pool.run(crash_probes.say_then_raise_on, "the failing call's line", 1)
+    text = str(info.value)
+    assert "[rank log, last lines]" in text and "the failing call's line" in text
+    assert "an earlier call's line" not in text  # another call's output is not this failure's
+
+
 def test_exception_while_others_wait_in_collective_rebuilds(rank_pool):
     pool = rank_pool(3)
     pids = pool.pids
