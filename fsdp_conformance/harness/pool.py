@@ -505,7 +505,8 @@ class RankPool:
                 pass
             out.append(RankFailure(r, kind, "Python stacks when the call was abandoned:\n"
                                    + (text.strip() or "(no stack could be read)"),
-                                   _tail(self.rank_dir(r) / LOG_FILE, 10)))
+                                   _tail(self.rank_dir(r) / LOG_FILE, 10,
+                                         since=self._log_start(r))))
         return out
 
     def _check_health(self) -> None:
