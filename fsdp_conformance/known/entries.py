@@ -348,11 +348,11 @@ _TIED_UPSTREAM = (
 _TWO_TENSOR_STATES = ("adam", "adamw", "adadelta", "nadam", "radam", "adamax", "rprop")
 """The zoo optimizers with two or more param-shaped state tensors per param (named here so
 that reading the entries does not import torch)."""
-_BETAS = ("adam", "adamw", "nadam", "radam", "adamax", "muon")
+_BETAS = ("adam", "adamw", "nadam", "radam", "adamax", "muon", "rprop")
 """The zoo optimizers with a tuple hyperparameter that steps under fully_shard (betas;
-Muon's ns_coefficients). Rprop's etas and step_sizes and Adafactor's eps are tuples too,
-but neither optimizer can step a fully_shard model (entries rprop-cannot-step-dtensor,
-adafactor-cannot-step-dtensor), so a load into one raises first."""
+Muon's ns_coefficients; Rprop's etas and step_sizes, under torch 2.15: entry
+rprop-cannot-step-dtensor). Adafactor's eps is a tuple too, but Adafactor cannot step a
+fully_shard model (adafactor-cannot-step-dtensor), so a load into one raises first."""
 _FLOAT32_STATE = ("sgd_momentum_fp32state", "nadam", "asgd")
 """The zoo optimizers that keep float32 state whatever the params' dtype: the float32 momentum
 of zoo.optimizers.STATE_DTYPE_OPTIMIZERS, NAdam's 0-dim mu_product and ASGD's 0-dim eta and
@@ -583,8 +583,9 @@ KNOWN: tuple[KnownLimitation, ...] = (
         lambda c: c.api in ("fsdp2", "fsdp2.full") and c.optimizer in _BETAS,
         "2.13",
         "Every full-dict set_optimizer_state_dict path turns tuple hyperparameters into lists "
-        "(Adam/AdamW betas (0.9, 0.999) -> [0.9, 0.999]; NAdam, RAdam and Adamax betas "
-        "and Muon's ns_coefficients alike): the loaded dict goes through "
+        "(Adam/AdamW betas (0.9, 0.999) -> [0.9, 0.999]; NAdam, RAdam and Adamax betas, "
+        "Muon's ns_coefficients and, where Rprop steps under fully_shard (2.15), its etas "
+        "and step_sizes alike): the loaded dict goes through "
         "_flatten_state_dict, which walks tuples like lists (_state_dict_utils.py:755), and "
         "_unflatten_state_dict / _set_element, which rebuild int path items as lists "
         "(:791-829), called from state_dict.py:1158-1181. The optimizer still steps, but its "
@@ -761,15 +762,19 @@ KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "rprop-cannot-step-dtensor", ALL_PROPS,
         lambda c: c.family == "fsdp2" and c.optimizer == "rprop"
-        and c.strategy in ("FULL_SHARD", "SHARD_GRAD_OP"),
-        "2.13, 2.15 (CPU)",
-        "torch.optim.Rprop cannot step a fully_shard model: outside capturable mode it "
-        "updates its step-size factors with boolean-mask assignments (sign[sign.gt(0)] = "
-        "etaplus, optim/rprop.py:274-276 single-tensor, :381-383 foreach; 2.15: :275, :382), "
-        "an in-place index_put_ that DTensor refuses on a Shard(0) param: "
+        and c.strategy in ("FULL_SHARD", "SHARD_GRAD_OP") and _running_torch() < (2, 15),
+        "2.13 (CPU); not 2.15",
+        "torch.optim.Rprop cannot step a fully_shard model under torch 2.13: outside "
+        "capturable mode it updates its step-size factors with boolean-mask assignments "
+        "(sign[sign.gt(0)] = etaplus, optim/rprop.py:274-276 single-tensor, :381-383 "
+        "foreach), an in-place index_put_ that DTensor refuses on a Shard(0) param: "
         "'aten.index_put_.default: in-place operations that require placement changes are not "
-        "supported' (the first optim.step() raises; nothing can be saved). Its capturable "
-        "branch uses torch.where instead (:270-272); not tried here.",
+        "supported' (the first optim.step() raises; nothing can be saved; a DSD load raises "
+        "the same in its zero-gradient step). Torch 2.15 steps it (the same source lines, "
+        ":275, :382, with DTensor propagating the in-place index_put_): the full tier's 12 "
+        "Rprop fully_shard cases train, save and load as single-process Rprop under 2.15.0 "
+        "(2026-11-29; the one difference left is entry dsd-full-load-tuple-to-list). Its "
+        "capturable branch uses torch.where instead (:270-272); not tried here.",
         model=Raises(exc="RuntimeError",
                      message=r"^aten\.index_put_\.default: in-place operations that require "
                              r"placement changes are not supported",
