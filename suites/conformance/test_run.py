@@ -74,6 +74,36 @@ def test_every_torch_optim_optimizer_but_the_excluded_is_in_the_full_tier_on_eve
     assert {c.model for c in full if c.optimizer == "muon"} == {"matrices"}
 
 
+_WITHOUT_MUON = """
+import torch
+del torch.optim.Muon  # as torch 2.8 and older: torch.optim.Muon came in 2.9
+from fsdp_conformance.zoo import MORE_OPTIMIZERS, build_optimizer
+from fsdp_conformance.zoo.optimizers import NOT_IN_THIS_TORCH
+from fsdp_conformance.run import matrix
+from fsdp_conformance.golden import curated, golden_cases
+assert "muon" not in MORE_OPTIMIZERS and "torch.optim.Muon" in NOT_IN_THIS_TORCH["muon"]
+try:
+    build_optimizer("muon", [("w", torch.nn.Parameter(torch.zeros(2, 2)))])
+    raise SystemExit("built a Muon that this torch does not have")
+except ValueError as exc:
+    assert "has no torch.optim.Muon" in str(exc), exc
+paths = matrix.default_paths()
+assert matrix.quick(paths) and not [c for c in matrix.full(paths) if c.optimizer == "muon"]
+assert curated() and not [c for c in curated() if c.optimizer == "muon"]
+assert golden_cases() and not [c for c in golden_cases() if c.optimizer == "muon"]
+print("ok")
+"""
+
+
+def test_a_torch_without_an_optimizer_runs_without_it():
+    """The zoo, the tiers, the curated fixtures and the P12 cases leave out what the installed
+    torch lacks (``NOT_IN_THIS_TORCH``; the package could not even be imported under torch 2.8
+    once Muon joined the zoo)."""
+    out = subprocess.run([PYTHON, "-c", _WITHOUT_MUON], cwd=ROOT, env=env_for_subprocess(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
 def test_fsdp2_hsdp_resharding_is_in_both_tiers():
     """FSDP2 on a 2-D mesh, saved at one mesh and loaded at another: 2x2 -> 2x2, 2x2 -> 1x2,
     1x2 -> 2x2, 2x2 -> 1x3 and back in the quick tier, every pair with 2 or 4 ranks on one
