@@ -6,15 +6,18 @@ asserted exactly (CPU, gloo, torch 2.13):
 - Lion, ``fsdp2.full``: DSD's full load turns its ``betas`` tuple into a list, as it does
   Adam's (torch's ``dsd-full-load-tuple-to-list``; Lion is no zoo optimizer, so the test
   declares it with its symptom): P6, P7, P11 known, the state itself bitwise (P3).
-- Schedule-free AdamW, ``fsdp2.sharded``: the load restores **no optimizer state**. The
-  factory's ``train()`` leaves an empty state entry per param, so DSD's
+- Schedule-free AdamW, ``fsdp2.sharded``: the load restores **no optimizer state**, and the
+  suite says so as torch's known limitation ``dsd-init-skips-optimizer-with-empty-state``
+  (P3, P6, P7 known; its model, every param's state left empty, makes them pass exactly).
+  The factory's ``train()`` leaves an empty state entry per param (the optimizer trait
+  ``empty_state_at_start``, seen on a fresh one when the model is checked), so DSD's
   ``_init_optim_state`` (state_dict.py:633-635: "if optim.state: return") takes the
   optimizer for initialised and skips the zero-grad step that would create its state; the
   template ``get_optimizer_state_dict`` returns has no tensors for ``dcp.load`` to fill, and
-  the resumed run starts its ``z`` and ``exp_avg_sq`` afresh (P3, P6, P7 fail, naming the
-  missing keys). Through ``fsdp2.full`` the same skipped step leaves
-  ``set_optimizer_state_dict`` no tensor to take the device from, and the load raises
-  ``AssertionError: Expected device to be set`` (state_dict.py:1146-1157) on every rank.
+  the resumed run starts its ``z`` and ``exp_avg_sq`` afresh. Through ``fsdp2.full`` the
+  same skipped step leaves ``set_optimizer_state_dict`` no tensor to take the device from,
+  and the load raises ``AssertionError: Expected device to be set`` (state_dict.py:1146-1157)
+  on every rank (``dsd-stateless-full-load``, as for SGD without momentum).
 """
 import pytest
 
@@ -42,18 +45,35 @@ def test_lion(fsdp_roundtrip):
     assert [r.properties["P3"].status for r in results] == ["pass", "pass"]
 
 
-def test_schedulefree_state_is_lost_or_refused(fsdp_roundtrip):
-    with pytest.raises(pytest.fail.Exception):  # the fixture fails the test
-        fsdp_roundtrip(make_model, data, fsdp_version=2, plan=["0", "2"],
-                       optimizer=make_schedulefree, world_sizes=["2"], links=1)
-    results = fsdp_roundtrip.results
-    got = _statuses(results)
-    assert got["fsdp2.full"] == {"P3": "error", "P6": "error", "P7": "error",
-                                 "P11": "error"}, got
+def test_schedulefree_state_is_lost_or_refused_as_torch_known_limitations(fsdp_roundtrip):
+    results = fsdp_roundtrip(make_model, data, fsdp_version=2, plan=["0", "2"],
+                             optimizer=make_schedulefree, world_sizes=["2"], links=1)
+    got = {r.case.api: {p: (v.status, v.known) for p, v in r.properties.items()
+                        if v.status not in ("pass", "n/a")} for r in results}
+    refused = ("known", "dsd-stateless-full-load")
+    assert got["fsdp2.full"] == {p: refused for p in ("P3", "P6", "P7", "P11")}, got
     full = next(r for r in results if r.case.api == "fsdp2.full").properties["P3"]
     assert "AssertionError: Expected device to be set" in full.detail, full.detail
-    assert {p: s for p, s in got["fsdp2.sharded"].items()} == {
-        "P3": "fail", "P6": "fail", "P7": "fail"}, got
+    lost = ("known", "dsd-init-skips-optimizer-with-empty-state")
+    assert got["fsdp2.sharded"] == {p: lost for p in ("P3", "P6", "P7")}, got
     p3 = next(r for r in results if r.case.api == "fsdp2.sharded").properties["P3"]
     assert "state['0.weight']['z']: missing" in p3.detail, p3.detail
     assert "state['0.weight']['exp_avg_sq']: missing" in p3.detail, p3.detail
+
+
+def test_the_empty_state_trait_is_seen_on_a_fresh_optimizer():
+    import torch
+
+    from fsdp_conformance.zoo.optimizers import EMPTY_STATE_AT_START, optimizer_traits_of
+
+    model = make_model()
+    sf = make_schedulefree(list(model.named_parameters()))
+    assert optimizer_traits_of(sf) == (EMPTY_STATE_AT_START,)
+    assert optimizer_traits_of(make_lion(list(model.named_parameters()))) == ()
+    adagrad = torch.optim.Adagrad(model.parameters())  # state at construction, with tensors
+    assert adagrad.state and optimizer_traits_of(adagrad) == ()
+    sf.zero_grad()
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    sf.step()  # once stepped, its state holds tensors
+    assert optimizer_traits_of(sf) == ()

@@ -153,6 +153,13 @@ def held_once_vectors_cut_to_their_param(d: dict, exp: Any) -> dict:
                            for k, st in d.get("state", {}).items()}}
 
 
+def state_left_as_fresh(d: dict, exp: Any = None) -> dict:
+    """Every param's state is what a fresh optimizer of ``EMPTY_STATE_AT_START`` holds: an
+    empty entry (nothing of the saved state was loaded); the param groups are the saved
+    ones."""
+    return _state_map(d, lambda st: {})
+
+
 def drop_empty_states(d: dict, exp: Any = None) -> dict:
     """A param whose every positive-dim tensor state is empty (a rank holds none of it) has
     no state at all."""

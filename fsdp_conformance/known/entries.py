@@ -24,6 +24,7 @@ from .effects import (alias_to_last_state, drop_empty_mappings, drop_empty_state
                       drop_frozen_state, dummy_step_state, empty_state_for_every_param,
                       frozen_state_as_fresh, initial_lr_from_scheduler_built_after,
                       held_once_vectors_cut_to_their_param, lr_set_by_scheduler_built_after,
+                      state_left_as_fresh,
                       state_cast_to_param_dtype,
                       stateless_rekey_is_a_noop, tuples_to_lists, unshare_when_resharded,
                       unused_params_get_zero_grads)
@@ -158,6 +159,14 @@ def _steps_whole_tensors(c: Case) -> bool:
     from ..zoo.optimizers import HELD_ONCE, MATRIX_ONLY, WHOLE_TENSOR
 
     return c.optimizer in WHOLE_TENSOR - MATRIX_ONLY - HELD_ONCE
+
+
+def _optimizer_touches(c: Case, trait: str) -> bool:
+    """The case's optimizer has ``trait`` (``zoo.optimizers.OPTIMIZER_TRAITS``: a user's
+    optimizer, seen fresh when its model was checked); imported here, not at module load."""
+    from ..zoo.optimizers import optimizer_touches
+
+    return optimizer_touches(c.optimizer, trait)
 
 
 def _holds_state_once(c: Case) -> bool:
@@ -518,12 +527,16 @@ KNOWN: tuple[KnownLimitation, ...] = (
     KnownLimitation(
         "dsd-stateless-full-load",
         ("P3:set_full", "P3:set_full_nonstrict", "P3:set_flattened", "P3"),
-        lambda c: c.api in ("fsdp2", "fsdp2.full") and c.optimizer == "sgd",
+        lambda c: c.api in ("fsdp2", "fsdp2.full")
+        and (c.optimizer == "sgd" or _optimizer_touches(c, "empty_state_at_start")),
         "2.13",
         "set_optimizer_state_dict(full_state_dict=True) cannot load a stateless optimizer (SGD "
         "without momentum) into a fully_shard model: the full-dict path takes its device from "
         "the first positive-dim tensor of the local optimizer state and asserts it found one "
         "(state_dict.py:1146-1157, 'Expected device to be set'); a stateless optimizer has none. "
+        "Nor an optimizer whose fresh state holds entries without tensors (schedule-free "
+        "AdamW in train mode: entry dsd-init-skips-optimizer-with-empty-state), whose local "
+        "state DSD leaves without tensors. "
         "torch 2.8 asserts the same without a message (state_dict.py:1000, `assert device is "
         "not None`). The sharded path (full_state_dict=False) loads it. In the run (fsdp2.full) the "
         "load fails on every rank, so the resume (P6) and the re-save (P7) cannot happen. "
@@ -534,6 +547,25 @@ KNOWN: tuple[KnownLimitation, ...] = (
         also=("P6", "P7", "P11", "P12"),
         model=Raises(exc="AssertionError", message=r"^(Expected device to be set)?$",
                where=("_load_optim_state_dict",))),
+    KnownLimitation(
+        "dsd-init-skips-optimizer-with-empty-state", ("P3", "P6", "P7"),
+        lambda c: c.api in _DSD_RUN and not api_path(c.api).full
+        and _optimizer_touches(c, "empty_state_at_start"),
+        "2.13 (CPU)",
+        "DSD decides whether a fresh optimizer's state is initialised by 'if optim.state: "
+        "return' (state_dict.py:633-635, _init_optim_state, before get_optimizer_state_dict "
+        "builds the template a DCP load fills and before set_optimizer_state_dict). An "
+        "optimizer that holds state entries without tensors when built, as schedule-free "
+        "AdamW after its train() (which reads self.state[p] for every param), is taken for "
+        "initialised: the zero-gradient step that would create its state is skipped, the "
+        "template has no tensors, dcp.load fills nothing, and the load leaves every param's "
+        "state empty, without an error: the resumed run starts its z and exp_avg_sq afresh "
+        "(P3 and the re-save P7: the saved tensors missing; P6: the run trains otherwise). "
+        "The full-dict load raises instead (dsd-stateless-full-load). Seen with "
+        "schedulefree 1.4.1 under the plugin (examples/test_outside_optimizers.py).",
+        "not reported upstream that we found",
+        model=Effect(what="every param's state is left as the fresh optimizer's: empty",
+                     load=state_left_as_fresh)),
     KnownLimitation(
         "dsd-strict-param-without-grad", ("P3:set_full", "P3:set_sharded", "P3"),
         lambda c: (c.api == "fsdp2" or _dsd_loads_its_dict(c))

@@ -22,6 +22,7 @@ from torch import nn
 
 from .. import zoo
 from ..zoo.models import FROZEN_FROM_START, PARAM_WITHOUT_GRAD
+from ..zoo.optimizers import optimizer_traits_of
 from ..api_paths import CUSTOM_PREFIXES, custom_api
 from .refs import Ref
 
@@ -63,6 +64,9 @@ class UserModel:
     """The zoo name the optimizer is registered under."""
     optimizer_kind: str = ""
     """The zoo optimizer of the same class (what known/entries.py matches), or ""."""
+    optimizer_traits: tuple[str, ...] = ()
+    """What a fresh one of the user's optimizers has that a known torch limitation may
+    touch (``zoo.optimizers.OPTIMIZER_TRAITS``, ``optimizer_traits_of``)."""
     shard_fn: Ref | None = None
     """``shard_fn(model, mesh)``: the user's own ``fully_shard`` calls (FSDP2; None: the
     plan's modules, deepest first, then the root)."""
@@ -97,7 +101,8 @@ class UserModel:
                            scheduler_fn=self.scheduler.resolve() if self.scheduler else None,
                            traits=self.traits)
         if isinstance(self.optimizer, Ref):
-            zoo.register_optimizer(self.optimizer_name, self.optimizer.resolve())
+            zoo.register_optimizer(self.optimizer_name, self.optimizer.resolve(),
+                                   traits=self.optimizer_traits)
 
 
 # Names given out in this process: name -> identity of what it names (unique names keep the
@@ -188,19 +193,22 @@ def user_model(model, data, *, plan=(), load_plan=None, optimizer="adam", loss=N
     load_fqns = None if load_plan is None else _wrap_fqns(built, load_plan, "load_plan")
     ignored = tuple(ignored)
     _wrap_fqns(built, list(ignored), "ignored")
+    opt_traits: tuple[str, ...] = ()
     if isinstance(optimizer, str) and optimizer in zoo.ALL_OPTIMIZERS:
         opt, opt_name, kind = optimizer, optimizer, optimizer
     else:
         opt = Ref.of(optimizer, "optimizer factory")
         opt_name = _unique(opt.name, opt, _OPT_NAMES, reserved=zoo.ALL_OPTIMIZERS)
-        kind = _optimizer_kind(opt.resolve()(list(built.named_parameters())))
+        fresh = opt.resolve()(list(built.named_parameters()))
+        kind, opt_traits = _optimizer_kind(fresh), optimizer_traits_of(fresh)
     base = name or factory.name
     ident = (factory, data_ref, loss_ref, ignored, shard_ref, sched_ref)
     mname = _unique(base, ident, _MODEL_NAMES, reserved=zoo.MODELS)
     traits = traits_of(built, data_ref.resolve(), loss_ref.resolve() if loss_ref else None)
     return UserModel(mname, factory, data_ref, plan=fqns, load_plan=load_fqns, optimizer=opt,
                      loss=loss_ref, ignored=ignored, optimizer_name=opt_name,
-                     optimizer_kind=kind, shard_fn=shard_ref, scheduler=sched_ref,
+                     optimizer_kind=kind, optimizer_traits=opt_traits, shard_fn=shard_ref,
+                     scheduler=sched_ref,
                      traits=traits)
 
 

@@ -158,18 +158,50 @@ def impl_kwargs(name: str, impl: str) -> dict:
 # Users' optimizer factories by name (``register_optimizer``); never mixed into OPTIMIZERS.
 REGISTERED: dict[str, Callable] = {}
 
+EMPTY_STATE_AT_START = "empty_state_at_start"
+"""Optimizer trait: the optimizer as its factory returns it holds state entries, none with a
+tensor (schedule-free AdamW's ``train()`` reads ``self.state[p]`` for every param, which
+makes an empty entry each): torch's code that asks "is the state initialised?" by
+``if optim.state`` (DSD's ``_init_optim_state``) takes it for initialised."""
+OPTIMIZER_TRAITS = (EMPTY_STATE_AT_START,)
+"""What an optimizer can have that a known torch limitation may touch: an entry matches a
+user's optimizer by these (seen on a fresh one: ``optimizer_traits_of``), not by its class.
+No zoo optimizer has one (Adagrad's state at construction holds tensors)."""
+_TRAITS: dict[str, frozenset] = {}
 
-def register_optimizer(name: str, factory: Callable) -> None:
+
+def optimizer_traits_of(optim: torch.optim.Optimizer) -> tuple[str, ...]:
+    """The ``OPTIMIZER_TRAITS`` a freshly built optimizer shows."""
+    holds_tensor = any(isinstance(v, torch.Tensor) for st in optim.state.values()
+                       for v in st.values())
+    return (EMPTY_STATE_AT_START,) if optim.state and not holds_tensor else ()
+
+
+def optimizer_touches(name: str, trait: str) -> bool:
+    """Whether optimizer ``name`` (a registered user optimizer; no zoo optimizer has
+    one) has ``trait``."""
+    if trait not in OPTIMIZER_TRAITS:
+        raise ValueError(f"unknown optimizer trait {trait!r}; traits: {OPTIMIZER_TRAITS}")
+    return trait in _TRAITS.get(name, frozenset())
+
+
+def register_optimizer(name: str, factory: Callable, traits: Iterable[str] = ()) -> None:
     """Make ``name`` buildable in this process: ``factory(named_params) -> Optimizer``, with
     ``named_params`` a list of ``(name, param)``. Under FSDP1 with ``use_orig_params=False``
     a param is a unit's flat parameter and its name is the unit's FQNs joined by "|" (see
-    ``sut.fsdp1.grouping_name``). The same name again with the same factory is a no-op."""
+    ``sut.fsdp1.grouping_name``). ``traits``: its ``OPTIMIZER_TRAITS``
+    (``optimizer_traits_of``). The same name again with the same factory is a no-op."""
     if name in ALL_OPTIMIZERS or name in STATE_DTYPE_OPTIMIZERS:
         raise ValueError(f"{name!r} is a zoo optimizer; pick another name")
+    unknown = sorted(set(traits) - set(OPTIMIZER_TRAITS))
+    if unknown:
+        raise ValueError(f"optimizer {name!r}: unknown traits {unknown}; traits: "
+                         f"{OPTIMIZER_TRAITS}")
     old = REGISTERED.get(name)
     if old is not None and old is not factory:
         raise ValueError(f"optimizer {name!r} is already registered with another factory")
     REGISTERED[name] = factory
+    _TRAITS[name] = frozenset(traits)
 
 
 def build_optimizer(name: str, named_params: Iterable[tuple[str, torch.nn.Parameter]],

@@ -56,6 +56,22 @@ def test_a_torch_optimizer_is_taken_as_it_is(registered):
     assert optimizers.build_optimizer("sgd~t", PARAMS) is sgd[-1]
 
 
+def test_optimizer_traits_are_registered_checked_and_read_by_name():
+    factory = lambda named: torch.optim.SGD([p for _, p in named], lr=1.0)  # noqa: E731
+    try:
+        optimizers.register_optimizer("traits~t", factory,
+                                      traits=(optimizers.EMPTY_STATE_AT_START,))
+        assert optimizers.optimizer_touches("traits~t", optimizers.EMPTY_STATE_AT_START)
+        assert not optimizers.optimizer_touches("adam", optimizers.EMPTY_STATE_AT_START)
+        with pytest.raises(ValueError, match="unknown optimizer trait 'shiny'"):
+            optimizers.optimizer_touches("traits~t", "shiny")
+        with pytest.raises(ValueError, match=r"optimizer 'odd~t': unknown traits \['shiny'\]"):
+            optimizers.register_optimizer("odd~t", factory, traits=("shiny",))
+    finally:
+        optimizers.REGISTERED.pop("traits~t", None)
+        optimizers._TRAITS.pop("traits~t", None)
+
+
 def make_net():
     return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
 
