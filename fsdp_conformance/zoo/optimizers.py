@@ -115,11 +115,16 @@ FSDP1's 1-D flat shards and pieces cannot be stepped by them at all."""
 
 NOT_YET: frozenset[tuple[str, str]] = frozenset({("muon", "fsdp2")})
 """(optimizer, family) pairs left out of the tiers until their verdicts can be exact (issue
-49; run/matrix.py, golden/curated.py): Muon under fully_shard trains apart from
-single-process Muon at 2 ranks (its bfloat16 Newton-Schulz over sharded DTensor matmuls;
-about 1e-3 in the params after 3 steps, not modelled yet) and raises at 3 and 4 ranks ('aten.add_.Tensor: in-place operations that
-require placement changes are not supported' in its param update); docs/reference/
-run-matrix.md "Optimizers"."""
+49; run/matrix.py, golden/curated.py, golden/case.py): Muon under fully_shard. At one rank
+it trains, saves and loads as single-process Muon; at 2 ranks it trains apart from it (the
+momentum buffers about 4e-7 apart after 3 float64 steps; its Newton-Schulz runs in
+bfloat16 on Shard(0) DTensors, and which of its ops rounds otherwise is not pinned down, so
+it is not modelled yet); at 3 and 4 ranks the param update of the zoo's 2-row
+head.weight, where a rank holds no row, raises 'aten.add_.Tensor: in-place operations that
+require placement changes are not supported' (a Shard(0) float64 param, a Replicate
+bfloat16 update) on the first step, and a DSD load at 3 ranks raises the same in its
+zero-gradient step (seen 2026-11-29, torch 2.13); docs/reference/run-matrix.md
+"Optimizers"."""
 
 OPTIMIZER_MODELS = {"muon": "matrices"}
 """The zoo model an optimizer runs on in the tiers where the zoo's default (``mlp``, whose
