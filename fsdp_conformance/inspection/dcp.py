@@ -85,11 +85,14 @@ def summarise_dcp(path: Path, key: str | None, values: bool) -> Summary:
     listed = group_index(groups)
     params, chunked, other = [], 0, []
     for fqn, ents in entries.items():
-        infos = []
-        for flat, name, _ in ents:
+        infos, seen = [], set()
+        for flat, name, ndim in ents:
+            if name in seen:  # another element of a list or dict value
+                continue
+            seen.add(name)
             meta = md.state_dict_metadata[flat]
             got = describe_value(name, read[fqn][name]) if name in read.get(fqn, {}) else None
-            if isinstance(meta, TensorStorageMetadata):
+            if isinstance(meta, TensorStorageMetadata) and ndim >= 0:  # not a list's element
                 shape = tuple(meta.size)
                 dtype = meta.properties.dtype
                 numel = math.prod(shape)

@@ -121,11 +121,15 @@ def in_group_order(params: Sequence[ParamInfo], groups: Sequence[GroupInfo]) -> 
 
 
 def guess_optimizer(groups: Sequence[GroupInfo]) -> str | None:
-    """The optimizer class the param groups' keys point to (torch.optim defaults)."""
+    """The optimizer class the param groups' keys point to (torch.optim defaults: each class
+    has keys of its own, checked before the keys classes share)."""
     if not groups:
         return None
     hyper = groups[0].hyper
     keys = set(hyper)
+    for own, name in _OWN_KEYS:
+        if own <= keys:
+            return name
     if {"betas", "amsgrad"} <= keys:
         if "decoupled_weight_decay" not in keys:
             return "Adam or AdamW"
@@ -138,7 +142,22 @@ def guess_optimizer(groups: Sequence[GroupInfo]) -> str | None:
         return "RMSprop"
     if "rho" in keys:
         return "Adadelta"
+    if {"betas", "decoupled_weight_decay"} <= keys:
+        return "RAdam"
+    if "betas" in keys:
+        return "Adamax"
     return None
+
+
+_OWN_KEYS: tuple[tuple[frozenset, str], ...] = (
+    (frozenset({"momentum_decay"}), "NAdam"),
+    (frozenset({"lambd", "t0"}), "ASGD"),
+    (frozenset({"etas", "step_sizes"}), "Rprop"),
+    (frozenset({"beta2_decay"}), "Adafactor"),
+    (frozenset({"ns_coefficients"}), "Muon"),
+    (frozenset({"history_size", "line_search_fn"}), "LBFGS"),
+)
+"""Param-group keys only one torch.optim class has (torch 2.13's defaults)."""
 
 
 def is_stateless(groups: Sequence[GroupInfo], optimizer: str | None) -> bool:

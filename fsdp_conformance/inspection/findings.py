@@ -5,9 +5,10 @@ Rules
 -----
 Findings: ``warning`` (``strict`` turns any into exit 1) or ``note`` (a fact that is normal
   for what it names): an empty ``state``; params listed in a group with no state (a note
-  when the optimizer is stateless, SGD with momentum 0); state for a param in no group; a
+  when the optimizer is stateless, SGD with momentum 0, or LBFGS with state under its first
+  param only); state for a param in no group; a
   param in two groups; an empty group; int and str keys mixed; params whose state has
-  different names; ``step`` differing across params or ranks; ``step`` stored as a Python
+  different names (a note for Adafactor's two forms); ``step`` differing across params or ranks; ``step`` stored as a Python
   number for some params and a tensor for others; NaN/Inf in a state tensor; per-element
   state in several floating dtypes; names with FSDP wrapper prefixes; one rank's part of a
   sharded checkpoint in a single file; a zip member failing its CRC-32; param groups or
@@ -27,6 +28,11 @@ from ..reshard.inputs import WRAPPER_PREFIXES
 from .describe import FLAT_MARKER, group_index, is_stateless
 from .load import LoadedFile
 from .summary import Finding, GroupInfo, ParamInfo
+
+_ADAFACTOR_STATES = {("col_var", "row_var", "step"), ("step", "variance")}
+"""The two state forms of torch.optim.Adafactor (optim/_adafactor.py: factored for a param
+of 2 or more dims, unfactored for a 1-D one)."""
+
 
 def damage_findings(files: Sequence[Path], loaded: Sequence[LoadedFile]) -> list[Finding]:
     return [Finding(level="warning", code="crc-mismatch",
@@ -68,9 +74,12 @@ def findings_for(params: Sequence[ParamInfo], groups: Sequence[GroupInfo], key_t
     else:
         have = set(with_state)
         missing = [k for k in listed if k not in have]
+        held_once = optimizer == "LBFGS" and with_state == list(listed)[:1]
         if missing:
-            level = "note" if stateless else "warning"
+            level = "note" if stateless or held_once else "warning"
             why = ("normal for SGD with momentum 0" if stateless else
+                   "normal for LBFGS, which holds its state once, under its first param"
+                   if held_once else
                    "normal for frozen params and params that never got a gradient; otherwise "
                    "their state was lost")
             out.append(Finding(level=level, code="no-state",
@@ -95,10 +104,13 @@ def findings_for(params: Sequence[ParamInfo], groups: Sequence[GroupInfo], key_t
     if len(names) > 1:
         example = {n: next(p.key for p in params if tuple(sorted(s.name for s in p.state)) == n)
                    for n in names}
-        out.append(Finding(level="warning", code="state-names-differ",
+        factored = optimizer == "Adafactor" and set(names) <= _ADAFACTOR_STATES
+        out.append(Finding(level="note" if factored else "warning", code="state-names-differ",
                            message="params hold different state: " + "; ".join(
                                f"{list(n)} x{c} (e.g. {example[n]!r})"
-                               for n, c in names.most_common())))
+                               for n, c in names.most_common())
+                           + (": normal for Adafactor (row_var and col_var for a param of 2 "
+                              "or more dims, variance for a 1-D one)" if factored else "")))
     out += _step_findings(params)
     bad = [(p.key, s.name, s.nonfinite) for p in params for s in p.state if s.nonfinite]
     if bad:

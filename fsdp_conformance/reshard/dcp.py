@@ -42,10 +42,15 @@ class DcpFull:
         for flat, meta in md.state_dict_metadata.items():
             path_ = tuple(pdata.get(flat, (flat,)))
             for i, part in enumerate(path_):
-                if part == "state" and len(path_) == i + 3:
+                if part == "state" and len(path_) >= i + 3:
                     d = found.setdefault(path_[:i], {"state": {}, "groups": []})
                     fqn, name = str(path_[i + 1]), path_[i + 2]
-                    ndim = len(meta.size) if isinstance(meta, TensorStorageMetadata) else -1
+                    # an element of a list or dict value (LBFGS's history lists: one DCP
+                    # entry per element, read back as the whole value) counts as a
+                    # non-tensor value of its state name
+                    nested = len(path_) > i + 3
+                    ndim = len(meta.size) if isinstance(meta, TensorStorageMetadata) \
+                        and not nested else -1
                     d["state"].setdefault(fqn, []).append((flat, name, ndim))
                     break
                 if part == "param_groups" and len(path_) > i + 1 and isinstance(path_[i + 1], int):
@@ -81,7 +86,8 @@ class DcpFull:
         return list(self._state_keys)
 
     def entries(self) -> dict[str, list[tuple[str, str, int]]]:
-        """``{fqn: [(DCP flat key, state name, ndim or -1 for a non-tensor), ...]}``."""
+        """``{fqn: [(DCP flat key, state name, ndim or -1 for a non-tensor), ...]}``; a list
+        or dict value has one entry per element, each with its state name and -1."""
         return {f: list(v) for f, v in self._state_keys.items()}
 
     def per_element(self) -> set[str]:
