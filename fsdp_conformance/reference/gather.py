@@ -206,7 +206,7 @@ def _gather_orig(unit, local_dicts, ranks, want, device, skip=frozenset()):
         tensor_names = {
             n for n in names for r in holders if category(local_dicts[r]["state"][p.fqn][n]) == "tensor"
         }
-        for name in names:
+        for name in sorted(names, key=str):  # the first refusal named is the same every run
             if name in skip:
                 continue
             if name in tensor_names:
@@ -249,7 +249,7 @@ def gather_param_groups(layout: ModelLayout, local_dicts: Sequence[Mapping]) -> 
             raise ScalarStateConflict("number of param groups differs from rank 0", key="param_groups",
                                       rank=r, expected=len(groups0), got=len(groups))
         for i, (g0, g) in enumerate(zip(groups0, groups)):
-            for hk in set(g0) | set(g):
+            for hk in sorted(set(g0) | set(g), key=str):
                 if hk == "params":
                     continue
                 if hk not in g or hk not in g0 or not values_equal(g0[hk], g[hk]):
@@ -311,7 +311,7 @@ def _check_replicas(layout: ModelLayout, local_dicts: Sequence[Mapping]) -> None
             raise StateDictMismatch("replica holds different state keys than its first-replica peer",
                                     rank=r, expected=sorted(ref), got=sorted(got))
         for k in ref:
-            for n in set(ref[k]) | set(got[k]):
+            for n in sorted(set(ref[k]) | set(got[k]), key=str):
                 if n not in ref[k] or n not in got[k] or not eq(ref[k][n], got[k][n]):
                     raise StateDictMismatch("replica state differs from its first-replica peer",
                                             param=k, key=n, rank=r)
