@@ -166,10 +166,12 @@ def _tail(path: Path, lines: int = _LOG_TAIL_LINES, since: int = 0) -> str:
     come first: that is where the C++ reason of an abort is ("terminate called after
     throwing ...", "what(): ..."), above a Python stack that fills the tail."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(since if since <= size else 0, size - 50000))
+            data = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    data = (data[since:] if since <= len(data) else data)[-50000:].decode("utf-8", "replace")
     all_lines = data.splitlines()
     tail = all_lines[-lines:]
     start = len(all_lines) - len(tail)
@@ -386,9 +388,11 @@ class RankPool:
             self.close()
             raise
 
-    def _log_start(self, rank: int) -> int:
-        """Where rank ``rank``'s log stood when the current call was sent (0 before any)."""
-        return self._log_starts[rank] if rank < len(self._log_starts) else 0
+    def _call_tail(self, rank: int, lines: int = _LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines rank ``rank`` wrote to its log during the current call
+        (from where its log stood when the call was sent; all of it before any call)."""
+        since = self._log_starts[rank] if rank < len(self._log_starts) else 0
+        return _tail(self.rank_dir(rank) / LOG_FILE, lines, since)
 
     def _collect(self, call_id: int, fn, timeout: float) -> list[Any]:
         name = getattr(fn, "__qualname__", repr(fn))
@@ -422,21 +426,18 @@ class RankPool:
                 if msg is None:
                     self._procs[r].join(DEATH_EXIT_WAIT_S)
                     died[r] = RankFailure(r, "died", _describe_exit(self._procs[r].exitcode),
-                                          _tail(self.rank_dir(r) / LOG_FILE,
-                                                since=self._log_start(r)))
+                                          self._call_tail(r))
                     pending.discard(r)
                 elif msg[1] != call_id:
                     continue  # stale reply of an earlier call (cannot happen in a healthy pool)
                 elif msg[0] == "ok":
                     results[r] = msg[2]
                     if len(msg) > 3 and msg[3]:
-                        marked[r] = _marked_failure(r, msg[3], self.rank_dir(r) / LOG_FILE,
-                                                    self._log_start(r))
+                        marked[r] = _marked_failure(r, msg[3], self._call_tail(r, 10))
                     pending.discard(r)
                 else:
                     errors[r] = RankFailure(r, f"exception {msg[2]}", msg[3],
-                                            _tail(self.rank_dir(r) / LOG_FILE, 10,
-                                                  since=self._log_start(r)))
+                                            self._call_tail(r, 10))
                     pending.discard(r)
             if (errors or died or marked) and pending and grace_deadline is None:
                 grace_deadline = time.monotonic() + ERROR_GRACE_S
@@ -505,8 +506,7 @@ class RankPool:
                 pass
             out.append(RankFailure(r, kind, "Python stacks when the call was abandoned:\n"
                                    + (text.strip() or "(no stack could be read)"),
-                                   _tail(self.rank_dir(r) / LOG_FILE, 10,
-                                         since=self._log_start(r))))
+                                   self._call_tail(r, 10)))
         return out
 
     def _check_health(self) -> None:
@@ -528,12 +528,11 @@ class RankPool:
         self._teardown(graceful=False)
 
 
-def _marked_failure(rank: int, marks, log: Path, since: int = 0) -> RankFailure:
+def _marked_failure(rank: int, marks, log_tail: str) -> RankFailure:
     """A rank that returned with failure marks (``outcome.FailureMark``), as a RankFailure:
     the first mark's type in ``kind``, every mark's traceback in ``detail``."""
     detail = "\n".join(m.detail.rstrip() for m in marks)
-    return RankFailure(rank, f"exception {marks[0].exc_type} (returned)", detail,
-                       _tail(log, 10, since))
+    return RankFailure(rank, f"exception {marks[0].exc_type} (returned)", detail, log_tail)
 
 
 def _barrier(ctx) -> None:

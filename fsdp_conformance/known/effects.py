@@ -7,6 +7,7 @@ case it runs as.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 from ..api_paths import DCP_DIR, PATH_NAMES, api_path
@@ -143,11 +144,11 @@ def held_once_vectors_cut_to_their_param(d: dict, exp: Any) -> dict:
 
     def cut(fqn: str, st: dict) -> dict:
         shape = shapes.get(fqn)
-        n = 1
-        for x in shape or ():
-            n *= x
-        return {k: (v.flatten()[:n].reshape(shape) if shape is not None and _is_tensor(v)
-                    and v.dim() > 0 and tuple(v.shape) != shape and v.numel() >= n else v)
+        if shape is None:
+            return st
+        n = math.prod(shape)
+        return {k: (v.flatten()[:n].reshape(shape) if _is_tensor(v) and v.dim() > 0
+                    and tuple(v.shape) != shape and v.numel() >= n else v)
                 for k, v in st.items()}
     return {**d, "state": {k: (cut(k, st) if isinstance(st, dict) else st)
                            for k, st in d.get("state", {}).items()}}

@@ -802,8 +802,8 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "foreach), an in-place index_put_ that DTensor refuses on a Shard(0) param: "
         "'aten.index_put_.default: in-place operations that require placement changes are not "
         "supported' (the first optim.step() raises; nothing can be saved; a DSD load raises "
-        "the same in its zero-gradient step). Torch 2.15 steps it (the same source lines, "
-        ":275, :382, with DTensor propagating the in-place index_put_): the full tier's 12 "
+        "the same in its zero-gradient step). Torch 2.15 steps it (its source lines :275, "
+        ":382 are the same; what changed in DTensor is not pinned down): the full tier's 12 "
         "Rprop fully_shard cases train, save and load as single-process Rprop under 2.15.0 "
         "(2026-11-29; the one difference left is entry dsd-full-load-tuple-to-list). Its "
         "capturable branch uses torch.where instead (:270-272); not tried here.",
