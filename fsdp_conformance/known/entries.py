@@ -11,6 +11,7 @@ plain pass. A property may name one API path (``"P3:set_full"``, FSDP2's differe
 tests). Several entries can meet on one path (:func:`known_all` lists every one)."""
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -214,6 +215,30 @@ def _some_rank_lacks_a_param(c: Case) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=None)
+def _fewest_rows_cached(model: str) -> int:
+    from ..zoo import build_model
+
+    rows = [p.shape[0] for p in build_model(model).parameters() if p.ndim == 2]
+    return min(rows) if rows else 1 << 30
+
+
+def _fewest_rows(model: str) -> int:
+    """The fewest rows (dim 0) of the model's 2-D params (the ones Muon steps); a large
+    number where it has none. The zoo model is built once per process (torch, lazily)."""
+    return _fewest_rows_cached(model)
+
+
+def _muon_rank_holds_no_row(c: Case, load_side: bool = False) -> bool:
+    """A Muon case under fully_shard whose save side (load side) has more ranks sharding a
+    param than the param has rows, so a rank holds none of it (entries
+    muon-cannot-step-param-with-fewer-rows-than-ranks, dsd-init-steps-muon-...)."""
+    if c.family != "fsdp2" or c.optimizer != "muon" or c.tensor_parallel_of(load_side):
+        return False
+    ranks = c.dst_world_size if load_side else c.shard_world_size
+    return ranks > _fewest_rows(c.model)
+
+
 def _rank0_broadcasts(c: Case) -> bool:
     """A run path whose full load hands the dict to rank 0 alone, which sends the others
     theirs (its record's ``full_load == "broadcast"``; fsdp2.full's ``no_broadcast`` axis
@@ -366,6 +391,14 @@ _FLOAT32_STATE = ("sgd_momentum_fp32state", "nadam", "asgd")
 """The zoo optimizers that keep float32 state whatever the params' dtype: the float32 momentum
 of zoo.optimizers.STATE_DTYPE_OPTIMIZERS, NAdam's 0-dim mu_product and ASGD's 0-dim eta and
 mu (created with torch's default scalar dtype)."""
+
+
+_MUON_ADD_REFUSED = Raises(exc="RuntimeError",
+                           message=r"^aten\.add_\.Tensor: in-place operations that require "
+                                   r"placement changes are not supported",
+                           where=("_single_tensor_muon",))
+"""Muon's param update refused by DTensor where a rank holds no row of the param (entries
+muon-cannot-step-param-with-fewer-rows-than-ranks, dsd-init-steps-muon-...)."""
 
 
 KNOWN: tuple[KnownLimitation, ...] = (
@@ -827,6 +860,37 @@ KNOWN: tuple[KnownLimitation, ...] = (
                      message=r"^aten\.pow_\.Scalar: in-place operations that require placement "
                              r"changes are not supported",
                      where=("_single_tensor_adafactor",))),
+    KnownLimitation(
+        "muon-cannot-step-param-with-fewer-rows-than-ranks", ALL_PROPS,
+        lambda c: not c.golden and _muon_rank_holds_no_row(c),
+        "2.13, 2.15 (CPU)",
+        "torch.optim.Muon cannot step a fully_shard model where a 2-D param has fewer rows "
+        "than ranks shard it (the zoo's 2-row head.weight at 3 and 4 ranks): the update of "
+        "such a Shard(0) param comes back Replicate from its bfloat16 Newton-Schulz "
+        "iteration on DTensors (optim/_muon.py:55-66), and where a rank holds no row, no "
+        "strategy of the in-place param.add_(update, alpha=-adjusted_lr) (:341) keeps "
+        "Shard(0): 'aten.add_.Tensor: in-place operations that require placement changes "
+        "are not supported' (its sharding propagation failing for a float64 Shard(0) param "
+        "of shape 2x5 and a bfloat16 Replicate update) on every rank at the first "
+        "optim.step() (nothing can be saved). At 2 ranks it steps. Reproducer notes/repro/fsdp2_muon_sharded.py "
+        "(python ... 3).",
+        model=_MUON_ADD_REFUSED),
+    KnownLimitation(
+        "dsd-init-steps-muon-on-fewer-rows-than-ranks", ("P3", "P6", "P7", "P11"),
+        lambda c: c.api in _DSD_RUN and _muon_rank_holds_no_row(c, load_side=True)
+        and (c.golden or not _muon_rank_holds_no_row(c)),
+        "2.13, 2.15 (CPU)",
+        "A Muon checkpoint (saved where Muon can step: fully_shard at 1 or 2 ranks, FSDP1) "
+        "cannot be loaded through DSD into a fully_shard model where a 2-D param has fewer "
+        "rows than ranks: set_optimizer_state_dict and get_optimizer_state_dict first step "
+        "a fresh optimizer once with zero gradients (state_dict.py:662, "
+        "_init_optim_state), and that step raises as training does (entry "
+        "muon-cannot-step-param-with-fewer-rows-than-ranks): 'aten.add_.Tensor: in-place "
+        "operations that require placement changes are not supported' on every rank of the "
+        "load (the properties a load decides: P3, P6, P7, P11; golden fixtures, P12, at 3 "
+        "and 4 ranks).",
+        also=("P12",),
+        model=_MUON_ADD_REFUSED),
     KnownLimitation(
         "fsdp1-optimizer-steps-flat-shards", ("P2", "P6"),
         lambda c: c.family == "fsdp1" and _steps_whole_tensors(c) and _steps_pieces(c),

@@ -10,8 +10,9 @@ Rules
   that one verdict (one root cause).
 - A save or load call that raised (the view's ``stopped``) fails every load-side property
   (P3, P6, P7, P10, P11) with it; P0 and P2 are still judged.
-- P2 and P6 are n/a for models with ignored modules (no single-process run can match); the
-  scheduler after resuming is still judged.
+- P2 and P6 are n/a where no single-process run can match (``single_process_unmatched``:
+  a model with ignored modules; Muon on params sharded over more than one rank, P2 by the
+  save side, P6 by either); the scheduler after resuming is still judged.
 - P2 judges the trained state (torch's saved dict under the modelled bug; the state in
   memory exactly); P3 and P11 what the save wrote (``Saved.by_torch``: torch's dict, or
   ``Expectation.saved`` of the state in memory).
@@ -31,6 +32,7 @@ from .. import reference as ref
 from ..cases import Case
 from ..sut.records import LoadRecord, SaveRecord
 from ..zoo import model_spec
+from ..zoo.optimizers import sharded_update_unmatched
 from . import run_props as rp
 from .baseline import local_run
 from .catalogue import CATALOGUE
@@ -52,11 +54,25 @@ LOAD_SIDE: tuple[str, ...] = ("P3", "P6", "P7", "P10", "P11")
 """The properties a save or load call that raised fails."""
 
 
-def _unmatched(case: Case) -> str:
+def single_process_unmatched(case: Case, resume: bool = False) -> str:
+    """Why no single-process run can match the save side's training (``resume``: or the
+    resumed training too), "" where one can: a model with ignored modules, or an optimizer
+    no single-process run matches on sharded params (``zoo.optimizers.
+    sharded_update_unmatched``: Muon, a user's by its trait) stepping params that
+    fully_shard (or tensor parallelism) splits over more than one rank."""
     ignored = model_spec(case.model).ignored
-    return (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank on "
-            f"the rank's own rows, and they feed every other param's gradient, so no "
-            f"single-process run can match") if ignored else ""
+    if ignored:
+        return (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank "
+                f"on the rank's own rows, and they feed every other param's gradient, so no "
+                f"single-process run can match")
+    reason = sharded_update_unmatched(case.optimizer)
+    if not reason or case.family != "fsdp2":
+        return ""
+    sides = [("saved", case.shard_world_size, case.tensor_parallel)]
+    if resume:
+        sides.append(("resumed", case.dst_world_size, case.dst_tensor_parallel))
+    split = [f"{what} on {n} ranks" for what, n, tp in sides if n > 1 or tp > 1]
+    return f"{case.optimizer} {' and '.join(split)}: {reason}" if split else ""
 
 
 def _in_memory(refs, save_obs: Sequence[SaveRecord]) -> dict | None:
@@ -87,7 +103,7 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
     if saved.full is None:
         return {p: v.get(p, saved.bad) for p in ROUND_TRIP}
     full, always = saved.full, view.precision_always
-    why = _unmatched(case)
+    why, why_resume = single_process_unmatched(case), single_process_unmatched(case, True)
     mp = own_mp_of(save_obs)
     dt, _ = judged_dtype(case, mp)
     v["P2"] = na(why) if why else with_precision(
@@ -108,7 +124,8 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
     v["P6"] = view.resume_raised() or rp.p6_resume(
         refs.dst, load_obs, local, dt, gather=refs.gather, resume_steps=case.resume_steps,
         case=case, start=rp.save_point(refs.layout, save_obs, refs.gather, exp=exp)
-        if (dt == "bf16" or continued) and not why else None, unmatched=why, own_mp=mp,
+        if (dt == "bf16" or continued) and not why_resume else None, unmatched=why_resume,
+        own_mp=mp,
         always_precise=always, exp=exp, scheduler=None if training is None or local.sched_at_end is None
         else "the scheduler after resuming as uninterrupted",
         probe=None if training is None else training.probe)

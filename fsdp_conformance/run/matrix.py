@@ -8,7 +8,7 @@ Rules
   implementations, float32, a bfloat16 round trip per path, partial state, a second wrapping plan on the load side,
   the bad-input (P15) cases, a slice of the crash (P16) cases (``QUICK_CRASHES``) and NAdam,
   ASGD, Adafactor, Muon and LBFGS on every path (``more_optimizers``; Muon on the model
-  ``matrices``, not yet under fully_shard: ``NOT_YET``). Quick
+  ``matrices``). Quick
   is what ``make run`` runs: minutes on 2 cores.
 - full: everything quick has, plus the product of paths x optimizers x world-size pairs x
   use_orig_params (mlp), every zoo model x use_orig_params x four world-size pairs x three
@@ -37,7 +37,7 @@ from typing import Iterable, Sequence
 from ..cases import CRASH_POINTS, FAULTS, SCHEDULE_NAMES, Case
 from ..api_paths import PATH_NAMES, PATHS, api_path, family_of, is_full_path, resizable
 from ..zoo import FUSED, MODELS, MORE_OPTIMIZERS, OPTIMIZERS, runs_on
-from ..zoo.optimizers import NOT_YET, OPTIMIZER_MODELS, STATE_DTYPE_OPTIMIZERS
+from ..zoo.optimizers import OPTIMIZER_MODELS, STATE_DTYPE_OPTIMIZERS
 
 OPTS = tuple(OPTIMIZERS)
 # The zoo's LR schedules whose lr depends on the scheduler's own state (every one but the
@@ -401,7 +401,7 @@ def more_optimizers(paths: Sequence[str], tier: str) -> list[Case]:
     """The rest of torch.optim (``zoo.MORE_OPTIMIZERS``; issue 49). Quick: ``QUICK_MORE`` on
     every path, saved at 2 and loaded at 3 (at 2 where the path cannot reshard). Full: every
     one on every path at 2 -> 3, 3 -> 2, 1 -> 2 and 4 -> 4, use_orig_params both ways. Each
-    on the zoo model it accepts (``OPTIMIZER_MODELS``); not the pairs in ``NOT_YET``."""
+    on the zoo model it accepts (``OPTIMIZER_MODELS``)."""
     if tier == "quick":
         cases = [Case(api=api, optimizer=opt, world_size=2, model=OPTIMIZER_MODELS.get(opt, "mlp"),
                       load_world_size=3 if resizable(api) else None)
@@ -411,7 +411,7 @@ def more_optimizers(paths: Sequence[str], tier: str) -> list[Case]:
                       use_orig_params=orig, model=OPTIMIZER_MODELS.get(opt, "mlp"))
                  for api, opt, (n, m), orig in itertools.product(
                      paths, MORE_OPTIMIZERS, ((2, 3), (3, 2), (1, 2), (4, 4)), (False, True))]
-    return [c for c in cases if (c.optimizer, family_of(c.api)) not in NOT_YET]
+    return cases
 
 
 
