@@ -215,28 +215,35 @@ def _some_rank_lacks_a_param(c: Case) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=None)
-def _fewest_rows_cached(model: str) -> int:
-    from ..zoo import build_model
+def _steps_by_newton_schulz(c: Case) -> bool:
+    """Muon: the zoo's, or a user's optimizer with the ``NEWTON_SCHULZ_UPDATE`` trait (a
+    ``torch.optim.Muon`` subclass included)."""
+    from ..zoo.optimizers import NEWTON_SCHULZ_UPDATE, optimizer_touches
 
-    rows = [p.shape[0] for p in build_model(model).parameters() if p.ndim == 2]
-    return min(rows) if rows else 1 << 30
-
-
-def _fewest_rows(model: str) -> int:
-    """The fewest rows (dim 0) of the model's 2-D params (the ones Muon steps); a large
-    number where it has none. The zoo model is built once per process (torch, lazily)."""
-    return _fewest_rows_cached(model)
+    return c.optimizer == "muon" or optimizer_touches(c.optimizer, NEWTON_SCHULZ_UPDATE)
 
 
 def _muon_rank_holds_no_row(c: Case, load_side: bool = False) -> bool:
-    """A Muon case under fully_shard whose save side (load side) has more ranks sharding a
-    param than the param has rows, so a rank holds none of it (entries
-    muon-cannot-step-param-with-fewer-rows-than-ranks, dsd-init-steps-muon-...)."""
-    if c.family != "fsdp2" or c.optimizer != "muon" or c.tensor_parallel_of(load_side):
+    """A Muon case under fully_shard (no tensor parallelism) where a rank of the save side
+    (load side) holds no row of a trainable 2-D param FSDP2 shards: ``torch.chunk``'s
+    split of its rows over the shard group leaves that rank none (5 rows on 4 ranks: 2, 2,
+    1, 0) (entries muon-cannot-step-an-empty-row-shard,
+    dsd-init-steps-muon-on-an-empty-row-shard)."""
+    if c.family != "fsdp2" or c.tensor_parallel_of(load_side) or not _steps_by_newton_schulz(c):
         return False
-    ranks = c.dst_world_size if load_side else c.shard_world_size
-    return ranks > _fewest_rows(c.model)
+    return _empty_row_shard(c, load_side)
+
+
+@functools.lru_cache(maxsize=256)
+def _empty_row_shard(c: Case, load_side: bool) -> bool:
+    from ..properties.layouts import fsdp2_reference_layout
+    from ..zoo import build_model
+
+    trainable = {n for n, p in build_model(c.model, c.seed).named_parameters()
+                 if p.requires_grad and p.ndim == 2}
+    lay = fsdp2_reference_layout(c, load_side)
+    return any(p.sharded and p.fqn in trainable and p.local_shape(r)[0] == 0
+               for p in lay.params for r in range(lay.world_size))
 
 
 def _rank0_broadcasts(c: Case) -> bool:
@@ -398,7 +405,7 @@ _MUON_ADD_REFUSED = Raises(exc="RuntimeError",
                                    r"placement changes are not supported",
                            where=("_single_tensor_muon",))
 """Muon's param update refused by DTensor where a rank holds no row of the param (entries
-muon-cannot-step-param-with-fewer-rows-than-ranks, dsd-init-steps-muon-...)."""
+muon-cannot-step-an-empty-row-shard, dsd-init-steps-muon-on-an-empty-row-shard)."""
 
 
 KNOWN: tuple[KnownLimitation, ...] = (
@@ -861,11 +868,12 @@ KNOWN: tuple[KnownLimitation, ...] = (
                              r"changes are not supported",
                      where=("_single_tensor_adafactor",))),
     KnownLimitation(
-        "muon-cannot-step-param-with-fewer-rows-than-ranks", ALL_PROPS,
+        "muon-cannot-step-an-empty-row-shard", ALL_PROPS,
         lambda c: not c.golden and _muon_rank_holds_no_row(c),
         "2.13, 2.15 (CPU)",
-        "torch.optim.Muon cannot step a fully_shard model where a 2-D param has fewer rows "
-        "than ranks shard it (the zoo's 2-row head.weight at 3 and 4 ranks): the update of "
+        "torch.optim.Muon cannot step a fully_shard model where a rank holds no row of a 2-D "
+        "param (FSDP2 splits rows with torch.chunk: the zoo's 2-row head.weight at 3 and 4 "
+        "ranks, its 5-row block.2.weight at 4, split 2, 2, 1, 0): the update of "
         "such a Shard(0) param comes back Replicate from its bfloat16 Newton-Schulz "
         "iteration on DTensors (optim/_muon.py:55-66), and where a rank holds no row, no "
         "strategy of the in-place param.add_(update, alpha=-adjusted_lr) (:341) keeps "
@@ -876,16 +884,16 @@ KNOWN: tuple[KnownLimitation, ...] = (
         "(python ... 3).",
         model=_MUON_ADD_REFUSED),
     KnownLimitation(
-        "dsd-init-steps-muon-on-fewer-rows-than-ranks", ("P3", "P6", "P7", "P11"),
+        "dsd-init-steps-muon-on-an-empty-row-shard", ("P3", "P6", "P7", "P11"),
         lambda c: c.api in _DSD_RUN and _muon_rank_holds_no_row(c, load_side=True)
         and (c.golden or not _muon_rank_holds_no_row(c)),
         "2.13, 2.15 (CPU)",
         "A Muon checkpoint (saved where Muon can step: fully_shard at 1 or 2 ranks, FSDP1) "
-        "cannot be loaded through DSD into a fully_shard model where a 2-D param has fewer "
-        "rows than ranks: set_optimizer_state_dict and get_optimizer_state_dict first step "
+        "cannot be loaded through DSD into a fully_shard model where a rank holds no row of a "
+        "2-D param: set_optimizer_state_dict and get_optimizer_state_dict first step "
         "a fresh optimizer once with zero gradients (state_dict.py:662, "
         "_init_optim_state), and that step raises as training does (entry "
-        "muon-cannot-step-param-with-fewer-rows-than-ranks): 'aten.add_.Tensor: in-place "
+        "muon-cannot-step-an-empty-row-shard): 'aten.add_.Tensor: in-place "
         "operations that require placement changes are not supported' on every rank of the "
         "load (the properties a load decides: P3, P6, P7, P11; golden fixtures, P12, at 3 "
         "and 4 ranks).",

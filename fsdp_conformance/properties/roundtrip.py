@@ -12,7 +12,9 @@ Rules
   (P3, P6, P7, P10, P11) with it; P0 and P2 are still judged.
 - P2 and P6 are n/a where no single-process run can match (``single_process_unmatched``:
   a model with ignored modules; Muon on params sharded over more than one rank, P2 by the
-  save side, P6 by either); the scheduler after resuming is still judged.
+  save side, P6 by either, or by the load side alone where it continues the state at the
+  save); the scheduler after resuming is still judged, and a load side that did not resume
+  is P6's error, never n/a.
 - P2 judges the trained state (torch's saved dict under the modelled bug; the state in
   memory exactly); P3 and P11 what the save wrote (``Saved.by_torch``: torch's dict, or
   ``Expectation.saved`` of the state in memory).
@@ -54,12 +56,15 @@ LOAD_SIDE: tuple[str, ...] = ("P3", "P6", "P7", "P10", "P11")
 """The properties a save or load call that raised fails."""
 
 
-def single_process_unmatched(case: Case, resume: bool = False) -> str:
-    """Why no single-process run can match the save side's training (``resume``: or the
-    resumed training too), "" where one can: a model with ignored modules, or an optimizer
-    no single-process run matches on sharded params (``zoo.optimizers.
-    sharded_update_unmatched``: Muon, a user's by its trait) stepping params that
-    fully_shard (or tensor parallelism) splits over more than one rank."""
+def single_process_unmatched(case: Case, sides: tuple[str, ...] = ("save",)) -> str:
+    """Why no single-process run can match what ``sides`` ("save": the training before the
+    save; "load": the resumed training) train, "" where one can: a model with ignored
+    modules, or an optimizer no single-process run matches on sharded params
+    (``zoo.optimizers.sharded_update_unmatched``: Muon, a user's by its trait) where a side
+    splits params over more than one rank (its shard group, ``cases.shard_group_size``, or
+    tensor parallelism)."""
+    from ..cases import shard_group_size
+
     ignored = model_spec(case.model).ignored
     if ignored:
         return (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank "
@@ -68,10 +73,12 @@ def single_process_unmatched(case: Case, resume: bool = False) -> str:
     reason = sharded_update_unmatched(case.optimizer)
     if not reason or case.family != "fsdp2":
         return ""
-    sides = [("saved", case.shard_world_size, case.tensor_parallel)]
-    if resume:
-        sides.append(("resumed", case.dst_world_size, case.dst_tensor_parallel))
-    split = [f"{what} on {n} ranks" for what, n, tp in sides if n > 1 or tp > 1]
+    split = []
+    for side in sides:
+        ws = case.dst_world_size if side == "load" else case.world_size
+        tp = case.tensor_parallel_of(side == "load")
+        if shard_group_size(case, ws) > 1 or tp > 1:
+            split.append(f"{'resumed' if side == 'load' else 'saved'} on {ws} ranks")
     return f"{case.optimizer} {' and '.join(split)}: {reason}" if split else ""
 
 
@@ -103,9 +110,11 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
     if saved.full is None:
         return {p: v.get(p, saved.bad) for p in ROUND_TRIP}
     full, always = saved.full, view.precision_always
-    why, why_resume = single_process_unmatched(case), single_process_unmatched(case, True)
     mp = own_mp_of(save_obs)
     dt, _ = judged_dtype(case, mp)
+    from_save = dt == "bf16" or continued  # P6 continues the state at the save
+    why = single_process_unmatched(case)
+    why_resume = single_process_unmatched(case, ("load",) if from_save else ("save", "load"))
     v["P2"] = na(why) if why else with_precision(
         case, rp.p2_trained(refs.layout, [full], local, dt, exp=exp if saved.by_torch else EXACT),
         always=always, own_mp=mp)
@@ -124,7 +133,7 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
     v["P6"] = view.resume_raised() or rp.p6_resume(
         refs.dst, load_obs, local, dt, gather=refs.gather, resume_steps=case.resume_steps,
         case=case, start=rp.save_point(refs.layout, save_obs, refs.gather, exp=exp)
-        if (dt == "bf16" or continued) and not why_resume else None, unmatched=why_resume,
+        if from_save and not why_resume else None, unmatched=why_resume,
         own_mp=mp,
         always_precise=always, exp=exp, scheduler=None if training is None or local.sched_at_end is None
         else "the scheduler after resuming as uninterrupted",

@@ -279,6 +279,17 @@ def _update_diffs(start: dict, want: dict, got: dict) -> tuple[float, list[str]]
     return (dot / norm if norm else float("nan")), bad
 
 
+def _not_resumed(load_obs: Sequence[LoadRecord]) -> Verdict | None:
+    """The error of a load side that did not resume (rank 0 recorded no final params: its
+    load or its resumed training raised), None where it did; judged before P6 is n/a, so
+    that n/a never hides it."""
+    o0 = load_obs[0]
+    if o0.final_params is not None:
+        return None
+    e = error_of(o0.loaded)
+    return error(f"the load side did not resume: {e or 'no final params recorded'}")
+
+
 def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype: str,
               gather=ref.gather_full, *, resume_steps: int, case=None,
               start: tuple[dict, dict] | str | None = None, unmatched: str = "",
@@ -291,11 +302,13 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
     case's own), and, where the path checkpoints the scheduler (``scheduler``: what a pass
     adds that held), the scheduler after resuming == the uninterrupted run's
     (``training_state.resumed_problems``, added to any verdict). ``unmatched``: why no
-    single-process run can match (ignored modules): n/a, the scheduler still judged.
+    single-process run can match (``roundtrip.single_process_unmatched``): n/a, the
+    scheduler still judged, unless the load side did not resume (its error).
     ``exp``: the bug modelled (the bfloat16 continuation starts from its modelled state).
     ``probe``: the case's ``scheduler_probe.SchedulerProbe`` (a scheduler field that changes
     nothing the scheduler does is information, not a problem)."""
-    verdict = na(unmatched) if unmatched else with_precision(case, _resumed_training(
+    stopped = _not_resumed(load_obs)
+    verdict = (stopped or na(unmatched)) if unmatched else with_precision(case, _resumed_training(
         dst_layout, load_obs, local, dtype, gather, resume_steps=resume_steps, case=case,
         start=start, exp=exp), always=always_precise, own_mp=own_mp)
     if scheduler is None:
@@ -324,9 +337,9 @@ def _resumed_training(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRu
     the params are judged on their resumed update, the state per tensor by its own scale."""
     rtol, atol = TOLERANCES[dtype]
     o0 = load_obs[0]
-    if o0.final_params is None:
-        e = error_of(o0.loaded)
-        return error(f"the load side did not resume: {e or 'no final params recorded'}")
+    stopped = _not_resumed(load_obs)
+    if stopped is not None:
+        return stopped
     if local.params_at_end is None:
         return error("the uninterrupted run has no resumed part under this model (its ranks "
                      "train apart, and their resume is not modelled)")

@@ -111,12 +111,23 @@ def test_muon_under_fully_shard_is_judged_where_one_process_can_match():
 
     one_two = Case(api="fsdp2.sharded", optimizer="muon", model="matrices", world_size=1,
                    load_world_size=2)
+    both = ("save", "load")
     assert single_process_unmatched(one_two) == ""
-    assert "resumed on 2 ranks" in single_process_unmatched(one_two, resume=True)
+    assert "resumed on 2 ranks" in single_process_unmatched(one_two, both)
     assert single_process_unmatched(dataclasses.replace(one_two, optimizer="adam",
-                                                        model="mlp"), True) == ""
+                                                        model="mlp"), both) == ""
     assert single_process_unmatched(dataclasses.replace(one_two, api="fsdp1.sharded"),
-                                    True) == ""
+                                    both) == ""
+    # where P6 continues the state at the save (a chain's later link, bfloat16), only the
+    # resumed side counts: saved on 2 ranks, resumed on 1
+    link = dataclasses.replace(one_two, world_size=2, load_world_size=1)
+    assert single_process_unmatched(link, ("load",)) == ""
+    assert "saved on 2 ranks" in single_process_unmatched(link, both)
+    # FSDP2's NO_SHARD (a shard group of 1) splits nothing; HYBRID_SHARD at 4 shards over 2
+    for strategy, ws, split in (("NO_SHARD", 3, False), ("HYBRID_SHARD", 4, True),
+                                ("FULL_SHARD", 1, False)):
+        c = dataclasses.replace(one_two, strategy=strategy, world_size=ws, load_world_size=None)
+        assert bool(single_process_unmatched(c, both)) == split, (strategy, ws)
     # a user's Muon (a subclass too) by the trait a fresh one shows; not a user's Adam
     from fsdp_conformance.zoo.optimizers import (NEWTON_SCHULZ_UPDATE, optimizer_traits_of,
                                                  register_optimizer)
@@ -132,9 +143,20 @@ def test_muon_under_fully_shard_is_judged_where_one_process_can_match():
     register_optimizer("test_run_my_adam", lambda named: torch.optim.Adam(
         [p for _, p in named]))
     assert "Newton-Schulz" in single_process_unmatched(
-        dataclasses.replace(one_two, optimizer="test_run_my_muon"), True)
+        dataclasses.replace(one_two, optimizer="test_run_my_muon"), both)
     assert single_process_unmatched(
-        dataclasses.replace(one_two, optimizer="test_run_my_adam"), True) == ""
+        dataclasses.replace(one_two, optimizer="test_run_my_adam"), both) == ""
+    # the entries: a rank that holds no row of a trainable 2-D param (torch.chunk's split)
+    from fsdp_conformance.known.entries import known_all
+
+    empty = "muon-cannot-step-an-empty-row-shard"
+    for strategy, ws, raises in (("FULL_SHARD", 2, False), ("FULL_SHARD", 3, True),
+                                 ("NO_SHARD", 3, False), ("HYBRID_SHARD", 4, False),
+                                 ("HYBRID_SHARD", 3, True)):
+        c = dataclasses.replace(one_two, strategy=strategy, world_size=ws, load_world_size=None)
+        assert (empty in [e.key for e in known_all(c, "P1")]) == raises, (strategy, ws)
+        mine = dataclasses.replace(c, optimizer="test_run_my_muon")
+        assert (empty in [e.key for e in known_all(mine, "P1")]) == raises, (strategy, ws)
     two = Case(api="fsdp2.rank_files", optimizer="muon", model="matrices", world_size=2)
     grows = Case(api="fsdp2.full", optimizer="muon", model="matrices", world_size=2,
                  load_world_size=3)
@@ -151,10 +173,11 @@ def test_muon_under_fully_shard_is_judged_where_one_process_can_match():
     assert v["P2"].status == v["P6"].status == "n/a" and "saved on 2 ranks" in v["P2"].detail
     v = results[grows.id]
     assert v["P1"].status == "pass" and v["P2"].status == "n/a"
-    assert v["P3"].known == "dsd-init-steps-muon-on-fewer-rows-than-ranks"
+    # the load raised: P6 says so (known), not n/a
+    assert v["P3"].known == v["P6"].known == "dsd-init-steps-muon-on-an-empty-row-shard"
     v = results[three.id]
     assert {v[p].known for p in ("P0", "P1", "P3")} == {
-        "muon-cannot-step-param-with-fewer-rows-than-ranks"}
+        "muon-cannot-step-an-empty-row-shard"}
     assert not [p for p, x in v.items() if x.status in ("fail", "error")]
 
 
