@@ -215,21 +215,17 @@ def _some_rank_lacks_a_param(c: Case) -> bool:
     return False
 
 
-def _steps_by_newton_schulz(c: Case) -> bool:
-    """Muon: the zoo's, or a user's optimizer with the ``NEWTON_SCHULZ_UPDATE`` trait (a
-    ``torch.optim.Muon`` subclass included)."""
-    from ..zoo.optimizers import NEWTON_SCHULZ_UPDATE, optimizer_touches
-
-    return c.optimizer == "muon" or optimizer_touches(c.optimizer, NEWTON_SCHULZ_UPDATE)
-
-
 def _muon_rank_holds_no_row(c: Case, load_side: bool = False) -> bool:
-    """A Muon case under fully_shard (no tensor parallelism) where a rank of the save side
+    """A Muon case (``zoo.optimizers.steps_by_newton_schulz``) under fully_shard (no tensor
+    parallelism) where a rank of the save side
     (load side) holds no row of a trainable 2-D param FSDP2 shards: ``torch.chunk``'s
     split of its rows over the shard group leaves that rank none (5 rows on 4 ranks: 2, 2,
     1, 0) (entries muon-cannot-step-an-empty-row-shard,
     dsd-init-steps-muon-on-an-empty-row-shard)."""
-    if c.family != "fsdp2" or c.tensor_parallel_of(load_side) or not _steps_by_newton_schulz(c):
+    from ..zoo.optimizers import steps_by_newton_schulz
+
+    if c.family != "fsdp2" or c.tensor_parallel_of(load_side) \
+            or not steps_by_newton_schulz(c.optimizer):
         return False
     return _empty_row_shard(c, load_side)
 

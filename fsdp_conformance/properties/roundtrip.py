@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import reference as ref
-from ..cases import Case
+from ..cases import Case, shard_group_size
 from ..sut.records import LoadRecord, SaveRecord
 from ..zoo import model_spec
 from ..zoo.optimizers import sharded_update_unmatched
@@ -63,8 +63,6 @@ def single_process_unmatched(case: Case, sides: tuple[str, ...] = ("save",)) -> 
     (``zoo.optimizers.sharded_update_unmatched``: Muon, a user's by its trait) where a side
     splits params over more than one rank (its shard group, ``cases.shard_group_size``, or
     tensor parallelism)."""
-    from ..cases import shard_group_size
-
     ignored = model_spec(case.model).ignored
     if ignored:
         return (f"the model has ignored modules {list(ignored)}: FSDP trains them per rank "
@@ -133,8 +131,7 @@ def judge_round_trip(case: Case, save_obs: Sequence[SaveRecord],
     v["P6"] = view.resume_raised() or rp.p6_resume(
         refs.dst, load_obs, local, dt, gather=refs.gather, resume_steps=case.resume_steps,
         case=case, start=rp.save_point(refs.layout, save_obs, refs.gather, exp=exp)
-        if from_save and not why_resume else None, unmatched=why_resume,
-        own_mp=mp,
+        if from_save and not why_resume else None, unmatched=why_resume, own_mp=mp,
         always_precise=always, exp=exp, scheduler=None if training is None or local.sched_at_end is None
         else "the scheduler after resuming as uninterrupted",
         probe=None if training is None else training.probe)

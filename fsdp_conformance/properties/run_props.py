@@ -307,10 +307,10 @@ def p6_resume(dst_layout, load_obs: Sequence[LoadRecord], local: LocalRun, dtype
     ``exp``: the bug modelled (the bfloat16 continuation starts from its modelled state).
     ``probe``: the case's ``scheduler_probe.SchedulerProbe`` (a scheduler field that changes
     nothing the scheduler does is information, not a problem)."""
-    stopped = _not_resumed(load_obs)
-    verdict = (stopped or na(unmatched)) if unmatched else with_precision(case, _resumed_training(
-        dst_layout, load_obs, local, dtype, gather, resume_steps=resume_steps, case=case,
-        start=start, exp=exp), always=always_precise, own_mp=own_mp)
+    verdict = (_not_resumed(load_obs) or na(unmatched)) if unmatched else with_precision(
+        case, _resumed_training(dst_layout, load_obs, local, dtype, gather,
+                                resume_steps=resume_steps, case=case, start=start, exp=exp),
+        always=always_precise, own_mp=own_mp)
     if scheduler is None:
         return verdict
     problems, notes = resumed_problems(load_obs, local, probe)

@@ -403,15 +403,13 @@ def more_optimizers(paths: Sequence[str], tier: str) -> list[Case]:
     one on every path at 2 -> 3, 3 -> 2, 1 -> 2 and 4 -> 4, use_orig_params both ways. Each
     on the zoo model it accepts (``OPTIMIZER_MODELS``)."""
     if tier == "quick":
-        cases = [Case(api=api, optimizer=opt, world_size=2, model=OPTIMIZER_MODELS.get(opt, "mlp"),
-                      load_world_size=3 if resizable(api) else None)
-                 for api in paths for opt in QUICK_MORE if opt in MORE_OPTIMIZERS]
-    else:
-        cases = [Case(api=api, optimizer=opt, world_size=n, load_world_size=m,
-                      use_orig_params=orig, model=OPTIMIZER_MODELS.get(opt, "mlp"))
-                 for api, opt, (n, m), orig in itertools.product(
-                     paths, MORE_OPTIMIZERS, ((2, 3), (3, 2), (1, 2), (4, 4)), (False, True))]
-    return cases
+        return [Case(api=api, optimizer=opt, world_size=2, model=OPTIMIZER_MODELS.get(opt, "mlp"),
+                     load_world_size=3 if resizable(api) else None)
+                for api in paths for opt in QUICK_MORE if opt in MORE_OPTIMIZERS]
+    return [Case(api=api, optimizer=opt, world_size=n, load_world_size=m,
+                 use_orig_params=orig, model=OPTIMIZER_MODELS.get(opt, "mlp"))
+            for api, opt, (n, m), orig in itertools.product(
+                paths, MORE_OPTIMIZERS, ((2, 3), (3, 2), (1, 2), (4, 4)), (False, True))]
 
 
 

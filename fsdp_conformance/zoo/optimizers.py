@@ -113,7 +113,7 @@ MATRIX_ONLY = frozenset({"muon"})
 """The zoo optimizers that refuse a param that is not 2-D (Muon, optim/_muon.py:128-133):
 FSDP1's 1-D flat shards and pieces cannot be stepped by them at all."""
 
-SHARDED_UPDATE_UNMATCHED: dict[str, str] = {"muon": (
+NEWTON_SCHULZ_UNMATCHED = (
     "Muon computes its update by a bfloat16 Newton-Schulz iteration of the whole matrix "
     "(optim/_muon.py:55-66), and under fully_shard on more than one rank it runs on Shard(0) "
     "DTensors: the matrix's norm is taken from the ranks' own bfloat16 norms, a bfloat16 "
@@ -125,12 +125,11 @@ SHARDED_UPDATE_UNMATCHED: dict[str, str] = {"muon": (
     "single-process run is a reference within a tolerance a real bug would exceed; the "
     "checkpoint itself is still judged exactly (P1, P3, P7, P8, P11 against the reference "
     "of the ranks' own state). Reproducer notes/repro/fsdp2_muon_sharded.py (torch 2.13 and "
-    "2.15 alike)")}
-"""Optimizers whose update of a param sharded over more than one rank under fully_shard no
-single-process run reproduces within any tolerance, and why: P2 and P6 are n/a there
-(properties/roundtrip.py ``single_process_unmatched``; a user's Muon by its trait,
-``sharded_update_unmatched``). Everything else of the round trip is
-judged as for any optimizer."""
+    "2.15 alike)")
+"""Why no single-process run reproduces Muon's training of params sharded over more than
+one rank under fully_shard within any tolerance: P2 and P6 are n/a there
+(``sharded_update_unmatched``, properties/roundtrip.py ``single_process_unmatched``).
+Everything else of the round trip is judged as for any optimizer."""
 
 OPTIMIZER_MODELS = {"muon": "matrices"}
 """The zoo model an optimizer runs on in the tiers where the zoo's default (``mlp``, whose
@@ -177,12 +176,12 @@ makes an empty entry each): torch's code that asks "is the state initialised?" b
 NEWTON_SCHULZ_UPDATE = "newton_schulz_update"
 """Optimizer trait: a ``torch.optim.Muon`` (a subclass included), whose update of each
 matrix is a bfloat16 Newton-Schulz iteration of the whole matrix: on params sharded over
-more ranks no single-process run matches it (``SHARDED_UPDATE_UNMATCHED``)."""
+more ranks no single-process run matches it (``NEWTON_SCHULZ_UNMATCHED``)."""
 OPTIMIZER_TRAITS = (EMPTY_STATE_AT_START, NEWTON_SCHULZ_UPDATE)
 """What an optimizer can have that a known torch limitation or a property's reach may touch:
 a user's optimizer is matched by these (seen on a fresh one: ``optimizer_traits_of``). A zoo
 optimizer is matched by its name (none has ``EMPTY_STATE_AT_START``: Adagrad's state at
-construction holds tensors; Muon is ``SHARDED_UPDATE_UNMATCHED``'s)."""
+construction holds tensors; the zoo's Muon is ``steps_by_newton_schulz``)."""
 _TRAITS: dict[str, frozenset] = {}
 
 
@@ -197,14 +196,16 @@ def optimizer_traits_of(optim: torch.optim.Optimizer) -> tuple[str, ...]:
     return tuple(traits)
 
 
+def steps_by_newton_schulz(name: str) -> bool:
+    """Whether optimizer ``name`` is Muon: the zoo's, or a registered user optimizer with the
+    ``NEWTON_SCHULZ_UPDATE`` trait (a ``torch.optim.Muon`` subclass included)."""
+    return name == "muon" or optimizer_touches(name, NEWTON_SCHULZ_UPDATE)
+
+
 def sharded_update_unmatched(name: str) -> str:
     """Why no single-process run matches optimizer ``name`` on params sharded over more
-    than one rank (``SHARDED_UPDATE_UNMATCHED``; a registered user optimizer by its
-    ``NEWTON_SCHULZ_UPDATE`` trait); "" where one can."""
-    if name in SHARDED_UPDATE_UNMATCHED:
-        return SHARDED_UPDATE_UNMATCHED[name]
-    return SHARDED_UPDATE_UNMATCHED["muon"] if optimizer_touches(name, NEWTON_SCHULZ_UPDATE) \
-        else ""
+    than one rank (``NEWTON_SCHULZ_UNMATCHED`` for Muon); "" where one can."""
+    return NEWTON_SCHULZ_UNMATCHED if steps_by_newton_schulz(name) else ""
 
 
 def optimizer_touches(name: str, trait: str) -> bool:

@@ -103,10 +103,10 @@ def test_a_torch_without_an_optimizer_runs_without_it():
 def test_muon_under_fully_shard_is_judged_where_one_process_can_match():
     """Muon under fully_shard (issue 49): at one rank it trains as single-process Muon (P2
     pass); sharded over more ranks no single-process run is a reference (its bfloat16
-    Newton-Schulz on DTensors: zoo.optimizers.SHARDED_UPDATE_UNMATCHED), so P2 and P6 are
+    Newton-Schulz on DTensors: zoo.optimizers.NEWTON_SCHULZ_UNMATCHED), so P2 and P6 are
     n/a with that reason, P2 by the save side, P6 by either, while the checkpoint is still
-    judged exactly (P1, P3, P7, P8 pass at 2 ranks); a param with fewer rows than ranks
-    raises in training and in DSD's load, each its own entry."""
+    judged exactly (P1, P3, P7, P8 pass at 2 ranks); where a rank holds no row of a 2-D
+    param it raises in training and in DSD's load, each its own entry."""
     from fsdp_conformance.properties.roundtrip import single_process_unmatched
 
     one_two = Case(api="fsdp2.sharded", optimizer="muon", model="matrices", world_size=1,
